@@ -1,0 +1,452 @@
+"""Transformer Engine userbuffer (TP comm-overlap) configurations and the published presets.
+
+This module owns the per-GEMM overlap config types, the table of presets NVIDIA publishes
+for its H100 and B200 recipes, and the lookup that finds a preset for a model shape. It is
+pure data: importing it loads neither torch, megatron-core nor Transformer Engine.
+
+Presets are frozen, so a recipe that wants a variant makes one with ``dataclasses.replace``
+instead of editing the object every other recipe shares. Presets whose values are identical
+are one object; the published names are aliases of it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Literal, get_args
+
+__all__ = [
+    "GEMM_NAMES",
+    "PRESET_GPU_FAMILIES",
+    "PUBLISHED_PRESETS",
+    "BulkOverlapCfg",
+    "PipelineOverlapCfg",
+    "PresetShape",
+    "RingExchangeOverlapCfg",
+    "TransformerLayerTPOverlapCfg",
+    "find_userbuffers_preset",
+    "preset_names_of",
+    "preset_shapes_of",
+]
+
+OverlapMethod = Literal["bulk", "ring_exchange", "pipeline"]
+
+#: The TE GEMM names a transformer layer registers userbuffers for, in TE's order.
+GEMM_NAMES: tuple[str, ...] = (
+    "qkv_dgrad",
+    "qkv_wgrad",
+    "fc1_dgrad",
+    "fc1_wgrad",
+    "qkv_fprop",
+    "proj_dgrad",
+    "fc1_fprop",
+    "fc2_dgrad",
+    "proj_fprop",
+    "fc2_fprop",
+)
+
+
+def _check_bool(owner: str, name: str, value: object) -> None:
+    if type(value) is not bool:
+        raise TypeError(
+            f"{owner}.{name} must be True or False, got {value!r} ({type(value).__name__})."
+        )
+
+
+def _check_optional_bool(owner: str, name: str, value: object) -> None:
+    if value is not None:
+        _check_bool(owner, name, value)
+
+
+def _check_optional_positive_int(owner: str, name: str, value: object) -> None:
+    if value is None:
+        return
+    if type(value) is not int:
+        raise TypeError(
+            f"{owner}.{name} must be a positive int or None (TE default), got {value!r} "
+            f"({type(value).__name__})."
+        )
+    if value < 1:
+        raise ValueError(f"{owner}.{name} must be >= 1, got {value}.")
+
+
+class _GemmOverlapCfg:
+    """Shared behaviour of the per-GEMM configs: validation and the TE dict form."""
+
+    method: str
+
+    def __post_init__(self) -> None:
+        owner = type(self).__name__
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            if f.name == "method":
+                continue
+            if f.name in ("num_sm", "cga_size", "num_splits"):
+                _check_optional_positive_int(owner, f.name, value)
+            else:
+                _check_optional_bool(owner, f.name, value)
+
+    def to_te_dict(self) -> dict[str, object]:
+        """The dict TE's ``initialize_ub(ub_cfgs=...)`` takes for one GEMM, None knobs left out."""
+        return {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)  # type: ignore[arg-type]
+            if getattr(self, f.name) is not None
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class BulkOverlapCfg(_GemmOverlapCfg):
+    """Bulk overlap: the whole collective runs beside the GEMM on ``num_sm`` SMs."""
+
+    method: Literal["bulk"] = dataclasses.field(default="bulk", init=False)
+    """TE overlap method name."""
+    num_sm: int | None = None
+    """SMs given to the communication kernel (None: TE's default)."""
+    cga_size: int | None = None
+    """Cooperative grid array size of the communication kernel (None: TE's default)."""
+    set_sm_margin: bool | None = None
+    """Whether the GEMM leaves ``num_sm`` SMs free (None: TE's default)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RingExchangeOverlapCfg(_GemmOverlapCfg):
+    """Ring-exchange overlap: point-to-point chunks pass around the TP ring between GEMM chunks."""
+
+    method: Literal["ring_exchange"] = dataclasses.field(default="ring_exchange", init=False)
+    """TE overlap method name."""
+    num_sm: int = 1
+    """SMs given to the communication kernel."""
+    cga_size: int = 1
+    """Cooperative grid array size of the communication kernel."""
+    set_sm_margin: bool = False
+    """Whether the GEMM leaves SMs free for communication."""
+    aggregate: bool = False
+    """Aggregate two chunks per exchange step."""
+    atomic_gemm: bool = False
+    """Use TE's atomic GEMM variant."""
+    fp8_buf: bool = False
+    """Keep the communication buffer in FP8."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PipelineOverlapCfg(_GemmOverlapCfg):
+    """Pipelined overlap: the GEMM is split into ``num_splits`` chunks, each followed by its collective."""
+
+    method: Literal["pipeline"] = dataclasses.field(default="pipeline", init=False)
+    """TE overlap method name."""
+    num_sm: int | None = None
+    """SMs given to the communication kernel (None: TE's default)."""
+    cga_size: int | None = None
+    """Cooperative grid array size of the communication kernel (None: TE's default)."""
+    num_splits: int | None = None
+    """Number of GEMM chunks (None: TE's default)."""
+    set_sm_margin: bool | None = None
+    """Whether the GEMM leaves ``num_sm`` SMs free (None: TE's default)."""
+    atomic_gemm: bool = False
+    """Use TE's atomic GEMM variant."""
+    fp8_buf: bool = False
+    """Keep the communication buffer in FP8."""
+
+
+GemmOverlapCfg = BulkOverlapCfg | RingExchangeOverlapCfg | PipelineOverlapCfg
+
+
+@dataclass(frozen=True, kw_only=True)
+class TransformerLayerTPOverlapCfg:
+    """Userbuffer overlap settings for every TP GEMM of a transformer layer.
+
+    A GEMM left as None gets no userbuffer config from us (TE applies its own default).
+    """
+
+    qkv_dgrad: GemmOverlapCfg | None = None
+    """QKV projection, input-gradient GEMM."""
+    qkv_wgrad: GemmOverlapCfg | None = None
+    """QKV projection, weight-gradient GEMM."""
+    fc1_dgrad: GemmOverlapCfg | None = None
+    """MLP FC1, input-gradient GEMM."""
+    fc1_wgrad: GemmOverlapCfg | None = None
+    """MLP FC1, weight-gradient GEMM."""
+    qkv_fprop: GemmOverlapCfg | None = None
+    """QKV projection, forward GEMM (all-gather overlap)."""
+    proj_dgrad: GemmOverlapCfg | None = None
+    """Attention output projection, input-gradient GEMM."""
+    fc1_fprop: GemmOverlapCfg | None = None
+    """MLP FC1, forward GEMM (all-gather overlap)."""
+    fc2_dgrad: GemmOverlapCfg | None = None
+    """MLP FC2, input-gradient GEMM."""
+    proj_fprop: GemmOverlapCfg | None = None
+    """Attention output projection, forward GEMM (reduce-scatter overlap)."""
+    fc2_fprop: GemmOverlapCfg | None = None
+    """MLP FC2, forward GEMM (reduce-scatter overlap)."""
+
+    def __post_init__(self) -> None:
+        for name in GEMM_NAMES:
+            value = getattr(self, name)
+            if value is not None and not isinstance(
+                value, BulkOverlapCfg | RingExchangeOverlapCfg | PipelineOverlapCfg
+            ):
+                raise TypeError(
+                    f"TransformerLayerTPOverlapCfg.{name} must be a BulkOverlapCfg, "
+                    f"RingExchangeOverlapCfg, PipelineOverlapCfg or None, got {type(value).__name__}."
+                )
+
+    @functools.cached_property
+    def _ub_items(self) -> tuple[tuple[str, tuple[tuple[str, object], ...]], ...]:
+        # Immutable snapshot (the config is frozen); to_ub_cfgs hands out fresh dicts from it.
+        return tuple(
+            (name, tuple(getattr(self, name).to_te_dict().items()))
+            for name in GEMM_NAMES
+            if getattr(self, name) is not None
+        )
+
+    def to_ub_cfgs(self) -> dict[str, dict[str, object]]:
+        """The ``ub_cfgs`` dict TE's ``initialize_ub`` consumes; GEMMs and knobs that are None are left out.
+
+        Each call returns a new dict, so editing it never changes the preset.
+        """
+        return {name: dict(knobs) for name, knobs in self._ub_items}
+
+
+# --------------------------------------------------------------------------------------------
+# Published presets. Values are NVIDIA's (shared/reference/userbuffers_presets.yaml); the
+# building blocks below only remove repetition. Every published name lies in the table at the
+# bottom; names whose values are identical point at one object.
+# --------------------------------------------------------------------------------------------
+
+_RING = RingExchangeOverlapCfg()
+_RING_MARGIN = RingExchangeOverlapCfg(set_sm_margin=True)
+
+
+def _bulk(num_sm: int) -> BulkOverlapCfg:
+    return BulkOverlapCfg(num_sm=num_sm, cga_size=2, set_sm_margin=False)
+
+
+def _pipeline(num_sm: int, *, fp8_buf: bool = False) -> PipelineOverlapCfg:
+    return PipelineOverlapCfg(
+        num_sm=num_sm, cga_size=2, num_splits=4, set_sm_margin=True, fp8_buf=fp8_buf
+    )
+
+
+def _layer(
+    bulk_sms: tuple[int, int, int, int],
+    proj_fprop: GemmOverlapCfg,
+    fc2_fprop: GemmOverlapCfg,
+) -> TransformerLayerTPOverlapCfg:
+    """The common shape: four bulk backward GEMMs, plain ring-exchange AG GEMMs, tuned RS GEMMs."""
+    qkv_dgrad, qkv_wgrad, fc1_dgrad, fc1_wgrad = (_bulk(n) for n in bulk_sms)
+    return TransformerLayerTPOverlapCfg(
+        qkv_dgrad=qkv_dgrad,
+        qkv_wgrad=qkv_wgrad,
+        fc1_dgrad=fc1_dgrad,
+        fc1_wgrad=fc1_wgrad,
+        qkv_fprop=_RING,
+        proj_dgrad=_RING,
+        fc1_fprop=_RING,
+        fc2_dgrad=_RING,
+        proj_fprop=proj_fprop,
+        fc2_fprop=fc2_fprop,
+    )
+
+
+def _lora_layer(
+    ring: RingExchangeOverlapCfg,
+    proj_fprop: GemmOverlapCfg,
+    fc2_fprop: GemmOverlapCfg,
+) -> TransformerLayerTPOverlapCfg:
+    """LoRA presets: no wgrad overlap (frozen base weights), FP8 pipelined fc1 dgrad."""
+    return TransformerLayerTPOverlapCfg(
+        qkv_dgrad=_bulk(2),
+        qkv_wgrad=None,
+        fc1_dgrad=_pipeline(16, fp8_buf=True),
+        fc1_wgrad=None,
+        qkv_fprop=ring,
+        proj_dgrad=ring,
+        fc1_fprop=ring,
+        fc2_dgrad=ring,
+        proj_fprop=proj_fprop,
+        fc2_fprop=fc2_fprop,
+    )
+
+
+_H8192_BF16_H100 = _layer((4, 24, 2, 4), _pipeline(24), _pipeline(16))
+# The FP8 H100 h8192 TP4 preset and the FP8 B200 h8192 TP2 preset are published with equal values.
+_H8192_FP8 = _layer((4, 24, 2, 4), _RING_MARGIN, _RING_MARGIN)
+_H8192_BF16_B200 = _layer((16, 24, 2, 4), _pipeline(32), _pipeline(16))
+_H16384_BF16_H100 = _layer((2, 24, 2, 2), _pipeline(24), _pipeline(8))
+_H16384_FP8_H100 = _layer((2, 24, 2, 2), _RING_MARGIN, _RING_MARGIN)
+_H16384_BF16_B200 = _layer((8, 24, 2, 2), _pipeline(32), _pipeline(8))
+_H8192_FP8_H100_LORA = _lora_layer(
+    _RING_MARGIN,
+    RingExchangeOverlapCfg(cga_size=2, set_sm_margin=True, fp8_buf=True),
+    RingExchangeOverlapCfg(cga_size=2, set_sm_margin=True, fp8_buf=True),
+)
+_H16384_FP8_H100_LORA = _lora_layer(
+    RingExchangeOverlapCfg(aggregate=True),
+    _pipeline(32, fp8_buf=True),
+    _pipeline(16, fp8_buf=True),
+)
+_H6144_BF16_H100 = _layer((8, 16, 4, 16), _pipeline(16), _pipeline(24))
+_H6144_FP8_H100 = _layer((8, 16, 4, 16), _pipeline(16, fp8_buf=True), _pipeline(24, fp8_buf=True))
+_H12288_BF16_H100 = _layer((4, 4, 2, 4), _pipeline(24), _RING_MARGIN)
+_H12288_FP8_H100 = _layer((4, 4, 2, 4), _RING_MARGIN, _RING_MARGIN)
+# BF16 and FP8 B200 h12288 TP4 are published with equal values.
+_H12288_B200 = _layer((4, 16, 2, 8), _RING_MARGIN, _RING_MARGIN)
+# FP8 B200 h16384 TP4 CP2, BF16 B200 h6144 TP2 and FP8 B200 h18432 TP8 are published with
+# equal values.
+_B200_BULK8_32_2_8_RING = _layer((8, 32, 2, 8), _RING_MARGIN, _RING_MARGIN)
+_H18432_BF16_B200 = _layer((8, 32, 2, 8), _RING_MARGIN, _pipeline(24))
+
+userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192 = _H8192_BF16_H100
+userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192 = _H8192_FP8
+userbuffers_bf16_b200_h8192_tp2_mbs1_seqlen8192 = _H8192_BF16_B200
+userbuffers_fp8_b200_h8192_tp2_mbs1_seqlen8192 = _H8192_FP8
+userbuffers_bf16_h100_h16384_tp8_cp2_mbs1_seqlen8192 = _H16384_BF16_H100
+userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192 = _H16384_FP8_H100
+userbuffers_bf16_b200_h16384_tp4_cp2_mbs1_seqlen8192 = _H16384_BF16_B200
+userbuffers_fp8_b200_h16384_tp4_cp2_mbs1_seqlen8192 = _B200_BULK8_32_2_8_RING
+userbuffers_fp8_h100_h8192_tp2_mbs1_seqlen4096_lora = _H8192_FP8_H100_LORA
+userbuffers_fp8_h100_h16384_tp4_mbs1_seqlen2048_lora = _H16384_FP8_H100_LORA
+userbuffers_bf16_h100_h6144_tp2_mbs2_seqlen2048 = _H6144_BF16_H100
+userbuffers_fp8_h100_h6144_tp2_mbs2_seqlen2048 = _H6144_FP8_H100
+userbuffers_bf16_h100_h12288_tp4_mbs1_seqlen2048 = _H12288_BF16_H100
+userbuffers_fp8_h100_h12288_tp4_mbs1_seqlen2048 = _H12288_FP8_H100
+userbuffers_bf16_b200_h12288_tp4_mbs1_seqlen2048 = _H12288_B200
+userbuffers_fp8_b200_h12288_tp4_mbs1_seqlen2048 = _H12288_B200
+userbuffers_bf16_b200_h6144_tp2_mbs1_seqlen4096 = _B200_BULK8_32_2_8_RING
+userbuffers_bf16_b200_h18432_tp8_mbs1_seqlen4096 = _H18432_BF16_B200
+userbuffers_fp8_b200_h18432_tp8_mbs1_seqlen4096 = _B200_BULK8_32_2_8_RING
+
+_PRESET_NAME = re.compile(
+    r"^userbuffers_(?P<precision>bf16|fp8)_(?P<gpu>[a-z0-9]+)_h(?P<hidden>\d+)_tp(?P<tp>\d+)"
+    r"(?:_cp(?P<cp>\d+))?_mbs(?P<mbs>\d+)_seqlen(?P<seq>\d+)(?P<lora>_lora)?$"
+)
+
+#: Every published preset by its published name (read-only).
+PUBLISHED_PRESETS: Mapping[str, TransformerLayerTPOverlapCfg] = MappingProxyType(
+    {name: value for name, value in globals().items() if _PRESET_NAME.match(name)}
+)
+
+PresetPrecision = Literal["bf16", "fp8"]
+
+#: GPU names a preset lookup accepts, and the preset family each one uses. H200 is the same
+#: SM90 chip as H100 with more memory, GB200 the same SM100 chip as B200.
+PRESET_GPU_FAMILIES: Mapping[str, str] = MappingProxyType(
+    {"h100": "h100", "h200": "h100", "b200": "b200", "gb200": "b200"}
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PresetShape:
+    """The model and run shape a published preset was tuned for, read from its name."""
+
+    precision: PresetPrecision
+    """Training precision the preset was tuned with."""
+    gpu: str
+    """GPU family (h100 or b200)."""
+    hidden_size: int
+    """Model hidden size."""
+    tp_size: int
+    """Tensor-parallel size."""
+    cp_size: int
+    """Context-parallel size."""
+    micro_batch_size: int
+    """Micro-batch size."""
+    seq_length: int
+    """Sequence length."""
+    lora: bool
+    """Whether the preset is for LoRA fine-tuning."""
+
+
+def _shape_of(name: str) -> PresetShape:
+    m = _PRESET_NAME.match(name)
+    if m is None:  # pragma: no cover - the table is built from names that match
+        raise ValueError(f"{name!r} is not a published userbuffers preset name.")
+    return PresetShape(
+        precision=m["precision"],  # type: ignore[arg-type]
+        gpu=m["gpu"],
+        hidden_size=int(m["hidden"]),
+        tp_size=int(m["tp"]),
+        cp_size=int(m["cp"] or 1),
+        micro_batch_size=int(m["mbs"]),
+        seq_length=int(m["seq"]),
+        lora=m["lora"] is not None,
+    )
+
+
+_SHAPES: Mapping[str, PresetShape] = MappingProxyType(
+    {name: _shape_of(name) for name in PUBLISHED_PRESETS}
+)
+
+
+# Published presets are module globals that live as long as the process, so their ids are stable.
+_NAMES_BY_ID: Mapping[int, tuple[str, ...]] = MappingProxyType(
+    {
+        id(value): tuple(n for n, v in PUBLISHED_PRESETS.items() if v is value)
+        for value in PUBLISHED_PRESETS.values()
+    }
+)
+
+
+def preset_names_of(cfg: TransformerLayerTPOverlapCfg) -> tuple[str, ...]:
+    """The published names under which this exact preset object is published (empty for a custom one)."""
+    return _NAMES_BY_ID.get(id(cfg), ())
+
+
+def preset_shapes_of(cfg: TransformerLayerTPOverlapCfg) -> tuple[PresetShape, ...]:
+    """The shapes this preset object was published for (empty for a custom one)."""
+    return tuple(_SHAPES[name] for name in preset_names_of(cfg))
+
+
+def find_userbuffers_preset(
+    *,
+    precision: str,
+    gpu: str,
+    hidden_size: int,
+    tp_size: int,
+    cp_size: int = 1,
+    micro_batch_size: int = 1,
+    seq_length: int,
+    lora: bool = False,
+) -> tuple[str, TransformerLayerTPOverlapCfg]:
+    """Find the published preset for a shape; returns ``(name, preset)``.
+
+    Raises ``ValueError`` listing the published presets when none matches, and for a
+    precision or GPU name it does not know.
+    """
+    if precision not in get_args(PresetPrecision):
+        raise ValueError(
+            f"precision must be one of {list(get_args(PresetPrecision))} for a userbuffers preset "
+            f"lookup, got {precision!r}."
+        )
+    family = PRESET_GPU_FAMILIES.get(gpu.lower()) if isinstance(gpu, str) else None
+    if family is None:
+        raise ValueError(
+            f"gpu must be one of {sorted(PRESET_GPU_FAMILIES)} for a userbuffers preset lookup, "
+            f"got {gpu!r} (no presets are published for other GPUs)."
+        )
+    wanted = PresetShape(
+        precision=precision,  # type: ignore[arg-type]
+        gpu=family,
+        hidden_size=hidden_size,
+        tp_size=tp_size,
+        cp_size=cp_size,
+        micro_batch_size=micro_batch_size,
+        seq_length=seq_length,
+        lora=lora,
+    )
+    for name, shape in _SHAPES.items():
+        if shape == wanted:
+            return name, PUBLISHED_PRESETS[name]
+    published = "\n  ".join(sorted(PUBLISHED_PRESETS))
+    raise ValueError(
+        f"No published userbuffers preset for precision={precision}, gpu={gpu} "
+        f"(family {family}), hidden_size={hidden_size}, tp={tp_size}, cp={cp_size}, "
+        f"mbs={micro_batch_size}, seq_length={seq_length}, lora={lora}. Published presets:\n  "
+        f"{published}\nUse one of these, build a TransformerLayerTPOverlapCfg, or leave "
+        f"tp_comm_overlap_cfg=None for Transformer Engine's defaults."
+    )

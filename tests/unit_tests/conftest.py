@@ -1,0 +1,79 @@
+"""Shared fixtures: real megatron-core config objects, and Transformer Engine stand-ins.
+
+Transformer Engine cannot be built or imported on these CPU-only machines, so tests that need
+"TE is available" patch ``comm_overlap.HAVE_TE``; everything else is the real megatron-core code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from unittest import mock
+
+import pytest
+import torch
+from megatron.core.distributed import DistributedDataParallelConfig
+from megatron.core.optimizer import OptimizerConfig
+from megatron.core.transformer.transformer_config import TransformerConfig
+
+from megatron.bridge.training import comm_overlap
+
+
+@dataclass
+class Configs:
+    """One set of megatron-core configs, as a recipe's cfg.model / cfg.optimizer / cfg.ddp."""
+
+    model: TransformerConfig
+    optimizer: OptimizerConfig
+    ddp: DistributedDataParallelConfig
+
+
+def make_configs(
+    *,
+    tp: int = 1,
+    pp: int = 1,
+    vpp: int | None = None,
+    cp: int = 1,
+    ep: int = 1,
+    sequence_parallel: bool = False,
+    distributed_optimizer: bool = True,
+    hidden_size: int = 1024,
+    num_layers: int = 16,
+    **model_kwargs,
+) -> Configs:
+    """Real megatron-core configs for a layout.
+
+    Parallel sizes are assigned after construction, the way recipes assign them to
+    ``cfg.model`` (megatron-core validates some combinations, e.g. SP without TP, only at
+    construction).
+    """
+    model = TransformerConfig(
+        num_layers=num_layers,
+        hidden_size=hidden_size,
+        num_attention_heads=16,
+        bf16=True,
+        pipeline_dtype=torch.bfloat16,
+        **model_kwargs,
+    )
+    model.tensor_model_parallel_size = tp
+    model.pipeline_model_parallel_size = pp
+    model.virtual_pipeline_model_parallel_size = vpp
+    model.context_parallel_size = cp
+    model.expert_model_parallel_size = ep
+    model.sequence_parallel = sequence_parallel
+    optimizer = OptimizerConfig(use_distributed_optimizer=distributed_optimizer, bf16=True)
+    ddp = DistributedDataParallelConfig(use_distributed_optimizer=distributed_optimizer)
+    return Configs(model=model, optimizer=optimizer, ddp=ddp)
+
+
+@pytest.fixture
+def te_available():
+    """Pretend Transformer Engine imports (it cannot exist on a CPU-only machine)."""
+    with mock.patch.object(comm_overlap, "HAVE_TE", True):
+        yield
+
+
+@pytest.fixture
+def te_missing():
+    """Pretend Transformer Engine is absent, whatever this machine has."""
+    with mock.patch.object(comm_overlap, "HAVE_TE", False):
+        yield
