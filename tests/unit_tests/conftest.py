@@ -77,3 +77,21 @@ def te_missing():
     """Pretend Transformer Engine is absent, whatever this machine has."""
     with mock.patch.object(comm_overlap, "HAVE_TE", False):
         yield
+
+
+# Hypothesis profiles: "ci" keeps the property tests well under a minute on a 2-core machine;
+# "dev" explores far more layouts (HYPOTHESIS_PROFILE=dev uv run python -m pytest ...).
+try:
+    from hypothesis import HealthCheck, settings
+except ImportError:  # hypothesis is a dev dependency; only the property tests need it
+    pass
+else:
+    import os
+
+    settings.register_profile(
+        "ci", max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    )
+    settings.register_profile(
+        "dev", max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    )
+    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

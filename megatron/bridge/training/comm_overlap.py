@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
-import importlib.metadata
 import json
 import logging
 from collections.abc import Mapping
@@ -170,7 +169,10 @@ _TE_STATUS: TEStatus | None = None
 
 @functools.cache
 def _te_version() -> str | None:
-    # Reading distribution metadata scans sys.path: hundreds of microseconds, so once per process.
+    # Reading distribution metadata scans sys.path (and importing importlib.metadata costs tens of
+    # milliseconds), so this runs lazily and once per process.
+    import importlib.metadata
+
     for dist in ("transformer-engine", "transformer_engine", "transformer-engine-torch"):
         try:
             return importlib.metadata.version(dist)

@@ -1,0 +1,117 @@
+"""``bridge-overlap explain``: output, JSON document, exit codes, and staying light."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from megatron.bridge.cli import EXIT_INVALID, EXIT_OK, EXIT_REFUSED, JSON_SCHEMA_VERSION, main
+
+
+def _json(capsys, *argv):
+    assert main(["explain", "--json", *argv]) == EXIT_OK
+    return json.loads(capsys.readouterr().out)
+
+
+def test_default_explains_the_reference_layout(capsys):
+    assert main(["explain"]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "128 x H100  TP4 PP4 VPP2 CP1 EP1 -> DP8" in out
+    assert "userbuffers_bf16_h100_h12288_tp4_mbs1_seqlen2048" in out and "matches the model" in out
+    assert "CUDA_DEVICE_MAX_CONNECTIONS=1" in out
+    assert "NVTE_FWD_LAYERNORM_SM_MARGIN=16" in out
+
+
+def test_json_document_has_stable_keys_and_the_resolved_values(capsys):
+    doc = _json(capsys)
+    assert set(doc) == {
+        "schema_version",
+        "recipe",
+        "layout",
+        "transformer_engine",
+        "preset",
+        "overlap",
+        "launch_env",
+        "warnings",
+    }
+    assert doc["schema_version"] == JSON_SCHEMA_VERSION
+    values = {d["knob"]: d["value"] for d in doc["overlap"]["decisions"]}
+    assert values["tp_comm_overlap"] is True
+    assert (values["overlap_p2p_comm"], values["batch_p2p_comm"]) == (True, False)
+    assert values["bucket_size"] == 128 * 1024 * 1024
+    assert values["align_param_gather"] is True
+    env = {e["name"]: e["value"] for e in doc["launch_env"]}
+    assert env["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"
+    assert doc["warnings"] == []
+
+
+def test_blackwell_layout_gets_32_connections_and_b200_preset(capsys):
+    doc = _json(capsys, "--gpu", "b200")
+    env = {e["name"]: e["value"] for e in doc["launch_env"]}
+    assert env["CUDA_DEVICE_MAX_CONNECTIONS"] == "32"
+    assert doc["preset"]["name"] == "userbuffers_bf16_b200_h12288_tp4_mbs1_seqlen2048"
+
+
+def test_refusal_is_reported_and_strict_exits_one(capsys):
+    doc = _json(capsys, "--no-sequence-parallel")
+    assert any("sequence_parallel is False" in w for w in doc["warnings"])
+    refused = [d for d in doc["overlap"]["decisions"] if d["source"] == "refused"]
+    assert [d["knob"] for d in refused] == ["tp_comm_overlap"]
+    assert main(["explain", "--no-sequence-parallel", "--strict"]) == EXIT_REFUSED
+    assert "refused" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["--world-size", "100"], "--world-size 100"),
+        (["--preset", "userbuffers_nope"], "--preset"),
+        (["--tp", "0"], "--tp"),
+        (["--gpu", "v100"], "--gpu"),
+        (["--layernorm-sm-margin", "-1"], "layernorm_sm_margin"),
+    ],
+)
+def test_invalid_input_exits_two_naming_the_flag(capsys, argv, needle):
+    try:
+        code = main(["explain", *argv])
+    except SystemExit as exit_:  # argparse rejects bad choices/types itself
+        code = exit_.code
+    assert code == EXIT_INVALID
+    assert needle in capsys.readouterr().err
+
+
+def test_no_preset_for_shape_falls_back_to_te_defaults_with_a_note(capsys):
+    doc = _json(capsys, "--hidden-size", "5120")
+    assert doc["preset"]["name"] is None and "TE defaults" in doc["preset"]["detail"]
+    assert any("default userbuffer settings" in n for n in doc["overlap"]["notes"])
+
+
+def test_te_detect_reports_this_machine():
+    # No GPU machine here can import TE; detect must say so and refuse TP overlap.
+    out = subprocess.run(
+        [sys.executable, "-m", "megatron.bridge.cli", "explain", "--te", "detect", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    doc = json.loads(out.stdout)
+    te = doc["transformer_engine"]
+    if te["available"]:  # a CUDA machine with TE: the request stands
+        assert {d["knob"]: d["value"] for d in doc["overlap"]["decisions"]}[
+            "tp_comm_overlap"
+        ] is True
+    else:
+        assert te["reason"]
+        assert any("Transformer Engine is not available" in w for w in doc["warnings"])
+
+
+def test_explain_imports_no_torch_or_megatron_core():
+    code = (
+        "import sys; from megatron.bridge.cli import main; main(['explain', '--json']); "
+        "print(sorted(k for k in ('torch', 'megatron.core', 'transformer_engine', 'nemo_run') if k in sys.modules), file=sys.stderr)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stderr.strip().endswith("[]")
