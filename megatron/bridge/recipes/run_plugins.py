@@ -1,0 +1,468 @@
+"""NeMo-Run plugins that prepare the launch of a training job.
+
+``PerfEnvPlugin`` writes the launch-time environment (``CUDA_DEVICE_MAX_CONNECTIONS``,
+LayerNorm SM margins, NCCL P2P chunk size) onto an executor and passes manual-GC overrides
+to ``run.Script`` tasks. It decides nothing itself: the rules live in
+``megatron.bridge.training.launch_env`` and this module only applies that plan.
+
+``NsysPlugin`` turns on Nsight Systems profiling for a window of training steps on chosen
+ranks, so a trace shows whether communication really overlaps with compute.
+
+Both are idempotent: ``setup`` twice on the same task and executor gives the same result.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+try:
+    import nemo_run as run
+    from nemo_run.core.execution.base import Executor
+except ImportError as exc:  # pragma: no cover - exercised in a test by hiding nemo_run
+    raise ImportError(
+        "megatron.bridge.recipes.run_plugins needs NeMo-Run, which is not importable "
+        f"({exc}). Install the `run` extra: pip install 'megatron-bridge-overlap[run]' "
+        "(it also pins leptonai<0.27, which nemo-run 0.11 needs)."
+    ) from exc
+
+from megatron.bridge.training import launch_env
+
+__all__ = ["VBOOST_SETUP_LINE", "NsysPlugin", "PerfEnvPlugin", "to_hydra_overrides"]
+
+logger = logging.getLogger(__name__)
+
+VBOOST_SETUP_LINE = (
+    'srun --ntasks-per-node=1 --nodes="${SLURM_JOB_NUM_NODES}" '
+    "sudo nvidia-smi boost-slider --vboost 1"
+)
+"""Slurm setup line raising the GPU clock boost slider once on every node of the job."""
+
+ScriptArgsConverter = Callable[[dict[str, Any]], list[str]]
+
+# An explicit CUDA_DEVICE_MAX_CONNECTIONS on the executor is kept (user's value wins, as for
+# every variable), but it is the one that silently costs overlap, so a mismatch warns.
+_WARN_IF_USER_DIFFERS = frozenset({launch_env.CUDA_DEVICE_MAX_CONNECTIONS})
+
+
+def _format_override_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(_format_override_value(v) for v in value) + "]"
+    return str(value)
+
+
+def to_hydra_overrides(overrides: dict[str, Any]) -> list[str]:
+    """Default script-args converter: ``{"train.manual_gc": True}`` -> ``["train.manual_gc=true"]``."""
+    return [f"{key}={_format_override_value(value)}" for key, value in overrides.items()]
+
+
+def _arg_name(token: str) -> str:
+    # "key=value", "--flag=value" and "--flag" (followed by its value) all name the same knob.
+    return token.split("=", 1)[0]
+
+
+def _add_script_overrides(
+    task: run.Script,
+    overrides: dict[str, Any],
+    converter: ScriptArgsConverter | None,
+    *,
+    owner: str,
+) -> None:
+    """Append overrides to ``task.args`` one knob at a time; a knob already named there wins."""
+    if task.inline:
+        logger.warning(
+            "%s: run.Script(inline=...) takes no args, so %s were not passed; put them in the "
+            "inline script yourself.",
+            owner,
+            sorted(overrides),
+        )
+        return
+    convert = converter or to_hydra_overrides
+    for key, value in overrides.items():
+        tokens = convert({key: value})
+        if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
+            raise TypeError(
+                f"{owner}.script_args_converter_fn must return a list of str, got {tokens!r} "
+                f"for {{{key!r}: {value!r}}}."
+            )
+        if not tokens:
+            continue
+        existing = {_arg_name(arg) for arg in task.args}
+        if _arg_name(tokens[0]) in existing:
+            current = next(arg for arg in task.args if _arg_name(arg) == _arg_name(tokens[0]))
+            logger.info(
+                "%s: script already has %r; not adding %s.", owner, current, " ".join(tokens)
+            )
+            continue
+        task.args.extend(tokens)
+        logger.info("%s: script arg %s added.", owner, " ".join(tokens))
+
+
+def _check_bool(owner: str, name: str, value: object) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"{owner}.{name} must be a bool, got {value!r} ({type(value).__name__}).")
+
+
+def _check_converter(owner: str, value: object) -> None:
+    if value is not None and not callable(value):
+        raise TypeError(
+            f"{owner}.script_args_converter_fn must be None or a callable taking a dict of "
+            f"overrides and returning a list of str, got {value!r}."
+        )
+
+
+@dataclasses.dataclass(kw_only=True)
+class PerfEnvPlugin(run.Plugin):
+    """Set the launch-time performance environment on a NeMo-Run executor.
+
+    Values already on ``executor.env_vars`` win over the plan (a differing
+    ``CUDA_DEVICE_MAX_CONNECTIONS`` is kept but warned about). Build it from a
+    ``ConfigContainer`` with :meth:`from_config` so the parallel sizes are written once.
+    """
+
+    enable_layernorm_sm_margin: bool = True
+    """Export NVTE_FWD/BWD_LAYERNORM_SM_MARGIN so LayerNorm leaves SMs for DP collectives."""
+    layernorm_sm_margin: int = launch_env.DEFAULT_LAYERNORM_SM_MARGIN
+    """Number of SMs LayerNorm kernels leave free."""
+    enable_vboost: bool = False
+    """Raise the GPU boost slider on every node (SlurmExecutor only; needs sudo on nodes)."""
+    nccl_pp_comm_chunksize: int | None = None
+    """NCCL_P2P_NET_CHUNKSIZE in bytes, exported when PP > 1; None keeps NCCL's default."""
+    gpu_sm100_or_newer: bool = False
+    """True for Blackwell (SM100+) GPUs, False for Hopper and older."""
+    enable_manual_gc: bool = True
+    """Pass manual garbage-collection overrides to run.Script tasks."""
+    manual_gc_interval: int = 100
+    """Training steps between manual GC runs (0: none between steps)."""
+    tp_size: int = 1
+    """Tensor-parallel size."""
+    cp_size: int = 1
+    """Context-parallel size."""
+    pp_size: int = 1
+    """Pipeline-parallel size."""
+    num_gpus: int = 8
+    """Total GPUs of the job; DP size is num_gpus // (tp_size * cp_size * pp_size)."""
+    moe_flex_dispatcher_backend: str | None = None
+    """MoE flex dispatcher backend in use ("deepep", "hybridep", "ncclep"), or None."""
+    a2a_overlap: bool = False
+    """Whether EP all-to-all communication overlap is on."""
+    script_args_converter_fn: ScriptArgsConverter | None = None
+    """Turns ``{"train.manual_gc": True, ...}`` into script args; default is hydra style."""
+
+    def __post_init__(self) -> None:
+        self._validate()
+
+    def _validate(self) -> None:
+        owner = type(self).__name__
+        _check_bool(owner, "enable_layernorm_sm_margin", self.enable_layernorm_sm_margin)
+        _check_bool(owner, "enable_vboost", self.enable_vboost)
+        _check_bool(owner, "gpu_sm100_or_newer", self.gpu_sm100_or_newer)
+        _check_bool(owner, "enable_manual_gc", self.enable_manual_gc)
+        _check_bool(owner, "a2a_overlap", self.a2a_overlap)
+        launch_env.validate_layernorm_sm_margin(
+            self.layernorm_sm_margin, name=f"{owner}.layernorm_sm_margin"
+        )
+        launch_env.validate_nccl_pp_comm_chunksize(
+            self.nccl_pp_comm_chunksize, name=f"{owner}.nccl_pp_comm_chunksize"
+        )
+        launch_env.validate_manual_gc_interval(
+            self.manual_gc_interval, name=f"{owner}.manual_gc_interval"
+        )
+        launch_env.validate_moe_flex_dispatcher_backend(
+            self.moe_flex_dispatcher_backend, name=f"{owner}.moe_flex_dispatcher_backend"
+        )
+        _check_converter(owner, self.script_args_converter_fn)
+        self.dp_size  # noqa: B018 - validates sizes and divisibility
+
+    @property
+    def dp_size(self) -> int:
+        """Data-parallel size derived from ``num_gpus`` and the model-parallel sizes."""
+        return launch_env.data_parallel_size(
+            num_gpus=self.num_gpus, tp_size=self.tp_size, cp_size=self.cp_size, pp_size=self.pp_size
+        )
+
+    @classmethod
+    def from_config(cls, cfg: Any, *, num_gpus: int, **overrides: Any) -> PerfEnvPlugin:
+        """Build the plugin from a ``ConfigContainer`` (or anything shaped like one).
+
+        Reads ``cfg.model.{tensor,context,pipeline}_model_parallel_size``, the flex
+        dispatcher backend (only when ``cfg.model.moe_token_dispatcher_type == "flex"``:
+        megatron-core defaults the backend to "deepep" even for dense models) and the EP
+        A2A overlap flag (``cfg.comm_overlap.overlap_moe_expert_parallel_comm``, falling back
+        to ``cfg.model``'s when the overlap config leaves it None). ``overrides`` set the
+        other fields; layout fields come from ``cfg`` only.
+        """
+        derived = ("tp_size", "cp_size", "pp_size", "moe_flex_dispatcher_backend", "a2a_overlap")
+        clashing = sorted(set(overrides) & set(derived))
+        if clashing:
+            raise TypeError(
+                f"PerfEnvPlugin.from_config reads {clashing} from cfg; set them on cfg.model / "
+                "cfg.comm_overlap, or construct PerfEnvPlugin(...) directly. Choose one."
+            )
+        model = cfg.model
+        backend = (
+            model.moe_flex_dispatcher_backend if model.moe_token_dispatcher_type == "flex" else None
+        )
+        a2a = None
+        if cfg.comm_overlap is not None:
+            a2a = cfg.comm_overlap.overlap_moe_expert_parallel_comm
+        if a2a is None:
+            a2a = model.overlap_moe_expert_parallel_comm
+        return cls(
+            tp_size=model.tensor_model_parallel_size,
+            cp_size=model.context_parallel_size,
+            pp_size=model.pipeline_model_parallel_size,
+            moe_flex_dispatcher_backend=backend,
+            a2a_overlap=bool(a2a),
+            num_gpus=num_gpus,
+            **overrides,
+        )
+
+    def launch_env_plan(self) -> launch_env.LaunchEnvPlan:
+        """The environment plan this plugin applies (same code as the runtime check)."""
+        return launch_env.plan_launch_env(
+            gpu_sm100_or_newer=self.gpu_sm100_or_newer,
+            tp_size=self.tp_size,
+            cp_size=self.cp_size,
+            dp_size=self.dp_size,
+            pp_size=self.pp_size,
+            moe_flex_dispatcher_backend=self.moe_flex_dispatcher_backend,
+            a2a_overlap=self.a2a_overlap,
+            enable_layernorm_sm_margin=self.enable_layernorm_sm_margin,
+            layernorm_sm_margin=self.layernorm_sm_margin,
+            nccl_pp_comm_chunksize=self.nccl_pp_comm_chunksize,
+        )
+
+    def manual_gc_overrides(self) -> dict[str, Any]:
+        """Script overrides for manual GC (empty when ``enable_manual_gc`` is False)."""
+        if not self.enable_manual_gc:
+            return {}
+        return {"train.manual_gc": True, "train.manual_gc_interval": self.manual_gc_interval}
+
+    def setup(self, task: run.Partial | run.Script, executor: Executor) -> None:
+        """Write the plan onto ``executor.env_vars`` and GC overrides onto ``task``."""
+        self._validate()  # fields are plain attributes and may have changed since __init__
+        self._apply_env(executor)
+        self._apply_manual_gc(task)
+        self._apply_vboost(executor)
+
+    def _apply_env(self, executor: Executor) -> None:
+        for entry in self.launch_env_plan().entries:
+            current = executor.env_vars.get(entry.name)
+            if entry.value is None:
+                logger.info("PerfEnvPlugin: %s not set: %s.", entry.name, entry.reason)
+            elif current is None:
+                executor.env_vars[entry.name] = entry.value
+                logger.info("PerfEnvPlugin: %s=%s (%s).", entry.name, entry.value, entry.reason)
+            elif str(current) == entry.value:
+                logger.info("PerfEnvPlugin: %s=%s already on the executor.", entry.name, current)
+            elif entry.name in _WARN_IF_USER_DIFFERS:
+                logger.warning(
+                    "PerfEnvPlugin: keeping %s=%s from the executor, but this layout needs %s "
+                    "(%s). Remove it from executor.env_vars to use the planned value.",
+                    entry.name,
+                    current,
+                    entry.value,
+                    entry.reason,
+                )
+            else:
+                logger.info(
+                    "PerfEnvPlugin: keeping %s=%s from the executor (plan: %s).",
+                    entry.name,
+                    current,
+                    entry.value,
+                )
+
+    def _apply_manual_gc(self, task: run.Partial | run.Script) -> None:
+        overrides = self.manual_gc_overrides()
+        if not overrides:
+            logger.info("PerfEnvPlugin: manual GC overrides off (enable_manual_gc=False).")
+            return
+        if isinstance(task, run.Script):
+            _add_script_overrides(
+                task, overrides, self.script_args_converter_fn, owner="PerfEnvPlugin"
+            )
+        else:
+            logger.warning(
+                "PerfEnvPlugin: manual GC overrides apply to run.Script tasks only; for this "
+                "%s set cfg.train.manual_gc / manual_gc_interval in the recipe instead.",
+                type(task).__name__,
+            )
+
+    def _apply_vboost(self, executor: Executor) -> None:
+        if not self.enable_vboost:
+            return
+        if not isinstance(executor, run.SlurmExecutor):
+            logger.warning(
+                "PerfEnvPlugin: enable_vboost needs a SlurmExecutor (it runs on every node "
+                "before the job); skipped on %s.",
+                type(executor).__name__,
+            )
+            return
+        lines = executor.setup_lines or ""
+        if VBOOST_SETUP_LINE in lines.splitlines():
+            logger.info("PerfEnvPlugin: vboost setup line already on the executor.")
+            return
+        executor.setup_lines = (
+            f"{lines.rstrip()}\n{VBOOST_SETUP_LINE}" if lines else VBOOST_SETUP_LINE
+        )
+        logger.info("PerfEnvPlugin: vboost setup line added: %s", VBOOST_SETUP_LINE)
+
+
+def _validate_step(owner: str, name: str, value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(
+            f"{owner}.{name} must be a non-negative int (training step), got {value!r}."
+        )
+    if value < 0:
+        raise ValueError(f"{owner}.{name} must be >= 0, got {value}.")
+    return value
+
+
+def _validate_ranks(owner: str, ranks: object) -> list[int]:
+    if not isinstance(ranks, list | tuple) or not ranks:
+        raise TypeError(f"{owner}.profile_ranks must be a non-empty list of ints, got {ranks!r}.")
+    for rank in ranks:
+        if not isinstance(rank, int) or isinstance(rank, bool) or rank < 0:
+            raise ValueError(
+                f"{owner}.profile_ranks must hold non-negative int ranks, got {rank!r} in {ranks!r}."
+            )
+    return list(ranks)
+
+
+@dataclasses.dataclass(kw_only=True)
+class NsysPlugin(run.Plugin):
+    """Profile training steps ``[profile_step_start, profile_step_end)`` with Nsight Systems.
+
+    The launcher wraps every rank in ``nsys profile`` with capture range
+    ``cudaProfilerApi``; the training loop starts and stops the capture on the steps and
+    ranks given here, which this plugin passes to the task.
+    """
+
+    profile_step_start: int
+    """First profiled training step."""
+    profile_step_end: int
+    """Step at which profiling stops (exclusive); must be > profile_step_start."""
+    profile_ranks: list[int] = dataclasses.field(default_factory=lambda: [0])
+    """Global ranks that start the capture."""
+    nsys_trace: list[str] = dataclasses.field(default_factory=lambda: ["nvtx", "cuda"])
+    """APIs nsys traces (``nsys profile -t``)."""
+    nsys_extra_args: list[str] = dataclasses.field(default_factory=list)
+    """Extra ``nsys profile`` arguments, added after the launcher's defaults."""
+    nsys_gpu_metrics: bool = False
+    """Sample GPU metrics (SM and memory utilization) in the trace."""
+    record_memory_history: bool | None = None
+    """Also record the PyTorch CUDA memory history in the window (None: do not pass)."""
+    record_shapes: bool | None = None
+    """Also record operator input shapes (None: do not pass)."""
+    script_args_converter_fn: ScriptArgsConverter | None = None
+    """Turns ``{"profiling.profile_step_start": 10, ...}`` into script args; default hydra style."""
+
+    def __post_init__(self) -> None:
+        self._validate()
+
+    def _validate(self) -> None:
+        owner = type(self).__name__
+        start = _validate_step(owner, "profile_step_start", self.profile_step_start)
+        end = _validate_step(owner, "profile_step_end", self.profile_step_end)
+        if start >= end:
+            raise ValueError(
+                f"{owner}.profile_step_start ({start}) must be < profile_step_end ({end})."
+            )
+        _validate_ranks(owner, self.profile_ranks)
+        if not isinstance(self.nsys_trace, list | tuple) or not all(
+            isinstance(t, str) and t for t in self.nsys_trace
+        ):
+            raise TypeError(
+                f"{owner}.nsys_trace must be a list of nsys trace names such as ['nvtx', "
+                f"'cuda'], got {self.nsys_trace!r}."
+            )
+        if not isinstance(self.nsys_extra_args, list | tuple) or not all(
+            isinstance(a, str) for a in self.nsys_extra_args
+        ):
+            raise TypeError(f"{owner}.nsys_extra_args must be a list of str.")
+        _check_bool(owner, "nsys_gpu_metrics", self.nsys_gpu_metrics)
+        for name in ("record_memory_history", "record_shapes"):
+            value = getattr(self, name)
+            if value is not None:
+                _check_bool(owner, name, value)
+        _check_converter(owner, self.script_args_converter_fn)
+
+    def profiling_overrides(self) -> dict[str, Any]:
+        """What the training loop needs to know, as ``profiling.*`` overrides."""
+        overrides: dict[str, Any] = {
+            "profiling.use_nsys_profiler": True,
+            "profiling.profile_step_start": self.profile_step_start,
+            "profiling.profile_step_end": self.profile_step_end,
+            "profiling.profile_ranks": list(self.profile_ranks),
+        }
+        if self.record_memory_history is not None:
+            overrides["profiling.record_memory_history"] = self.record_memory_history
+        if self.record_shapes is not None:
+            overrides["profiling.record_shapes"] = self.record_shapes
+        return overrides
+
+    def setup(self, task: run.Partial | run.Script, executor: Executor) -> None:
+        """Turn on nsys in the executor's launcher and pass the profile window to ``task``."""
+        self._validate()
+        launcher = executor.get_launcher()
+        launcher.nsys_profile = True
+        launcher.nsys_trace = list(self.nsys_trace)
+        launcher.nsys_gpu_metrics = self.nsys_gpu_metrics
+        for arg in self.nsys_extra_args:
+            if arg not in launcher.nsys_extra_args:
+                launcher.nsys_extra_args.append(arg)
+        if isinstance(executor, run.SlurmExecutor):
+            # nsys expands %q{VAR}; one file per node and rank instead of one per pid.
+            launcher.nsys_filename = (
+                "profile_%p_%q{SLURM_JOB_ID}_node%q{SLURM_NODEID}_rank%q{SLURM_PROCID}"
+            )
+        logger.info(
+            "NsysPlugin: nsys on %s (trace %s), steps [%d, %d) on ranks %s.",
+            type(executor).__name__,
+            ",".join(launcher.nsys_trace),
+            self.profile_step_start,
+            self.profile_step_end,
+            self.profile_ranks,
+        )
+        overrides = self.profiling_overrides()
+        if isinstance(task, run.Script):
+            _add_script_overrides(
+                task, overrides, self.script_args_converter_fn, owner="NsysPlugin"
+            )
+        else:
+            self._apply_to_partial(task, overrides)
+
+    def _apply_to_partial(self, task: run.Partial, overrides: Mapping[str, Any]) -> None:
+        fn = task.__fn_or_cls__
+        try:
+            params = inspect.signature(fn).parameters
+        except (TypeError, ValueError):  # builtins and some C callables have no signature
+            params = {}
+        applied, missing = [], []
+        for key, value in overrides.items():
+            name = key.removeprefix("profiling.")
+            if name in params:
+                setattr(task, name, value)
+                applied.append(name)
+            else:
+                missing.append(name)
+        if applied:
+            logger.info("NsysPlugin: set %s on the run.Partial task.", applied)
+        window = {"profile_step_start", "profile_step_end", "profile_ranks"}
+        if window - set(applied):
+            logger.warning(
+                "NsysPlugin: %s takes no %s; set them in the training config's profiling "
+                "section, or nsys (capture range cudaProfilerApi) records nothing.",
+                getattr(fn, "__qualname__", fn),
+                missing,
+            )
+        elif missing:
+            logger.info(
+                "NsysPlugin: %s takes no %s; not passed.", getattr(fn, "__qualname__", fn), missing
+            )

@@ -1,0 +1,397 @@
+"""Launch-time environment rules: the one place that knows them.
+
+Some settings only take effect when they are in the process environment before CUDA (or
+Transformer Engine, or NCCL) initializes; setting ``os.environ`` from inside the training
+job is too late. This module decides what those variables should be, *and why*, from plain
+inputs. It is pure (standard library only) so three thin consumers can share it:
+
+- ``megatron.bridge.recipes.run_plugins.PerfEnvPlugin`` writes the plan onto a NeMo-Run
+  executor,
+- an "explain" command prints ``LaunchEnvPlan.explain()``,
+- model-build code calls :func:`check_live_environment` to compare ``os.environ`` with
+  what the resolved layout needs.
+
+``CUDA_DEVICE_MAX_CONNECTIONS`` precedence (first match wins):
+
+1. MoE flex dispatcher backend ``deepep`` or ``hybridep``: 32. These backends drive their
+   own communication streams and need many hardware queues whatever the GPU generation.
+2. Blackwell (SM100+), (TP > 1 or CP > 1) and (DP > 1 or PP > 1): 32, so TP/CP and DP/PP
+   communication kernels do not serialize behind each other.
+3. Hopper or older, (TP > 1 or CP > 1) and EP all-to-all overlap off: 1. One hardware
+   queue makes kernels start in launch order, so the TP/CP communication kernel is queued
+   before the GEMM it overlaps with. EP A2A overlap needs concurrent streams, so it keeps 8.
+4. Otherwise 8 (CUDA's own default).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Literal, get_args
+
+__all__ = [
+    "CUDA_DEFAULT_MAX_CONNECTIONS",
+    "DEFAULT_LAYERNORM_SM_MARGIN",
+    "LaunchEnvEntry",
+    "LaunchEnvPlan",
+    "MoeFlexDispatcherBackend",
+    "check_live_environment",
+    "cuda_device_max_connections",
+    "data_parallel_size",
+    "plan_launch_env",
+    "validate_layernorm_sm_margin",
+    "validate_manual_gc_interval",
+    "validate_moe_flex_dispatcher_backend",
+    "validate_nccl_pp_comm_chunksize",
+    "validate_parallel_size",
+]
+
+MoeFlexDispatcherBackend = Literal["deepep", "hybridep", "ncclep"]
+"""Backends megatron-core 0.19 accepts for ``TransformerConfig.moe_flex_dispatcher_backend``."""
+
+_MANY_QUEUE_FLEX_BACKENDS: frozenset[str] = frozenset({"deepep", "hybridep"})
+# ncclep goes through TE's NCCL EP API on regular streams; SPEC §6 only names deepep and
+# hybridep as needing 32 connections, so ncclep falls through to the generation rules.
+
+CUDA_DEFAULT_MAX_CONNECTIONS = 8
+"""What CUDA uses when ``CUDA_DEVICE_MAX_CONNECTIONS`` is unset."""
+
+DEFAULT_LAYERNORM_SM_MARGIN = 16
+"""SMs LayerNorm kernels leave free so DP collectives can run beside them."""
+
+CUDA_DEVICE_MAX_CONNECTIONS = "CUDA_DEVICE_MAX_CONNECTIONS"
+NVTE_FWD_LAYERNORM_SM_MARGIN = "NVTE_FWD_LAYERNORM_SM_MARGIN"
+NVTE_BWD_LAYERNORM_SM_MARGIN = "NVTE_BWD_LAYERNORM_SM_MARGIN"
+NCCL_P2P_NET_CHUNKSIZE = "NCCL_P2P_NET_CHUNKSIZE"
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _is_int(value: object) -> bool:
+    # bool is a subclass of int, but `True` as a margin or a size is always a mistake.
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def validate_parallel_size(name: str, value: object) -> int:
+    """Check that a parallel size (``tp_size``, ``dp_size``, ...) is an int >= 1."""
+    if not _is_int(value):
+        raise TypeError(f"{name} must be an int >= 1, got {value!r} ({type(value).__name__}).")
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}. Use 1 when that dimension is unused.")
+    return value
+
+
+def validate_layernorm_sm_margin(value: object, *, name: str = "layernorm_sm_margin") -> int:
+    """Check that a LayerNorm SM margin is a non-negative int (number of SMs left free)."""
+    if not _is_int(value):
+        raise TypeError(
+            f"{name} must be a non-negative int (number of SMs), got {value!r} "
+            f"({type(value).__name__}). The default is {DEFAULT_LAYERNORM_SM_MARGIN}."
+        )
+    if value < 0:
+        raise ValueError(
+            f"{name} must be >= 0, got {value}. Use 0 to leave no SMs free, or disable the "
+            "margin with enable_layernorm_sm_margin=False."
+        )
+    return value
+
+
+def validate_nccl_pp_comm_chunksize(
+    value: object, *, name: str = "nccl_pp_comm_chunksize"
+) -> int | None:
+    """Check that an NCCL P2P chunk size is None (not set) or an int > 1 (bytes)."""
+    if value is None:
+        return None
+    if not _is_int(value):
+        raise TypeError(
+            f"{name} must be None or an int > 1 (bytes), got {value!r} ({type(value).__name__})."
+        )
+    if value <= 1:
+        raise ValueError(
+            f"{name} must be > 1 (bytes), got {value}. Use None to keep NCCL's default chunk size."
+        )
+    return value
+
+
+def validate_manual_gc_interval(value: object, *, name: str = "manual_gc_interval") -> int:
+    """Check that a manual GC interval is a non-negative int (0: no collection between steps)."""
+    if not _is_int(value):
+        raise TypeError(
+            f"{name} must be a non-negative int (training steps), got {value!r} "
+            f"({type(value).__name__})."
+        )
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value}.")
+    return value
+
+
+def validate_moe_flex_dispatcher_backend(
+    value: object, *, name: str = "moe_flex_dispatcher_backend"
+) -> MoeFlexDispatcherBackend | None:
+    """Check that a MoE flex dispatcher backend is None or one megatron-core accepts."""
+    valid = get_args(MoeFlexDispatcherBackend)
+    if value is None or value in valid:
+        return value  # type: ignore[return-value]
+    raise ValueError(
+        f"{name}={value!r} is not a known MoE flex dispatcher backend; valid values: "
+        f"{', '.join(repr(v) for v in valid)}, or None when the flex dispatcher is not used."
+    )
+
+
+def data_parallel_size(*, num_gpus: int, tp_size: int, cp_size: int, pp_size: int) -> int:
+    """Data-parallel size ``num_gpus // (tp * cp * pp)``; the product must divide ``num_gpus``."""
+    validate_parallel_size("num_gpus", num_gpus)
+    for name, value in (("tp_size", tp_size), ("cp_size", cp_size), ("pp_size", pp_size)):
+        validate_parallel_size(name, value)
+    model_parallel = tp_size * cp_size * pp_size
+    if num_gpus % model_parallel:
+        raise ValueError(
+            f"num_gpus={num_gpus} is not divisible by tp_size * cp_size * pp_size = "
+            f"{tp_size} * {cp_size} * {pp_size} = {model_parallel}; change num_gpus or the "
+            "parallel sizes so the product divides the GPU count."
+        )
+    return num_gpus // model_parallel
+
+
+# --------------------------------------------------------------------------- rules
+
+
+def cuda_device_max_connections(
+    *,
+    gpu_sm100_or_newer: bool,
+    tp_size: int,
+    cp_size: int,
+    dp_size: int,
+    pp_size: int,
+    moe_flex_dispatcher_backend: str | None,
+    a2a_overlap: bool,
+) -> tuple[int, str]:
+    """Return ``CUDA_DEVICE_MAX_CONNECTIONS`` for a layout and a one-line reason.
+
+    Precedence is documented in the module docstring: flex backend, then GPU generation,
+    then CUDA's default of 8.
+    """
+    for name, value in (
+        ("tp_size", tp_size),
+        ("cp_size", cp_size),
+        ("dp_size", dp_size),
+        ("pp_size", pp_size),
+    ):
+        validate_parallel_size(name, value)
+    backend = validate_moe_flex_dispatcher_backend(moe_flex_dispatcher_backend)
+    if not isinstance(gpu_sm100_or_newer, bool):
+        raise TypeError(f"gpu_sm100_or_newer must be a bool, got {gpu_sm100_or_newer!r}.")
+    if not isinstance(a2a_overlap, bool):
+        raise TypeError(f"a2a_overlap must be a bool, got {a2a_overlap!r}.")
+
+    model_split = tp_size > 1 or cp_size > 1
+    if backend in _MANY_QUEUE_FLEX_BACKENDS:
+        return 32, f"MoE flex dispatcher backend {backend!r} needs many concurrent hardware queues"
+    if gpu_sm100_or_newer:
+        if model_split and (dp_size > 1 or pp_size > 1):
+            return 32, (
+                f"Blackwell (SM100+) with TP={tp_size}/CP={cp_size} and DP={dp_size}/PP={pp_size}: "
+                "TP/CP and DP/PP communication need separate hardware queues"
+            )
+        return 8, "Blackwell (SM100+) without both TP/CP and DP/PP splits: CUDA default"
+    if model_split:
+        if a2a_overlap:
+            return 8, (
+                f"Hopper or older with TP={tp_size}/CP={cp_size} but EP all-to-all overlap on: "
+                "it needs concurrent streams, so keep the CUDA default"
+            )
+        return 1, (
+            f"Hopper or older with TP={tp_size}/CP={cp_size}: one hardware queue makes kernels "
+            "start in launch order, so the TP/CP comm kernel is queued before the GEMM"
+        )
+    return 8, "no TP/CP split: CUDA default"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LaunchEnvEntry:
+    """One launch-time environment variable and the decision about it."""
+
+    name: str
+    """Environment variable name."""
+    value: str | None
+    """Value to export; None means deliberately not set (``reason`` says why)."""
+    reason: str
+    """One line saying why this value (or why nothing)."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LaunchEnvPlan:
+    """The launch environment a layout needs: every variable considered, with reasons."""
+
+    entries: tuple[LaunchEnvEntry, ...]
+    """All variables considered, in a stable order; unset ones have ``value=None``."""
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The variables to export (entries whose value is not None)."""
+        return {e.name: e.value for e in self.entries if e.value is not None}
+
+    def entry(self, name: str) -> LaunchEnvEntry:
+        """The entry for ``name``; KeyError lists the names this plan considered."""
+        for e in self.entries:
+            if e.name == name:
+                return e
+        raise KeyError(f"{name!r} is not in this plan; it has {[e.name for e in self.entries]}")
+
+    def explain(self) -> list[str]:
+        """Human-readable lines, one per variable, for a CLI or a log."""
+        lines = []
+        for e in self.entries:
+            shown = f"{e.name}={e.value}" if e.value is not None else f"{e.name} (not set)"
+            lines.append(f"{shown}  # {e.reason}")
+        return lines
+
+
+def plan_launch_env(
+    *,
+    gpu_sm100_or_newer: bool,
+    tp_size: int = 1,
+    cp_size: int = 1,
+    dp_size: int = 1,
+    pp_size: int = 1,
+    moe_flex_dispatcher_backend: str | None = None,
+    a2a_overlap: bool = False,
+    enable_layernorm_sm_margin: bool = True,
+    layernorm_sm_margin: int = DEFAULT_LAYERNORM_SM_MARGIN,
+    nccl_pp_comm_chunksize: int | None = None,
+) -> LaunchEnvPlan:
+    """Decide the launch environment for a layout; pure, validates every input."""
+    if not isinstance(enable_layernorm_sm_margin, bool):
+        raise TypeError(
+            f"enable_layernorm_sm_margin must be a bool, got {enable_layernorm_sm_margin!r}."
+        )
+    margin = validate_layernorm_sm_margin(layernorm_sm_margin)
+    chunk = validate_nccl_pp_comm_chunksize(nccl_pp_comm_chunksize)
+    connections, why = cuda_device_max_connections(
+        gpu_sm100_or_newer=gpu_sm100_or_newer,
+        tp_size=tp_size,
+        cp_size=cp_size,
+        dp_size=dp_size,
+        pp_size=pp_size,
+        moe_flex_dispatcher_backend=moe_flex_dispatcher_backend,
+        a2a_overlap=a2a_overlap,
+    )
+    entries = [LaunchEnvEntry(name=CUDA_DEVICE_MAX_CONNECTIONS, value=str(connections), reason=why)]
+
+    for name in (NVTE_FWD_LAYERNORM_SM_MARGIN, NVTE_BWD_LAYERNORM_SM_MARGIN):
+        if enable_layernorm_sm_margin:
+            entries.append(
+                LaunchEnvEntry(
+                    name=name,
+                    value=str(margin),
+                    reason=f"LayerNorm kernels leave {margin} SMs free for overlapped DP collectives",
+                )
+            )
+        else:
+            entries.append(
+                LaunchEnvEntry(
+                    name=name, value=None, reason="enable_layernorm_sm_margin=False: TE default"
+                )
+            )
+
+    if chunk is None:
+        entries.append(
+            LaunchEnvEntry(
+                name=NCCL_P2P_NET_CHUNKSIZE,
+                value=None,
+                reason="nccl_pp_comm_chunksize not given: NCCL default",
+            )
+        )
+    elif pp_size > 1:
+        entries.append(
+            LaunchEnvEntry(
+                name=NCCL_P2P_NET_CHUNKSIZE,
+                value=str(chunk),
+                reason=f"PP={pp_size}: pipeline P2P sends use {chunk}-byte network chunks",
+            )
+        )
+    else:
+        entries.append(
+            LaunchEnvEntry(
+                name=NCCL_P2P_NET_CHUNKSIZE,
+                value=None,
+                reason=f"nccl_pp_comm_chunksize={chunk} ignored: PP=1 has no pipeline P2P traffic",
+            )
+        )
+    return LaunchEnvPlan(entries=tuple(entries))
+
+
+# --------------------------------------------------------------------------- runtime check
+
+
+def check_live_environment(
+    *,
+    tp_comm_overlap: bool,
+    tp_size: int,
+    cp_size: int,
+    dp_size: int,
+    pp_size: int,
+    a2a_overlap: bool,
+    moe_flex_dispatcher_backend: str | None,
+    gpu_sm100_or_newer: bool | None,
+    env: Mapping[str, str],
+) -> list[str]:
+    """Compare a live environment with what the layout needs; return readable problems.
+
+    ``env`` is usually ``os.environ``. ``gpu_sm100_or_newer=None`` means the GPU generation
+    is unknown (e.g. no GPU visible): generation-specific rules are then not checked, only
+    the flex-backend rule, which holds on every generation. An empty list means no problem.
+    The caller decides whether to warn or raise.
+    """
+    for name, value in (
+        ("tp_size", tp_size),
+        ("cp_size", cp_size),
+        ("dp_size", dp_size),
+        ("pp_size", pp_size),
+    ):
+        validate_parallel_size(name, value)
+    backend = validate_moe_flex_dispatcher_backend(moe_flex_dispatcher_backend)
+
+    raw = env.get(CUDA_DEVICE_MAX_CONNECTIONS)
+    if raw is None:
+        live, shown = CUDA_DEFAULT_MAX_CONNECTIONS, "unset (CUDA default 8)"
+    else:
+        try:
+            live = int(raw.strip())
+        except ValueError:
+            return [
+                f"{CUDA_DEVICE_MAX_CONNECTIONS}={raw!r} is not an integer; CUDA ignores it. "
+                "Set it at launch time (e.g. with PerfEnvPlugin)."
+            ]
+        shown = str(live)
+
+    if gpu_sm100_or_newer is None:
+        if backend not in _MANY_QUEUE_FLEX_BACKENDS:
+            return []
+        # The flex-backend rule ranks above the generation rules, so it is safe to check.
+        generation = False
+    else:
+        generation = gpu_sm100_or_newer
+
+    expected, why = cuda_device_max_connections(
+        gpu_sm100_or_newer=generation,
+        tp_size=tp_size,
+        cp_size=cp_size,
+        dp_size=dp_size,
+        pp_size=pp_size,
+        moe_flex_dispatcher_backend=backend,
+        a2a_overlap=a2a_overlap,
+    )
+    if live == expected:
+        return []
+    message = (
+        f"{CUDA_DEVICE_MAX_CONNECTIONS} is {shown} but this layout needs {expected} ({why}). "
+        "It must be set before CUDA starts: put it on the launcher (PerfEnvPlugin does)."
+    )
+    if tp_comm_overlap and expected == 1:
+        message = (
+            "TP communication overlap is on, but the comm kernels will not be ordered before "
+            "the GEMMs: " + message
+        )
+    return [message]

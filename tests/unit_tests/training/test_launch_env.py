@@ -1,0 +1,284 @@
+"""Launch-time environment rules (megatron/bridge/training/launch_env.py): pure, no NeMo-Run."""
+
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from megatron.bridge.training import launch_env
+from megatron.bridge.training.launch_env import (
+    LaunchEnvPlan,
+    check_live_environment,
+    cuda_device_max_connections,
+    data_parallel_size,
+    plan_launch_env,
+)
+
+HOPPER, BLACKWELL = False, True
+
+
+# gpu, tp, cp, dp, pp, backend, a2a, expected
+CONNECTION_MATRIX = [
+    (HOPPER, 1, 1, 8, 1, None, False, 8),
+    (HOPPER, 1, 1, 2, 4, None, False, 8),
+    (HOPPER, 2, 1, 1, 1, None, False, 1),
+    (HOPPER, 4, 1, 1, 2, None, False, 1),
+    (HOPPER, 1, 2, 4, 1, None, False, 1),
+    (HOPPER, 8, 2, 4, 4, None, False, 1),
+    (HOPPER, 2, 1, 4, 1, None, True, 8),
+    (HOPPER, 1, 2, 4, 1, None, True, 8),
+    (HOPPER, 2, 1, 4, 1, "deepep", False, 32),
+    (HOPPER, 1, 1, 8, 1, "hybridep", False, 32),
+    (HOPPER, 2, 1, 4, 1, "ncclep", False, 1),
+    (BLACKWELL, 2, 1, 4, 1, None, False, 32),
+    (BLACKWELL, 2, 1, 1, 2, None, False, 32),
+    (BLACKWELL, 1, 2, 2, 1, None, False, 32),
+    (BLACKWELL, 2, 1, 1, 1, None, False, 8),
+    (BLACKWELL, 1, 1, 8, 1, None, False, 8),
+    (BLACKWELL, 1, 1, 1, 8, None, False, 8),
+    (BLACKWELL, 2, 1, 4, 1, None, True, 32),
+    (BLACKWELL, 1, 1, 8, 1, "deepep", False, 32),
+    (BLACKWELL, 1, 1, 8, 1, "ncclep", False, 8),
+]
+
+
+@pytest.mark.parametrize(
+    ("gpu", "tp", "cp", "dp", "pp", "backend", "a2a", "expected"), CONNECTION_MATRIX
+)
+def test_cuda_device_max_connections_matrix(gpu, tp, cp, dp, pp, backend, a2a, expected):
+    value, reason = cuda_device_max_connections(
+        gpu_sm100_or_newer=gpu,
+        tp_size=tp,
+        cp_size=cp,
+        dp_size=dp,
+        pp_size=pp,
+        moe_flex_dispatcher_backend=backend,
+        a2a_overlap=a2a,
+    )
+    assert value == expected
+    assert isinstance(reason, str) and reason and "\n" not in reason
+
+
+def test_flex_backend_outranks_hopper_rule_and_says_so():
+    value, reason = cuda_device_max_connections(
+        gpu_sm100_or_newer=False,
+        tp_size=4,
+        cp_size=1,
+        dp_size=2,
+        pp_size=1,
+        moe_flex_dispatcher_backend="hybridep",
+        a2a_overlap=False,
+    )
+    assert value == 32
+    assert "hybridep" in reason
+
+
+def test_plan_defaults_hopper_tp_layout():
+    plan = plan_launch_env(gpu_sm100_or_newer=False, tp_size=4, dp_size=2)
+    assert isinstance(plan, LaunchEnvPlan)
+    assert plan.env == {
+        "CUDA_DEVICE_MAX_CONNECTIONS": "1",
+        "NVTE_FWD_LAYERNORM_SM_MARGIN": "16",
+        "NVTE_BWD_LAYERNORM_SM_MARGIN": "16",
+    }
+    assert plan.entry("NCCL_P2P_NET_CHUNKSIZE").value is None
+    lines = plan.explain()
+    assert lines[0].startswith("CUDA_DEVICE_MAX_CONNECTIONS=1  # Hopper")
+    assert any(line.startswith("NCCL_P2P_NET_CHUNKSIZE (not set)") for line in lines)
+
+
+def test_plan_is_frozen():
+    plan = plan_launch_env(gpu_sm100_or_newer=False)
+    with pytest.raises(AttributeError):
+        plan.entries = ()  # type: ignore[misc]
+
+
+def test_plan_margins_disabled_and_custom():
+    off = plan_launch_env(gpu_sm100_or_newer=False, enable_layernorm_sm_margin=False)
+    assert "NVTE_FWD_LAYERNORM_SM_MARGIN" not in off.env
+    assert "NVTE_BWD_LAYERNORM_SM_MARGIN" not in off.env
+    assert "enable_layernorm_sm_margin=False" in off.entry("NVTE_FWD_LAYERNORM_SM_MARGIN").reason
+    zero = plan_launch_env(gpu_sm100_or_newer=False, layernorm_sm_margin=0)
+    assert zero.env["NVTE_BWD_LAYERNORM_SM_MARGIN"] == "0"
+
+
+@pytest.mark.parametrize(
+    ("pp", "chunk", "expected"), [(2, 2097152, "2097152"), (1, 2097152, None), (4, None, None)]
+)
+def test_plan_chunk_size_only_with_pipeline(pp, chunk, expected):
+    plan = plan_launch_env(gpu_sm100_or_newer=False, pp_size=pp, nccl_pp_comm_chunksize=chunk)
+    assert plan.env.get("NCCL_P2P_NET_CHUNKSIZE") == expected
+    if chunk is not None and expected is None:
+        assert "PP=1" in plan.entry("NCCL_P2P_NET_CHUNKSIZE").reason
+
+
+def test_plan_entry_unknown_name_lists_names():
+    with pytest.raises(KeyError, match="CUDA_DEVICE_MAX_CONNECTIONS"):
+        plan_launch_env(gpu_sm100_or_newer=False).entry("NOPE")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"layernorm_sm_margin": -1}, ValueError, "layernorm_sm_margin must be >= 0"),
+        (
+            {"layernorm_sm_margin": True},
+            TypeError,
+            "layernorm_sm_margin must be a non-negative int",
+        ),
+        ({"layernorm_sm_margin": 1.5}, TypeError, "layernorm_sm_margin"),
+        ({"nccl_pp_comm_chunksize": 1}, ValueError, "nccl_pp_comm_chunksize must be > 1"),
+        ({"nccl_pp_comm_chunksize": -4}, ValueError, "nccl_pp_comm_chunksize must be > 1"),
+        (
+            {"nccl_pp_comm_chunksize": True},
+            TypeError,
+            "nccl_pp_comm_chunksize must be None or an int",
+        ),
+        ({"nccl_pp_comm_chunksize": "1024"}, TypeError, "nccl_pp_comm_chunksize"),
+        ({"moe_flex_dispatcher_backend": "deepEP"}, ValueError, "'deepep', 'hybridep', 'ncclep'"),
+        ({"tp_size": 0}, ValueError, "tp_size must be >= 1"),
+        ({"dp_size": True}, TypeError, "dp_size must be an int"),
+        ({"enable_layernorm_sm_margin": 1}, TypeError, "enable_layernorm_sm_margin must be a bool"),
+        ({"a2a_overlap": None}, TypeError, "a2a_overlap must be a bool"),
+    ],
+)
+def test_plan_rejects_bad_input_naming_the_field(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        plan_launch_env(gpu_sm100_or_newer=False, **kwargs)
+
+
+def test_manual_gc_interval_validation():
+    assert launch_env.validate_manual_gc_interval(0) == 0
+    with pytest.raises(ValueError, match="manual_gc_interval must be >= 0"):
+        launch_env.validate_manual_gc_interval(-1)
+    with pytest.raises(TypeError, match="manual_gc_interval"):
+        launch_env.validate_manual_gc_interval(False)
+
+
+def test_data_parallel_size():
+    assert data_parallel_size(num_gpus=16, tp_size=2, cp_size=2, pp_size=2) == 2
+    with pytest.raises(ValueError, match=r"num_gpus=12 is not divisible by .* = 8"):
+        data_parallel_size(num_gpus=12, tp_size=4, cp_size=1, pp_size=2)
+
+
+# ----------------------------------------------------------------------- live environment
+
+
+def _check(env, *, gpu, tp=2, cp=1, dp=4, pp=1, backend=None, a2a=False, tp_comm_overlap=True):
+    return check_live_environment(
+        tp_comm_overlap=tp_comm_overlap,
+        tp_size=tp,
+        cp_size=cp,
+        dp_size=dp,
+        pp_size=pp,
+        a2a_overlap=a2a,
+        moe_flex_dispatcher_backend=backend,
+        gpu_sm100_or_newer=gpu,
+        env=env,
+    )
+
+
+def test_check_hopper_tp_overlap_unset_is_a_problem():
+    problems = _check({}, gpu=False)
+    assert len(problems) == 1
+    assert "TP communication overlap is on" in problems[0]
+    assert "unset" in problems[0] and "needs 1" in problems[0]
+
+
+def test_check_hopper_tp_overlap_wrong_value_is_a_problem():
+    problems = _check({"CUDA_DEVICE_MAX_CONNECTIONS": "8"}, gpu=False)
+    assert len(problems) == 1 and "is 8 but this layout needs 1" in problems[0]
+
+
+def test_check_hopper_correct_value_is_fine():
+    assert _check({"CUDA_DEVICE_MAX_CONNECTIONS": "1"}, gpu=False) == []
+
+
+def test_check_blackwell_recommends_32():
+    problems = _check({"CUDA_DEVICE_MAX_CONNECTIONS": "1"}, gpu=True)
+    assert len(problems) == 1 and "needs 32" in problems[0]
+    assert "TP communication overlap" not in problems[0]
+    assert _check({"CUDA_DEVICE_MAX_CONNECTIONS": "32"}, gpu=True) == []
+
+
+def test_check_unknown_gpu_makes_no_generation_complaint():
+    assert _check({}, gpu=None) == []
+    assert _check({"CUDA_DEVICE_MAX_CONNECTIONS": "1"}, gpu=None) == []
+    assert _check({"CUDA_DEVICE_MAX_CONNECTIONS": "32"}, gpu=None) == []
+
+
+def test_check_unknown_gpu_still_checks_flex_backend():
+    problems = _check({"CUDA_DEVICE_MAX_CONNECTIONS": "1"}, gpu=None, backend="deepep")
+    assert len(problems) == 1 and "needs 32" in problems[0] and "deepep" in problems[0]
+
+
+def test_check_non_integer_value():
+    problems = _check({"CUDA_DEVICE_MAX_CONNECTIONS": "one"}, gpu=False)
+    assert len(problems) == 1 and "is not an integer" in problems[0]
+
+
+def test_check_rejects_unknown_backend():
+    with pytest.raises(ValueError, match="moe_flex_dispatcher_backend='nccl'"):
+        _check({}, gpu=False, backend="nccl")
+
+
+# ----------------------------------------------------------------------- properties
+
+layouts = st.fixed_dictionaries(
+    {
+        "gpu_sm100_or_newer": st.booleans(),
+        "tp_size": st.sampled_from([1, 2, 4, 8]),
+        "cp_size": st.sampled_from([1, 2, 4]),
+        "dp_size": st.sampled_from([1, 2, 3, 8, 64]),
+        "pp_size": st.sampled_from([1, 2, 4, 16]),
+        "moe_flex_dispatcher_backend": st.sampled_from([None, "deepep", "hybridep", "ncclep"]),
+        "a2a_overlap": st.booleans(),
+    }
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(layout=layouts)
+def test_connection_rules_invariants(layout):
+    value, _ = cuda_device_max_connections(**layout)
+    assert value in (1, 8, 32)
+    split = layout["tp_size"] > 1 or layout["cp_size"] > 1
+    if layout["moe_flex_dispatcher_backend"] in ("deepep", "hybridep"):
+        assert value == 32
+    elif not split:
+        assert value == 8
+    elif layout["gpu_sm100_or_newer"]:
+        assert value != 1
+    else:
+        assert value != 32
+
+
+@settings(max_examples=300, deadline=None)
+@given(layout=layouts, tp_comm_overlap=st.booleans())
+def test_the_plan_always_passes_the_live_check(layout, tp_comm_overlap):
+    plan = plan_launch_env(**layout)
+    problems = check_live_environment(
+        tp_comm_overlap=tp_comm_overlap,
+        tp_size=layout["tp_size"],
+        cp_size=layout["cp_size"],
+        dp_size=layout["dp_size"],
+        pp_size=layout["pp_size"],
+        a2a_overlap=layout["a2a_overlap"],
+        moe_flex_dispatcher_backend=layout["moe_flex_dispatcher_backend"],
+        gpu_sm100_or_newer=layout["gpu_sm100_or_newer"],
+        env=plan.env,
+    )
+    assert problems == []
+
+
+def test_module_is_pure_stdlib():
+    code = (
+        "import sys, megatron.bridge.training.launch_env\n"
+        "heavy = [m for m in ('torch', 'megatron.core', 'nemo_run', 'transformer_engine') "
+        "if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
