@@ -1,0 +1,254 @@
+"""GPT model provider: a megatron-core ``TransformerConfig`` that also knows how to build a GPT.
+
+Recipe authors hold one of these as ``cfg.model``. It is a real ``TransformerConfig`` subclass,
+so every megatron-core field is there, plus what a GPT needs on top (sequence length,
+vocabulary, embeddings, the TE userbuffer preset).
+
+A recipe builds it with the model's dimensions and then adjusts parallel sizes field by field::
+
+    model = GPTModelProvider(num_layers=32, hidden_size=4096, num_attention_heads=32, ...)
+    model.tensor_model_parallel_size = 4
+    model.sequence_parallel = True
+
+megatron-core validates (and derives fields such as ``ffn_hidden_size``) in
+``TransformerConfig.__post_init__``, which would reject ``sequence_parallel=True`` while the TP
+size is still 1. So construction validates nothing; :meth:`GPTModelProvider.finalize` runs
+megatron-core's validation on the current values, and :meth:`GPTModelProvider.provide` builds
+a megatron-core ``GPTModel`` from the finalized config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
+
+from megatron.core.models.gpt.gpt_layer_specs import (
+    get_gpt_layer_local_spec,
+    get_gpt_layer_with_transformer_engine_spec,
+)
+from megatron.core.models.gpt.gpt_model import GPTModel
+from megatron.core.transformer.spec_utils import ModuleSpec
+from megatron.core.transformer.transformer_config import TransformerConfig
+
+from megatron.bridge.training.userbuffers import TransformerLayerTPOverlapCfg
+
+__all__ = ["GPTModelProvider", "PositionEmbeddingType"]
+
+logger = logging.getLogger(__name__)
+
+PositionEmbeddingType = Literal["learned_absolute", "rope", "mrope", "yarn", "none"]
+
+LayerSpecSource = ModuleSpec | Callable[["GPTModelProvider"], ModuleSpec]
+
+
+@dataclass
+class GPTModelProvider(TransformerConfig):
+    """A megatron-core ``TransformerConfig`` for GPT models that builds the ``GPTModel``.
+
+    Not validated at construction (see the module docstring); call :meth:`finalize` after the
+    last field assignment, or let ``runtime_config_update`` do it.
+    """
+
+    seq_length: int = 1024
+    """Training sequence length (also the learned position-embedding table size)."""
+    vocab_size: int | None = None
+    """Tokenizer vocabulary size; padded up in :meth:`provide` (see make_vocab_size_divisible_by)."""
+    make_vocab_size_divisible_by: int = 128
+    """Pad the vocabulary to a multiple of this times the TP size, for efficient GEMMs."""
+    share_embeddings_and_output_weights: bool = True
+    """Tie the input embedding and the output projection weights."""
+    position_embedding_type: PositionEmbeddingType = "learned_absolute"
+    """Position embedding: learned_absolute, rope, mrope, yarn or none."""
+    rotary_percent: float = 1.0
+    """Fraction of the head dimension rotated by RoPE (rope only)."""
+    rotary_base: int = 10000
+    """RoPE base period (rope only)."""
+    rope_scaling: bool = False
+    """Apply Llama-3.1-style RoPE frequency scaling (rope only)."""
+    rope_scaling_factor: float = 8.0
+    """RoPE scaling factor when rope_scaling is on."""
+    seq_len_interpolation_factor: float | None = None
+    """Linear RoPE position interpolation factor (> 1.0), or None."""
+    fp16_lm_cross_entropy: bool = False
+    """Compute the LM cross entropy in fp16 (fp16 training only)."""
+    parallel_output: bool = True
+    """Keep the logits split across TP ranks (the loss gathers them)."""
+    scatter_embedding_sequence_parallel: bool = True
+    """Scatter the embedding output across the sequence-parallel region."""
+    tp_comm_overlap_cfg: (
+        TransformerLayerTPOverlapCfg | Mapping[str, Any] | str | os.PathLike[str] | None
+    ) = None
+    """TE userbuffer config (written by comm-overlap setup): a preset, a plain dict, a YAML path, or None for TE defaults."""
+    transformer_layer_spec: LayerSpecSource | None = None
+    """Layer spec override (a ModuleSpec or a function of this provider); None picks TE or local."""
+
+    def __post_init__(self) -> None:
+        # Deliberately not calling TransformerConfig.__post_init__: recipes set parallel sizes
+        # after construction, and megatron-core's checks only make sense on the final values.
+        # finalize() runs them.
+        # Fields TransformerConfig.__post_init__ changed at the last finalize: name -> (before,
+        # after). A plain attribute, not a dataclass field, so it stays out of fields()/asdict().
+        self._finalize_derived: dict[str, tuple[Any, Any]] = {}
+
+    def finalize(self) -> None:
+        """Run megatron-core's ``TransformerConfig`` validation and derivations on the current values.
+
+        Idempotent: fields megatron-core derived at the previous finalize (``ffn_hidden_size``,
+        ``kv_channels``, ``autocast_dtype``, init methods, ...) are put back to what they were
+        before it, unless changed since, so they follow edits such as a new ``hidden_size``.
+        """
+        self.clear_derived()
+        self._check_gpt_fields()
+        names = [f.name for f in dataclasses.fields(TransformerConfig)]
+        before = {name: getattr(self, name) for name in names}
+        TransformerConfig.__post_init__(self)
+        self._finalize_derived = {
+            name: (before[name], getattr(self, name))
+            for name in names
+            if getattr(self, name) is not before[name]
+        }
+
+    def clear_derived(self) -> None:
+        """Undo the derivations of the last :meth:`finalize` (fields changed since are kept).
+
+        Puts the config back to what the user wrote, so that code reading it before the next
+        finalize (e.g. comm-overlap setup) sees the same values on every run.
+        """
+        for name, (before, after) in self._finalize_derived.items():
+            if getattr(self, name) is after:
+                setattr(self, name, before)
+        self._finalize_derived = {}
+
+    def _check_gpt_fields(self) -> None:
+        if type(self.seq_length) is not int or self.seq_length < 1:
+            raise ValueError(
+                f"GPTModelProvider.seq_length must be an int >= 1, got {self.seq_length!r}."
+            )
+        if self.vocab_size is not None and (
+            type(self.vocab_size) is not int or self.vocab_size < 1
+        ):
+            raise ValueError(
+                f"GPTModelProvider.vocab_size must be an int >= 1 (the tokenizer's size), got {self.vocab_size!r}."
+            )
+        if (
+            type(self.make_vocab_size_divisible_by) is not int
+            or self.make_vocab_size_divisible_by < 1
+        ):
+            raise ValueError(
+                "GPTModelProvider.make_vocab_size_divisible_by must be an int >= 1, got "
+                f"{self.make_vocab_size_divisible_by!r}."
+            )
+        if self.position_embedding_type not in get_args(PositionEmbeddingType):
+            raise ValueError(
+                "GPTModelProvider.position_embedding_type must be one of "
+                f"{list(get_args(PositionEmbeddingType))}, got {self.position_embedding_type!r}."
+            )
+
+    @property
+    def padded_vocab_size(self) -> int:
+        """``vocab_size`` rounded up to a multiple of ``make_vocab_size_divisible_by * TP size``."""
+        if self.vocab_size is None:
+            raise ValueError(
+                "GPTModelProvider.vocab_size is not set: set it to the tokenizer's vocabulary size."
+            )
+        multiple = self.make_vocab_size_divisible_by * self.tensor_model_parallel_size
+        return math.ceil(self.vocab_size / multiple) * multiple
+
+    def layer_spec(self) -> ModuleSpec:
+        """The transformer layer spec: the override if set, else TE's when TE works, else local."""
+        spec = self.transformer_layer_spec
+        if isinstance(spec, ModuleSpec):
+            return spec
+        if spec is not None:
+            return spec(self)
+        # Looked up at call time so that tests can patch comm_overlap.HAVE_TE.
+        from megatron.bridge.training import comm_overlap
+
+        if comm_overlap.HAVE_TE:
+            return get_gpt_layer_with_transformer_engine_spec(
+                num_experts=self.num_moe_experts,
+                moe_grouped_gemm=self.moe_grouped_gemm,
+                qk_layernorm=self.qk_layernorm,
+            )
+        return get_gpt_layer_local_spec(
+            num_experts=self.num_moe_experts,
+            moe_grouped_gemm=self.moe_grouped_gemm,
+            qk_layernorm=self.qk_layernorm,
+            normalization=self.normalization,
+        )
+
+    def provide(
+        self,
+        pre_process: bool | None = None,
+        post_process: bool | None = None,
+        vp_stage: int | None = None,
+    ) -> GPTModel:
+        """Build the megatron-core ``GPTModel`` (one pipeline chunk) from this finalized config.
+
+        ``pre_process`` / ``post_process`` (embedding / output layer on this chunk) default to
+        whether this rank holds the first / last pipeline stage; ``vp_stage`` selects the
+        virtual-pipeline chunk and is required when VPP > 1. megatron-core's model-parallel
+        state must be initialized (``parallel_state.initialize_model_parallel``).
+        """
+        self.finalize()
+        vpp = self.virtual_pipeline_model_parallel_size
+        if vpp is not None and vpp > 1 and vp_stage is None:
+            raise ValueError(
+                f"virtual_pipeline_model_parallel_size={vpp}: pass provide(vp_stage=i) for each "
+                f"chunk i in 0..{vpp - 1} (build_model does this)."
+            )
+        if pre_process is None:
+            pre_process = self._holds_first_stage(vp_stage)
+        if post_process is None:
+            post_process = self._holds_last_stage(vp_stage)
+        padded = self.padded_vocab_size
+        if padded != self.vocab_size:
+            logger.info(
+                "GPT vocabulary padded from %d to %d (multiple of %d x TP %d).",
+                self.vocab_size,
+                padded,
+                self.make_vocab_size_divisible_by,
+                self.tensor_model_parallel_size,
+            )
+        return GPTModel(
+            config=self,
+            transformer_layer_spec=self.layer_spec(),
+            vocab_size=padded,
+            max_sequence_length=self.seq_length,
+            pre_process=pre_process,
+            post_process=post_process,
+            fp16_lm_cross_entropy=self.fp16_lm_cross_entropy,
+            parallel_output=self.parallel_output,
+            share_embeddings_and_output_weights=self.share_embeddings_and_output_weights,
+            position_embedding_type=self.position_embedding_type,
+            rotary_percent=self.rotary_percent,
+            rotary_base=self.rotary_base,
+            rope_scaling=self.rope_scaling,
+            rope_scaling_factor=self.rope_scaling_factor,
+            scatter_embedding_sequence_parallel=self.scatter_embedding_sequence_parallel,
+            seq_len_interpolation_factor=self.seq_len_interpolation_factor,
+            vp_stage=vp_stage,
+        )
+
+    def _holds_first_stage(self, vp_stage: int | None) -> bool:
+        from megatron.core import parallel_state
+
+        if not parallel_state.model_parallel_is_initialized():
+            return True
+        first = parallel_state.is_pipeline_first_stage(ignore_virtual=True)
+        vpp = self.virtual_pipeline_model_parallel_size
+        return first and (vpp is None or vpp <= 1 or vp_stage == 0)
+
+    def _holds_last_stage(self, vp_stage: int | None) -> bool:
+        from megatron.core import parallel_state
+
+        if not parallel_state.model_parallel_is_initialized():
+            return True
+        last = parallel_state.is_pipeline_last_stage(ignore_virtual=True)
+        vpp = self.virtual_pipeline_model_parallel_size
+        return last and (vpp is None or vpp <= 1 or vp_stage == vpp - 1)

@@ -1,0 +1,1 @@
+"""Training-time configuration: comm overlap, mixed precision, config container, initialization."""

@@ -1,0 +1,253 @@
+"""Transformer Engine userbuffers for tensor-parallel communication overlap.
+
+When the resolved model config keeps ``tp_comm_overlap=True``, TE needs its userbuffer
+communicators created once per process, before the first TE layer runs:
+:func:`initialize_tp_communicators` does that with the shape, TP size, preset, bootstrap
+backend and quantization mode the model needs. TE refuses a second initialization, so this
+module remembers that it ran (:func:`reset_tp_communicators` undoes it, e.g. between tests).
+
+Transformer Engine is imported only when a communicator is actually created.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from megatron.bridge.training.userbuffers import TransformerLayerTPOverlapCfg
+
+__all__ = [
+    "UserbufferSettings",
+    "initialize_tp_communicators",
+    "reset_tp_communicators",
+    "resolve_ub_cfgs",
+    "tp_communicators_settings",
+]
+
+logger = logging.getLogger(__name__)
+
+_TE_BASE_MODULE = "transformer_engine.pytorch.module.base"
+
+
+@dataclass(frozen=True)
+class UserbufferSettings:
+    """What the TE userbuffers were initialized with in this process."""
+
+    shape: tuple[int, int]
+    """Communication buffer shape: (seq_length * micro_batch_size // cp, hidden_size)."""
+    tp_size: int
+    """Tensor-parallel size."""
+    ub_cfgs: Mapping[str, Mapping[str, Any]] | None
+    """Per-GEMM userbuffer configs passed to TE (None: TE defaults)."""
+    bootstrap_backend: str
+    """Backend that bootstrapped the communicators."""
+    fp8: bool
+    """Whether FP8 userbuffers were requested."""
+
+
+_SETTINGS: UserbufferSettings | None = None
+
+
+def tp_communicators_settings() -> UserbufferSettings | None:
+    """The settings of the userbuffers this process initialized, or None if it has not."""
+    return _SETTINGS
+
+
+def reset_tp_communicators() -> None:
+    """Forget (and, when TE is loaded, destroy) the userbuffers this process initialized."""
+    global _SETTINGS
+    if _SETTINGS is not None:
+        import sys
+
+        te_base = sys.modules.get(_TE_BASE_MODULE)
+        destroy = getattr(te_base, "destroy_ub", None)
+        if destroy is not None:
+            destroy()
+    _SETTINGS = None
+
+
+def _clean_ub_cfgs(raw: Mapping[str, Any], origin: str) -> dict[str, dict[str, Any]]:
+    # TE treats a present key as a setting; None would reach its C++ constructor, so drop it.
+    cleaned: dict[str, dict[str, Any]] = {}
+    for gemm, knobs in raw.items():
+        if knobs is None:
+            continue
+        if not isinstance(knobs, Mapping):
+            raise TypeError(
+                f"tp_comm_overlap_cfg ({origin}): entry {gemm!r} must be a mapping of knobs "
+                f"(method, num_sm, ...), got {type(knobs).__name__}."
+            )
+        cleaned[str(gemm)] = {str(k): v for k, v in knobs.items() if v is not None}
+    return cleaned
+
+
+def _load_yaml(path: str | os.PathLike[str]) -> Any:
+    try:
+        import yaml
+    except ImportError as exc:
+        raise ImportError(
+            f"tp_comm_overlap_cfg is a file path ({os.fspath(path)!r}) and reading it needs "
+            "PyYAML: pip install pyyaml, or pass the preset as a dict or preset object."
+        ) from exc
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return yaml.safe_load(handle)
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            f"tp_comm_overlap_cfg file {os.fspath(path)!r} does not exist; fix the path or pass "
+            "the preset as a dict or preset object."
+        ) from None
+
+
+def resolve_ub_cfgs(cfg: Any) -> dict[str, dict[str, Any]] | None:
+    """The ``ub_cfgs`` dict for TE from a preset object, a plain dict, a YAML file path or None."""
+    if cfg is None:
+        return None
+    if isinstance(cfg, TransformerLayerTPOverlapCfg):
+        return _clean_ub_cfgs(cfg.to_ub_cfgs(), "preset")
+    if isinstance(cfg, Mapping):
+        return _clean_ub_cfgs(cfg, "dict")
+    if isinstance(cfg, str | os.PathLike):
+        loaded = _load_yaml(cfg)
+        if loaded is None:
+            return None
+        if not isinstance(loaded, Mapping):
+            raise TypeError(
+                f"tp_comm_overlap_cfg file {os.fspath(cfg)!r} must hold a mapping of GEMM name "
+                f"to knobs, got {type(loaded).__name__}."
+            )
+        return _clean_ub_cfgs(loaded, os.fspath(cfg))
+    raise TypeError(
+        "tp_comm_overlap_cfg must be a TransformerLayerTPOverlapCfg preset, a dict, a YAML file "
+        f"path or None, got {type(cfg).__name__}."
+    )
+
+
+def _import_te_base() -> Any:
+    try:
+        return importlib.import_module(_TE_BASE_MODULE)
+    except Exception as exc:  # TE raises RuntimeError/OSError, not only ImportError, without CUDA
+        raise RuntimeError(
+            "tp_comm_overlap=True needs Transformer Engine's userbuffers, but "
+            f"{_TE_BASE_MODULE} failed to import ({type(exc).__name__}: {exc}). Install the "
+            "'te' extra on a CUDA machine (pip install 'megatron-bridge-overlap[te]') or set "
+            "CommOverlapConfig(tp_comm_overlap=False)."
+        ) from exc
+
+
+def _buffer_shape(model_config: Any, micro_batch_size: int) -> tuple[int, int]:
+    seq_length = getattr(model_config, "seq_length", None)
+    if type(seq_length) is not int or seq_length < 1:
+        raise ValueError(
+            "TP comm overlap sizes its buffers from model_config.seq_length, which is "
+            f"{seq_length!r}: use a model provider with seq_length set (e.g. GPTModelProvider)."
+        )
+    cp = model_config.context_parallel_size
+    tp = model_config.tensor_model_parallel_size
+    tokens = seq_length * micro_batch_size
+    if tokens % cp:
+        raise ValueError(
+            f"seq_length * micro_batch_size = {tokens} is not divisible by "
+            f"context_parallel_size={cp}; change seq_length or the CP size."
+        )
+    if (tokens // cp) % tp:
+        raise ValueError(
+            f"TP comm overlap needs (seq_length * micro_batch_size) / context_parallel_size = "
+            f"{tokens // cp} divisible by tensor_model_parallel_size={tp}; change seq_length, "
+            "micro_batch_size or the TP size, or turn tp_comm_overlap off."
+        )
+    return (tokens // cp, model_config.hidden_size)
+
+
+def initialize_tp_communicators(model_config: Any, micro_batch_size: int) -> bool:
+    """Create TE's userbuffer communicators for TP overlap, once per process.
+
+    Does nothing (returns False) when ``model_config.tp_comm_overlap`` is False or this process
+    already initialized them with the same settings; returns True when it called TE's
+    ``initialize_ub``. Different settings after a first initialization raise ``RuntimeError``
+    (TE cannot re-create its communicators; call :func:`reset_tp_communicators` first).
+
+    The preset comes from ``model_config.tp_comm_overlap_cfg`` (a preset object, a dict or a
+    YAML file path; None lets TE use its defaults). With FP8 the FP8 userbuffers are
+    requested, plus plain ones when the first/last layers stay in bf16.
+    """
+    global _SETTINGS
+    if not model_config.tp_comm_overlap:
+        logger.debug("tp_comm_overlap is off: no TE userbuffers to initialize.")
+        return False
+    if type(micro_batch_size) is not int or micro_batch_size < 1:
+        raise ValueError(f"micro_batch_size must be an int >= 1, got {micro_batch_size!r}.")
+
+    shape = _buffer_shape(model_config, micro_batch_size)
+    tp_size = model_config.tensor_model_parallel_size
+    ub_cfgs = resolve_ub_cfgs(getattr(model_config, "tp_comm_overlap_cfg", None))
+    backend = model_config.tp_comm_bootstrap_backend
+    fp8 = model_config.fp8 is not None
+    settings = UserbufferSettings(shape, tp_size, ub_cfgs, backend, fp8)
+
+    if _SETTINGS is not None:
+        if settings == _SETTINGS:
+            logger.debug("TE userbuffers already initialized with these settings; skipping.")
+            return False
+        raise RuntimeError(
+            f"TE userbuffers are already initialized in this process with {_SETTINGS}; the "
+            f"model now needs {settings}. TE cannot re-create them: call "
+            "reset_tp_communicators() first (or build one model config per process)."
+        )
+
+    te_base = _import_te_base()
+    params = inspect.signature(te_base.initialize_ub).parameters
+    kwargs: dict[str, Any] = {"shape": list(shape), "tp_size": tp_size, "ub_cfgs": ub_cfgs}
+
+    if "quantization_modes" in params:
+        # TE >= 2.7: one communicator set per quantization mode.
+        mode = te_base.UserBufferQuantizationMode
+        modes = [mode.FP8 if fp8 else mode.NONE]
+        bf16_layers = model_config.first_last_layers_bf16 and (
+            model_config.num_layers_at_start_in_bf16 > 0
+            or model_config.num_layers_at_end_in_bf16 > 0
+        )
+        if fp8 and bf16_layers:
+            # Layers kept out of FP8 run their GEMMs on non-FP8 userbuffers.
+            modes.append(mode.NONE)
+        kwargs["quantization_modes"] = modes
+    else:
+        kwargs["use_fp8"] = fp8
+        if fp8 and model_config.first_last_layers_bf16:
+            logger.warning(
+                "This Transformer Engine's initialize_ub takes use_fp8 only, so the bf16 first/"
+                "last layers get no userbuffers of their own; upgrade TE (>= 2.7) for "
+                "quantization_modes."
+            )
+
+    if "dtype" in params:
+        import torch
+
+        # TE's non-FP8 buffer dtype; its default (bf16) would be wrong for fp16 training.
+        kwargs["dtype"] = torch.float16 if model_config.fp16 else torch.bfloat16
+
+    if "bootstrap_backend" in params:
+        kwargs["bootstrap_backend"] = backend
+    elif backend != "nccl":
+        logger.warning(
+            "This Transformer Engine's initialize_ub has no bootstrap_backend; "
+            "tp_comm_bootstrap_backend=%r is ignored and TE picks its own.",
+            backend,
+        )
+
+    logger.info(
+        "Initializing TE userbuffers: shape=%s tp_size=%d backend=%s fp8=%s preset=%s",
+        list(shape),
+        tp_size,
+        backend,
+        fp8,
+        "TE defaults" if ub_cfgs is None else sorted(ub_cfgs),
+    )
+    te_base.initialize_ub(**kwargs)
+    _SETTINGS = settings
+    return True

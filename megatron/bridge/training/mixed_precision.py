@@ -1,0 +1,407 @@
+"""Mixed precision: every precision knob in one place, written where megatron-core reads it.
+
+A recipe sets ``cfg.mixed_precision = "bf16_mixed"`` (a preset name) or a
+:class:`MixedPrecisionConfig`, and may then adjust it (``grad_reduce_in_fp32``,
+``fp8_param_gather``, ...). At model-build time :meth:`MixedPrecisionConfig.setup` writes the
+settings into megatron-core's ``TransformerConfig`` (compute and parameter dtypes, FP8),
+``OptimizerConfig`` (dtypes, loss scaling, FP8 recipe) and ``DistributedDataParallelConfig``
+(gradient-reduction dtype, FP8 parameter all-gather), field by field. The user's object is
+never changed.
+
+Presets come from :func:`get_mixed_precision_config`, which returns a fresh object per call so
+that a recipe editing "its" preset edits nobody else's.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Literal, get_args
+
+import torch
+
+__all__ = [
+    "MIXED_PRECISION_PRESETS",
+    "Fp8AmaxComputeAlgo",
+    "Fp8Format",
+    "Fp8Recipe",
+    "MixedPrecisionConfig",
+    "bf16_mixed",
+    "bf16_with_fp8_current_scaling_mixed",
+    "bf16_with_fp8_delayed_scaling_mixed",
+    "bf16_with_fp8_subchannel_scaling_mixed",
+    "bf16_with_mxfp8_mixed",
+    "fp16_mixed",
+    "fp16_with_fp8_current_scaling_mixed",
+    "fp16_with_fp8_delayed_scaling_mixed",
+    "fp32_no_mixed",
+    "get_mixed_precision_config",
+]
+
+logger = logging.getLogger(__name__)
+
+Fp8Format = Literal["e4m3", "hybrid"]
+# megatron-core also knows "custom", which needs a quantizer factory this config does not carry.
+Fp8Recipe = Literal["delayed", "tensorwise", "mxfp8", "blockwise"]
+Fp8AmaxComputeAlgo = Literal["most_recent", "max"]
+
+_PARAM_DTYPES: tuple[torch.dtype, ...] = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def _check_bool(name: str, value: object) -> None:
+    if type(value) is not bool:
+        raise TypeError(
+            f"MixedPrecisionConfig.{name} must be True or False, got {value!r} ({type(value).__name__})."
+        )
+
+
+def _check_choice(name: str, value: object, allowed: Any, *, optional: bool = False) -> None:
+    choices = get_args(allowed)
+    if optional and value is None:
+        return
+    if value not in choices:
+        listed = [*choices, None] if optional else list(choices)
+        raise ValueError(f"MixedPrecisionConfig.{name} must be one of {listed}, got {value!r}.")
+
+
+def _check_dtype(name: str, value: object, *, optional: bool = True) -> None:
+    if optional and value is None:
+        return
+    if value not in _PARAM_DTYPES:
+        raise ValueError(
+            f"MixedPrecisionConfig.{name} must be one of {list(_PARAM_DTYPES)}"
+            f"{' or None (derived from bf16/fp16)' if optional else ''}, got {value!r}."
+        )
+
+
+def _check_int(name: str, value: object, *, minimum: int) -> None:
+    if type(value) is not int:
+        raise TypeError(
+            f"MixedPrecisionConfig.{name} must be an int, got {value!r} ({type(value).__name__})."
+        )
+    if value < minimum:
+        raise ValueError(f"MixedPrecisionConfig.{name} must be >= {minimum}, got {value}.")
+
+
+def _check_positive_number(name: str, value: object, *, optional: bool = False) -> None:
+    if optional and value is None:
+        return
+    if type(value) not in (int, float) or not value > 0:
+        raise ValueError(f"MixedPrecisionConfig.{name} must be a positive number, got {value!r}.")
+
+
+@dataclass(kw_only=True)
+class MixedPrecisionConfig:
+    """Precision of compute, parameters, gradients and communication.
+
+    The defaults are plain fp32 training; the presets (see :func:`get_mixed_precision_config`)
+    are the usual starting points.
+    """
+
+    bf16: bool = False
+    """Train in bf16 (parameters and activations bf16, fp32 main weights in the optimizer)."""
+    fp16: bool = False
+    """Train in fp16 with loss scaling; exclusive with bf16."""
+    params_dtype: torch.dtype | None = None
+    """dtype parameters are created in; None derives it from bf16/fp16 (else float32)."""
+    pipeline_dtype: torch.dtype | None = None
+    """dtype of pipeline-parallel send/recv tensors; None uses params_dtype."""
+    autocast_enabled: bool = False
+    """Run the forward step under torch.autocast."""
+    autocast_dtype: torch.dtype | None = None
+    """dtype for torch.autocast; None uses params_dtype."""
+    grad_reduce_in_fp32: bool = True
+    """Accumulate and reduce gradients across data-parallel ranks in fp32."""
+    fp8: Fp8Format | None = None
+    """FP8 format: e4m3 everywhere, hybrid (e4m3 forward, e5m2 gradients), or None for no FP8."""
+    fp8_recipe: Fp8Recipe = "delayed"
+    """FP8 scaling recipe: delayed, tensorwise (current scaling), mxfp8 (Blackwell) or blockwise."""
+    fp8_margin: int = 0
+    """Margin (in powers of two) for the FP8 scaling factor."""
+    fp8_amax_history_len: int = 1
+    """Length of the amax history window (delayed scaling)."""
+    fp8_amax_compute_algo: Fp8AmaxComputeAlgo = "most_recent"
+    """How the scale is computed from the amax history: most_recent or max."""
+    fp8_wgrad: bool = True
+    """Compute weight gradients in FP8 (False keeps wgrad GEMMs in higher precision)."""
+    fp8_dot_product_attention: bool = False
+    """Run the attention dot products in FP8."""
+    fp8_multi_head_attention: bool = False
+    """Run the whole multi-head attention module in FP8."""
+    fp8_param_gather: bool = False
+    """Keep parameters in FP8 and all-gather them in FP8 (distributed optimizer); needs fp8."""
+    reuse_grad_buf_for_mxfp8_param_ag: bool = False
+    """Reuse the gradient buffer for the MXFP8 parameter all-gather (mxfp8 with fp8_param_gather)."""
+    first_last_layers_bf16: bool = False
+    """Keep the first and last transformer layers out of FP8 (not with delayed scaling)."""
+    num_layers_at_start_in_bf16: int = 1
+    """Layers at the start kept in bf16 when first_last_layers_bf16 is on."""
+    num_layers_at_end_in_bf16: int = 1
+    """Layers at the end kept in bf16 when first_last_layers_bf16 is on."""
+    loss_scale: float | None = None
+    """Static loss scale for fp16; None means dynamic loss scaling."""
+    initial_loss_scale: float = 2.0**32
+    """Starting loss scale for dynamic fp16 loss scaling."""
+    min_loss_scale: float = 1.0
+    """Lower bound of the dynamic fp16 loss scale."""
+    loss_scale_window: float = 1000
+    """Iterations without overflow before the dynamic fp16 loss scale grows."""
+    hysteresis: int = 2
+    """Overflows tolerated before the dynamic fp16 loss scale shrinks."""
+
+    def finalize(self) -> None:
+        """Check values and combinations; raises naming the field and the fix. Changes nothing."""
+        for name in (
+            "bf16",
+            "fp16",
+            "autocast_enabled",
+            "grad_reduce_in_fp32",
+            "fp8_wgrad",
+            "fp8_dot_product_attention",
+            "fp8_multi_head_attention",
+            "fp8_param_gather",
+            "reuse_grad_buf_for_mxfp8_param_ag",
+            "first_last_layers_bf16",
+        ):
+            _check_bool(name, getattr(self, name))
+        _check_dtype("params_dtype", self.params_dtype)
+        _check_dtype("pipeline_dtype", self.pipeline_dtype)
+        _check_dtype("autocast_dtype", self.autocast_dtype)
+        _check_choice("fp8", self.fp8, Fp8Format, optional=True)
+        _check_choice("fp8_recipe", self.fp8_recipe, Fp8Recipe)
+        _check_choice("fp8_amax_compute_algo", self.fp8_amax_compute_algo, Fp8AmaxComputeAlgo)
+        _check_int("fp8_margin", self.fp8_margin, minimum=0)
+        _check_int("fp8_amax_history_len", self.fp8_amax_history_len, minimum=1)
+        _check_int("num_layers_at_start_in_bf16", self.num_layers_at_start_in_bf16, minimum=0)
+        _check_int("num_layers_at_end_in_bf16", self.num_layers_at_end_in_bf16, minimum=0)
+        _check_int("hysteresis", self.hysteresis, minimum=1)
+        _check_positive_number("loss_scale", self.loss_scale, optional=True)
+        _check_positive_number("initial_loss_scale", self.initial_loss_scale)
+        _check_positive_number("min_loss_scale", self.min_loss_scale)
+        _check_positive_number("loss_scale_window", self.loss_scale_window)
+
+        if self.bf16 and self.fp16:
+            raise ValueError(
+                "MixedPrecisionConfig has both bf16=True and fp16=True: choose one "
+                "(bf16 needs no loss scaling and is the usual choice on Ampere and newer)."
+            )
+        expected = self._derived_params_dtype()
+        if (
+            self.params_dtype is not None
+            and (self.bf16 or self.fp16)
+            and self.params_dtype != expected
+        ):
+            flag = "bf16" if self.bf16 else "fp16"
+            raise ValueError(
+                f"MixedPrecisionConfig.params_dtype={self.params_dtype} contradicts {flag}=True: "
+                f"set params_dtype={expected} or leave it None."
+            )
+        if self.fp8 is None:
+            for name in (
+                "fp8_param_gather",
+                "fp8_dot_product_attention",
+                "fp8_multi_head_attention",
+            ):
+                if getattr(self, name):
+                    raise ValueError(
+                        f"MixedPrecisionConfig.{name}=True needs FP8: set fp8 to one of "
+                        f"{list(get_args(Fp8Format))} or set {name}=False."
+                    )
+        if self.reuse_grad_buf_for_mxfp8_param_ag and not (
+            self.fp8 is not None and self.fp8_recipe == "mxfp8" and self.fp8_param_gather
+        ):
+            raise ValueError(
+                "MixedPrecisionConfig.reuse_grad_buf_for_mxfp8_param_ag=True needs fp8 set, "
+                "fp8_recipe='mxfp8' and fp8_param_gather=True; set those or turn it off."
+            )
+        if self.fp8 is not None and self.first_last_layers_bf16 and self.fp8_recipe == "delayed":
+            raise ValueError(
+                "MixedPrecisionConfig.first_last_layers_bf16=True does not work with "
+                "fp8_recipe='delayed': use fp8_recipe='tensorwise' (current scaling) or turn "
+                "first_last_layers_bf16 off."
+            )
+
+    def _derived_params_dtype(self) -> torch.dtype:
+        if self.bf16:
+            return torch.bfloat16
+        if self.fp16:
+            return torch.float16
+        return torch.float32
+
+    @property
+    def resolved_params_dtype(self) -> torch.dtype:
+        """params_dtype as set, or derived from bf16/fp16 (float32 when neither)."""
+        return self.params_dtype if self.params_dtype is not None else self._derived_params_dtype()
+
+    def setup(
+        self, model_config: Any, optimizer_config: Any = None, ddp_config: Any = None
+    ) -> None:
+        """Write these settings into megatron-core's configs, field by field.
+
+        ``model_config`` is a ``TransformerConfig`` (e.g. ``GPTModelProvider``),
+        ``optimizer_config`` an ``OptimizerConfig`` and ``ddp_config`` a
+        ``DistributedDataParallelConfig``; either of the last two may be None. Writes the same
+        values every call, so calling it twice is the same as once.
+        """
+        self.finalize()
+        params_dtype = self.resolved_params_dtype
+        fp8_on = self.fp8 is not None
+
+        model_config.bf16 = self.bf16
+        model_config.fp16 = self.fp16
+        model_config.params_dtype = params_dtype
+        model_config.pipeline_dtype = (
+            self.pipeline_dtype if self.pipeline_dtype is not None else params_dtype
+        )
+        model_config.enable_autocast = self.autocast_enabled
+        model_config.autocast_dtype = (
+            self.autocast_dtype if self.autocast_dtype is not None else params_dtype
+        )
+        model_config.fp8 = self.fp8
+        # megatron-core's TransformerConfig default recipe is delayed; keep the user's recipe
+        # there even without FP8 so that a later fp8 switch-on behaves as written.
+        model_config.fp8_recipe = self.fp8_recipe
+        model_config.fp8_margin = self.fp8_margin
+        model_config.fp8_amax_history_len = self.fp8_amax_history_len
+        model_config.fp8_amax_compute_algo = self.fp8_amax_compute_algo
+        model_config.fp8_wgrad = self.fp8_wgrad
+        model_config.fp8_dot_product_attention = self.fp8_dot_product_attention
+        model_config.fp8_multi_head_attention = self.fp8_multi_head_attention
+        # Megatron-LM maps --fp8-param-gather onto TransformerConfig.fp8_param (FP8 weights).
+        model_config.fp8_param = self.fp8_param_gather
+        model_config.first_last_layers_bf16 = self.first_last_layers_bf16
+        model_config.num_layers_at_start_in_bf16 = self.num_layers_at_start_in_bf16
+        model_config.num_layers_at_end_in_bf16 = self.num_layers_at_end_in_bf16
+
+        if optimizer_config is not None:
+            optimizer_config.bf16 = self.bf16
+            optimizer_config.fp16 = self.fp16
+            optimizer_config.params_dtype = params_dtype
+            # The distributed optimizer branches on the recipe; None means "no FP8".
+            optimizer_config.fp8_recipe = self.fp8_recipe if fp8_on else None
+            optimizer_config.reuse_grad_buf_for_mxfp8_param_ag = (
+                self.reuse_grad_buf_for_mxfp8_param_ag
+            )
+            optimizer_config.loss_scale = self.loss_scale
+            optimizer_config.initial_loss_scale = self.initial_loss_scale
+            optimizer_config.min_loss_scale = self.min_loss_scale
+            optimizer_config.loss_scale_window = self.loss_scale_window
+            optimizer_config.hysteresis = self.hysteresis
+
+        if ddp_config is not None:
+            ddp_config.grad_reduce_in_fp32 = self.grad_reduce_in_fp32
+            ddp_config.fp8_param_gather = self.fp8_param_gather
+            ddp_config.reuse_grad_buf_for_mxfp8_param_ag = self.reuse_grad_buf_for_mxfp8_param_ag
+
+        if self.loss_scale is not None and not self.fp16:
+            logger.warning(
+                "MixedPrecisionConfig.loss_scale=%s has no effect without fp16=True; "
+                "megatron-core uses no loss scaling for %s.",
+                self.loss_scale,
+                "bf16" if self.bf16 else "fp32",
+            )
+
+
+# ---------------------------------------------------------------------------------------------
+# Presets. Each is a function so every lookup returns a new object.
+# ---------------------------------------------------------------------------------------------
+
+
+def fp32_no_mixed() -> MixedPrecisionConfig:
+    """Plain fp32 training (no mixed precision)."""
+    return MixedPrecisionConfig(grad_reduce_in_fp32=True)
+
+
+def bf16_mixed() -> MixedPrecisionConfig:
+    """bf16 parameters and compute, fp32 gradient reduction."""
+    return MixedPrecisionConfig(bf16=True)
+
+
+def fp16_mixed() -> MixedPrecisionConfig:
+    """fp16 parameters and compute with dynamic loss scaling, fp32 gradient reduction."""
+    return MixedPrecisionConfig(fp16=True)
+
+
+def _fp8_delayed(base: MixedPrecisionConfig) -> MixedPrecisionConfig:
+    base.fp8 = "hybrid"
+    base.fp8_recipe = "delayed"
+    base.fp8_amax_history_len = 1024
+    base.fp8_amax_compute_algo = "max"
+    base.fp8_param_gather = True
+    return base
+
+
+def _fp8_current(base: MixedPrecisionConfig) -> MixedPrecisionConfig:
+    base.fp8 = "hybrid"
+    base.fp8_recipe = "tensorwise"
+    base.fp8_param_gather = True
+    # Current scaling tolerates the sensitive first/last layers better in bf16.
+    base.first_last_layers_bf16 = True
+    return base
+
+
+def bf16_with_fp8_delayed_scaling_mixed() -> MixedPrecisionConfig:
+    """bf16 with FP8 GEMMs, delayed scaling (amax history 1024, max), FP8 parameter all-gather."""
+    return _fp8_delayed(bf16_mixed())
+
+
+def fp16_with_fp8_delayed_scaling_mixed() -> MixedPrecisionConfig:
+    """fp16 with FP8 GEMMs, delayed scaling, FP8 parameter all-gather."""
+    return _fp8_delayed(fp16_mixed())
+
+
+def bf16_with_fp8_current_scaling_mixed() -> MixedPrecisionConfig:
+    """bf16 with FP8 GEMMs, per-tensor current scaling ("tensorwise"), first/last layer in bf16."""
+    return _fp8_current(bf16_mixed())
+
+
+def fp16_with_fp8_current_scaling_mixed() -> MixedPrecisionConfig:
+    """fp16 with FP8 GEMMs, per-tensor current scaling ("tensorwise"), first/last layer in fp16."""
+    return _fp8_current(fp16_mixed())
+
+
+def bf16_with_mxfp8_mixed() -> MixedPrecisionConfig:
+    """bf16 with MXFP8 block scaling (Blackwell GPUs)."""
+    config = bf16_mixed()
+    config.fp8 = "e4m3"
+    config.fp8_recipe = "mxfp8"
+    return config
+
+
+def bf16_with_fp8_subchannel_scaling_mixed() -> MixedPrecisionConfig:
+    """bf16 with FP8 sub-channel (blockwise) scaling."""
+    config = bf16_mixed()
+    config.fp8 = "e4m3"
+    config.fp8_recipe = "blockwise"
+    return config
+
+
+#: Preset name -> factory. Read-only; add presets here, not at run time.
+MIXED_PRECISION_PRESETS: Mapping[str, Callable[[], MixedPrecisionConfig]] = MappingProxyType(
+    {
+        "fp32_no_mixed": fp32_no_mixed,
+        "bf16_mixed": bf16_mixed,
+        "fp16_mixed": fp16_mixed,
+        "bf16_with_fp8_delayed_scaling_mixed": bf16_with_fp8_delayed_scaling_mixed,
+        "fp16_with_fp8_delayed_scaling_mixed": fp16_with_fp8_delayed_scaling_mixed,
+        "bf16_with_fp8_current_scaling_mixed": bf16_with_fp8_current_scaling_mixed,
+        "fp16_with_fp8_current_scaling_mixed": fp16_with_fp8_current_scaling_mixed,
+        "bf16_with_mxfp8_mixed": bf16_with_mxfp8_mixed,
+        "bf16_with_fp8_subchannel_scaling_mixed": bf16_with_fp8_subchannel_scaling_mixed,
+    }
+)
+
+
+def get_mixed_precision_config(name: str) -> MixedPrecisionConfig:
+    """A new :class:`MixedPrecisionConfig` for preset ``name``; ``ValueError`` listing the names otherwise."""
+    if not isinstance(name, str):
+        raise TypeError(f"Mixed precision preset name must be a str, got {type(name).__name__}.")
+    try:
+        factory = MIXED_PRECISION_PRESETS[name]
+    except KeyError:
+        raise ValueError(
+            f"Unknown mixed precision preset {name!r}; valid names: {sorted(MIXED_PRECISION_PRESETS)}."
+        ) from None
+    return factory()
