@@ -168,13 +168,15 @@ def _layout(args: argparse.Namespace) -> dict[str, Any]:
         layout.setdefault("sequence_parallel", layout["tp"] > 1)
     else:
         layout["sequence_parallel"] = args.sequence_parallel
-    model_split = layout["tp"] * layout["pp"] * layout["cp"]
-    if layout["world_size"] % model_split:
-        raise ValueError(
-            f"--world-size {layout['world_size']} is not divisible by TP*PP*CP = "
-            f"{layout['tp']}*{layout['pp']}*{layout['cp']} = {model_split}."
+    try:
+        layout["dp"] = launch_env.data_parallel_size(
+            num_gpus=layout["world_size"],
+            tp_size=layout["tp"],
+            cp_size=layout["cp"],
+            pp_size=layout["pp"],
         )
-    layout["dp"] = layout["world_size"] // model_split
+    except ValueError as exc:
+        raise ValueError(f"--world-size {layout['world_size']}: {exc}") from None
     return layout
 
 

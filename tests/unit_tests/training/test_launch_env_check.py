@@ -1,0 +1,77 @@
+"""Model-build time compares the live environment with the resolved plan.
+
+The GPU generation is patched (no GPU exists on these machines; say which one the test
+pretends), and so is TE availability (TE cannot be imported on a CPU machine). The configs, the
+plan and the environment rules are real.
+"""
+
+from __future__ import annotations
+
+import logging
+from unittest import mock
+
+import pytest
+
+from megatron.bridge.models import GPTModelProvider
+from megatron.bridge.training import comm_overlap, config
+from megatron.bridge.training.comm_overlap import CommOverlapConfig, OverlapRefusedError
+from megatron.bridge.training.config import ConfigContainer, TrainingConfig, runtime_config_update
+
+
+def _cfg(strict: bool = False) -> ConfigContainer:
+    model = GPTModelProvider(
+        num_layers=8, hidden_size=512, num_attention_heads=8, seq_length=1024, vocab_size=1000
+    )
+    model.tensor_model_parallel_size = 4
+    model.sequence_parallel = True
+    cfg = ConfigContainer(
+        model=model,
+        train=TrainingConfig(micro_batch_size=1),
+        mixed_precision="bf16_mixed",
+        comm_overlap=CommOverlapConfig(tp_comm_overlap=True, strict=strict),
+    )
+    cfg.ddp.use_distributed_optimizer = True
+    return cfg
+
+
+@pytest.fixture
+def hopper_with_te():
+    with (
+        mock.patch.object(config, "gpu_sm100_or_newer", return_value=False),
+        mock.patch.object(comm_overlap, "HAVE_TE", True),
+    ):
+        yield
+
+
+def test_tp_overlap_on_hopper_without_one_connection_warns(hopper_with_te, monkeypatch, caplog):
+    monkeypatch.delenv("CUDA_DEVICE_MAX_CONNECTIONS", raising=False)
+    with caplog.at_level(logging.WARNING, logger="megatron.bridge.training.config"):
+        runtime_config_update(_cfg(), world_size=16)
+    assert "TP communication overlap is on" in caplog.text
+    assert "CUDA_DEVICE_MAX_CONNECTIONS is unset" in caplog.text
+
+
+def test_correct_environment_is_quiet(hopper_with_te, monkeypatch):
+    monkeypatch.setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1")
+    cfg = _cfg()
+    runtime_config_update(cfg, world_size=16)
+    assert config.check_launch_environment(cfg, cfg.overlap_plan, cfg.data_parallel_size) == []
+
+
+def test_strict_mode_raises_on_a_wrong_environment(hopper_with_te, monkeypatch):
+    monkeypatch.setenv("CUDA_DEVICE_MAX_CONNECTIONS", "8")
+    with pytest.raises(
+        OverlapRefusedError, match="CUDA_DEVICE_MAX_CONNECTIONS is 8 but this layout needs 1"
+    ):
+        runtime_config_update(_cfg(strict=True), world_size=16)
+
+
+def test_unknown_gpu_skips_generation_rules(monkeypatch):
+    monkeypatch.setenv("CUDA_DEVICE_MAX_CONNECTIONS", "8")
+    with (
+        mock.patch.object(config, "gpu_sm100_or_newer", return_value=None),
+        mock.patch.object(comm_overlap, "HAVE_TE", True),
+    ):
+        cfg = _cfg()
+        runtime_config_update(cfg, world_size=16)
+        assert config.check_launch_environment(cfg, cfg.overlap_plan, cfg.data_parallel_size) == []
