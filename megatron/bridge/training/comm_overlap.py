@@ -83,6 +83,7 @@ __all__ = [
     "find_userbuffers_preset",
     "plan_comm_overlap",
     "probe_transformer_engine",
+    "tp_overlap_buffer_rows",
     "userbuffers_bf16_b200_h6144_tp2_mbs1_seqlen4096",
     "userbuffers_bf16_b200_h8192_tp2_mbs1_seqlen8192",
     "userbuffers_bf16_b200_h12288_tp4_mbs1_seqlen2048",
@@ -743,14 +744,12 @@ class _Planner:
                 f"TP overlap token-divisibility check skipped: {' and '.join(missing)} unknown here."
             )
             return
-        tokens = f.seq_length * f.micro_batch_size
-        if tokens % f.cp_size or (tokens // f.cp_size) % f.tp_size:
-            raise ValueError(
-                f"tp_comm_overlap needs (seq_length * micro_batch_size) / context_parallel_size "
-                f"divisible by tensor_model_parallel_size: ({f.seq_length} * {f.micro_batch_size}) "
-                f"/ {f.cp_size} = {tokens / f.cp_size:g} is not a multiple of TP={f.tp_size}. "
-                "Change seq_length or micro_batch_size, or set tp_comm_overlap=False."
-            )
+        tp_overlap_buffer_rows(
+            seq_length=f.seq_length,
+            micro_batch_size=f.micro_batch_size,
+            cp_size=f.cp_size,
+            tp_size=f.tp_size,
+        )
 
     def _check_preset_shape(self, preset: TransformerLayerTPOverlapCfg) -> None:
         f = self.facts
@@ -1101,6 +1100,31 @@ class _Planner:
             "default" if limit is None else "user",
             "deferral is off",
         )
+
+
+def tp_overlap_buffer_rows(
+    *, seq_length: int, micro_batch_size: int, cp_size: int, tp_size: int
+) -> int:
+    """Rows of TE's TP-overlap userbuffers: ``(seq_length * micro_batch_size) // cp_size``.
+
+    TE splits those rows evenly across the TP ranks, so they must divide by CP and then by TP;
+    otherwise ``ValueError`` naming the sizes and the fix.
+    """
+    tokens = seq_length * micro_batch_size
+    if tokens % cp_size:
+        raise ValueError(
+            f"tp_comm_overlap needs seq_length * micro_batch_size = {seq_length} * "
+            f"{micro_batch_size} = {tokens}, which is not divisible by context_parallel_size="
+            f"{cp_size}; change seq_length or micro_batch_size, or set tp_comm_overlap=False."
+        )
+    rows = tokens // cp_size
+    if rows % tp_size:
+        raise ValueError(
+            f"tp_comm_overlap needs (seq_length * micro_batch_size) / context_parallel_size = "
+            f"{rows} divisible by tensor_model_parallel_size={tp_size}; change seq_length or "
+            "micro_batch_size, or set tp_comm_overlap=False."
+        )
+    return rows
 
 
 def _version_at_least(version: str | None, minimum: tuple[int, int]) -> bool:

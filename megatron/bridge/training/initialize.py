@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from megatron.bridge.training.comm_overlap import tp_overlap_buffer_rows
 from megatron.bridge.training.userbuffers import TransformerLayerTPOverlapCfg
 
 __all__ = [
@@ -147,21 +148,13 @@ def _buffer_shape(model_config: Any, micro_batch_size: int) -> tuple[int, int]:
             "TP comm overlap sizes its buffers from model_config.seq_length, which is "
             f"{seq_length!r}: use a model provider with seq_length set (e.g. GPTModelProvider)."
         )
-    cp = model_config.context_parallel_size
-    tp = model_config.tensor_model_parallel_size
-    tokens = seq_length * micro_batch_size
-    if tokens % cp:
-        raise ValueError(
-            f"seq_length * micro_batch_size = {tokens} is not divisible by "
-            f"context_parallel_size={cp}; change seq_length or the CP size."
-        )
-    if (tokens // cp) % tp:
-        raise ValueError(
-            f"TP comm overlap needs (seq_length * micro_batch_size) / context_parallel_size = "
-            f"{tokens // cp} divisible by tensor_model_parallel_size={tp}; change seq_length, "
-            "micro_batch_size or the TP size, or turn tp_comm_overlap off."
-        )
-    return (tokens // cp, model_config.hidden_size)
+    rows = tp_overlap_buffer_rows(
+        seq_length=seq_length,
+        micro_batch_size=micro_batch_size,
+        cp_size=model_config.context_parallel_size,
+        tp_size=model_config.tensor_model_parallel_size,
+    )
+    return (rows, model_config.hidden_size)
 
 
 def initialize_tp_communicators(model_config: Any, micro_batch_size: int) -> bool:
