@@ -150,14 +150,40 @@ _REFERENCE = {
 }
 
 
+#: CLI flag -> recipe keyword, for the flags a recipe takes as overrides.
+_RECIPE_OVERRIDES = {
+    "gpu": "gpu",
+    "precision": "precision",
+    "tp": "tp_size",
+    "pp": "pp_size",
+    "vpp": "vpp_size",
+    "cp": "cp_size",
+    "seq_length": "seq_length",
+    "micro_batch_size": "micro_batch_size",
+}
+
+
 def _layout(args: argparse.Namespace) -> dict[str, Any]:
     """The layout to explain: reference defaults, then the recipe's sizes, then the flags."""
     layout = dict(_REFERENCE)
     layout["preset"] = "auto"
+    layout["preset_source"] = "auto"
     if args.recipe:
         from megatron.bridge.recipes import recipe_layout  # imports megatron-core: only here
 
-        layout.update(recipe_layout(args.recipe))
+        # Flags that shape the model go into the recipe, so it picks its preset for them.
+        overrides = {
+            recipe_kw: getattr(args, flag)
+            for flag, recipe_kw in _RECIPE_OVERRIDES.items()
+            if getattr(args, flag) is not None
+        }
+        try:
+            layout.update(recipe_layout(args.recipe, **overrides))
+        except TypeError as exc:  # a recipe without that keyword
+            raise ValueError(f"--recipe {args.recipe}: {exc}") from None
+        layout["preset_source"] = "recipe"
+    if args.preset is not None:
+        layout["preset_source"] = "user"
     for key in (*_REFERENCE, "preset"):
         given = getattr(args, key, None)
         if given is not None:
@@ -184,6 +210,9 @@ def _preset(layout: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     """Choose the userbuffers preset; returns (preset or None, description for the output)."""
     wanted = layout["preset"]
     if wanted == "none":
+        if layout["preset_source"] == "recipe":
+            detail = "the recipe found no published preset for its shape: TE defaults"
+            return None, {"name": None, "source": "recipe", "detail": detail}
         return None, {"name": None, "source": "none", "detail": "TE defaults (--preset none)"}
     if wanted != "auto":
         if wanted not in PUBLISHED_PRESETS:
@@ -192,6 +221,8 @@ def _preset(layout: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
                 + ", ".join(sorted(PUBLISHED_PRESETS))
             )
         preset = PUBLISHED_PRESETS[wanted]
+        if layout["preset_source"] == "recipe":
+            return preset, {"name": wanted, "source": "recipe", "detail": "picked by the recipe"}
         return preset, {"name": wanted, "source": "user", "detail": "named with --preset"}
     try:
         name, preset = find_userbuffers_preset(

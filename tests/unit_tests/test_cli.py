@@ -115,3 +115,14 @@ def test_explain_imports_no_torch_or_megatron_core():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stderr.strip().endswith("[]")
+
+
+def test_recipe_takes_shape_flags_and_picks_its_preset_for_them(capsys):
+    doc = _json(capsys, "--recipe", "gpt3_175b", "--gpu", "b200")
+    assert doc["recipe"] == "gpt3_175b"
+    assert (doc["layout"]["tp"], doc["layout"]["pp"], doc["layout"]["vpp"]) == (4, 8, 6)
+    assert doc["preset"]["source"] == "recipe"
+    assert doc["preset"]["name"] == "userbuffers_bf16_b200_h12288_tp4_mbs1_seqlen2048"
+    assert doc["preset"]["matches_model"] is True
+    named = _json(capsys, "--recipe", "gpt3_175b", "--preset", "none")
+    assert named["preset"]["source"] == "none" and named["preset"]["name"] is None

@@ -291,6 +291,17 @@ class MixedPrecisionConfig:
             optimizer_config.hysteresis = self.hysteresis
 
         if ddp_config is not None:
+            for name in ("grad_reduce_in_fp32", "fp8_param_gather"):
+                # megatron-core defaults both to False, so a True there that we are about to
+                # replace was set straight on cfg.ddp by the user: say so rather than drop it.
+                if getattr(ddp_config, name) is True and getattr(self, name) is False:
+                    logger.warning(
+                        "cfg.ddp.%s=True is replaced by cfg.mixed_precision.%s=False: precision "
+                        "knobs belong to mixed precision; set cfg.mixed_precision.%s=True to keep it.",
+                        name,
+                        name,
+                        name,
+                    )
             ddp_config.grad_reduce_in_fp32 = self.grad_reduce_in_fp32
             ddp_config.fp8_param_gather = self.fp8_param_gather
             ddp_config.reuse_grad_buf_for_mxfp8_param_ag = self.reuse_grad_buf_for_mxfp8_param_ag

@@ -122,6 +122,21 @@ def test_seed_precision_knobs_land_in_ddp_and_model():
     )
 
 
+def test_precision_knob_set_on_ddp_and_replaced_is_said(caplog):
+    model, optimizer, ddp = _configs()
+    ddp.grad_reduce_in_fp32 = True  # set on cfg.ddp directly, where it does not belong
+    mp = get_mixed_precision_config("bf16_mixed")
+    mp.grad_reduce_in_fp32 = False
+    with caplog.at_level(logging.WARNING, logger="megatron.bridge.training.mixed_precision"):
+        mp.setup(model, optimizer, ddp)
+    assert ddp.grad_reduce_in_fp32 is False
+    assert "cfg.ddp.grad_reduce_in_fp32=True is replaced" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="megatron.bridge.training.mixed_precision"):
+        mp.setup(model, optimizer, ddp)  # our own earlier write is not the user's intent
+    assert "replaced" not in caplog.text
+
+
 def test_fp16_loss_scaling_reaches_optimizer():
     model, optimizer, ddp = _configs()
     mp = MixedPrecisionConfig(

@@ -1,0 +1,93 @@
+"""Dry-run a Slurm launch of the GPT-3 175B recipe with NeMo-Run and PerfEnvPlugin.
+
+Builds the recipe, derives the launch environment from it (the plugin reads the parallel sizes
+from the config; nothing is repeated here), and asks NeMo-Run for the sbatch script it would
+submit, without a cluster:
+
+    uv run python examples/launch_gpt3_175b.py              # 1024 x H100, published layout
+    uv run python examples/launch_gpt3_175b.py --gpu b200   # Blackwell: 32 connections, B200 preset
+    uv run python examples/launch_gpt3_175b.py --nsys       # also profile steps 10-11 on rank 0
+
+It prints an excerpt of the generated sbatch script: node count, exports, the srun line. For a real launch,
+replace the LocalTunnel by ``run.SSHTunnel(...)`` for your login node, point TRAIN_SCRIPT at
+your training entry point and call ``exp.run()`` instead of ``exp.dryrun()``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import nemo_run as run
+
+from megatron.bridge.recipes import gpt3_175b
+from megatron.bridge.recipes.run_plugins import NsysPlugin
+
+#: The training entry point on the cluster (the dry run never executes it).
+TRAIN_SCRIPT = "/opt/megatron-bridge/scripts/pretrain.py"
+GPUS_PER_NODE = 8
+
+
+def sbatch_for(
+    *, gpu: str, job_dir: Path, nsys: bool, account: str = "acct", partition: str = "batch"
+) -> str:
+    """Dry-run the launch into ``job_dir`` and return the sbatch script NeMo-Run wrote."""
+    cfg = gpt3_175b.gpt3_175b(gpu=gpu)
+    num_gpus = gpt3_175b.PUBLISHED.num_gpus
+    plugins: list[run.Plugin] = [gpt3_175b.perf_env_plugin(cfg, num_gpus=num_gpus, gpu=gpu)]
+    if nsys:
+        plugins.append(NsysPlugin(profile_step_start=10, profile_step_end=11))
+
+    executor = run.SlurmExecutor(
+        account=account,
+        partition=partition,
+        nodes=num_gpus // GPUS_PER_NODE,
+        ntasks_per_node=GPUS_PER_NODE,
+        gpus_per_node=GPUS_PER_NODE,
+        time="04:00:00",
+        # LocalTunnel writes the job files on this machine; a plain Packager needs no git repo.
+        tunnel=run.LocalTunnel(job_dir=str(job_dir / "jobs")),
+        packager=run.Packager(),
+    )
+    task = run.Script(path=TRAIN_SCRIPT, entrypoint="python", args=["--recipe", "gpt3_175b"])
+
+    # LocalTunnel runs shell commands through invoke, which forwards our stdin; a dry run needs
+    # none, and an interactive or closed stdin would otherwise get in the way.
+    with open(os.devnull) as devnull:
+        saved, sys.stdin = sys.stdin, devnull
+        try:
+            with run.Experiment(
+                "gpt3-175b-dryrun", executor=executor, base_dir=str(job_dir), log_level="WARN"
+            ) as exp:
+                exp.add(task, executor=executor, name="pretrain", plugins=plugins)
+                exp.dryrun(log=False, delete_exp_dir=False)
+        finally:
+            sys.stdin = saved
+    (script,) = job_dir.rglob("pretrain_sbatch.sh")
+    return script.read_text()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the flags, dry-run the launch and print what the plugins put in the sbatch script."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--gpu", choices=["h100", "h200", "b200", "gb200"], default="h100")
+    parser.add_argument("--nsys", action="store_true", help="add NsysPlugin (steps 10-11)")
+    parser.add_argument("--job-dir", type=Path, help="where to write the job files (default: temp)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+
+    job_dir = args.job_dir or Path(tempfile.mkdtemp(prefix="gpt3-175b-dryrun-"))
+    sbatch = sbatch_for(gpu=args.gpu, job_dir=job_dir, nsys=args.nsys)
+    print(f"sbatch script written under {job_dir}; excerpt:")
+    for line in sbatch.splitlines():
+        if line.startswith(("#SBATCH --nodes", "export ", "srun --output")):
+            print(f"  {line}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
