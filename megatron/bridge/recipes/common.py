@@ -5,8 +5,9 @@ published layout; the steps below are the same for all of them:
 
 - :func:`select_userbuffers_preset` finds the published TE userbuffers preset for the shape, or
   logs a warning and returns none (TP overlap then runs on Transformer Engine's defaults);
-- :func:`assemble` puts the model, the training sizes, the optimizer, DDP, mixed precision and
-  the comm-overlap request into a :class:`~megatron.bridge.training.config.ConfigContainer`;
+- :func:`assemble` writes the layout onto the model (:func:`set_parallelism`), picks the preset,
+  and puts the model, the training sizes, the optimizer, DDP, mixed precision and the
+  comm-overlap request into a :class:`~megatron.bridge.training.config.ConfigContainer`;
 - :func:`perf_env_plugin` builds the NeMo-Run ``PerfEnvPlugin`` from that container, so the
   parallel sizes are written once, in the recipe.
 
@@ -181,21 +182,41 @@ def gpu_of(gpu: str) -> Gpu:
 def assemble(
     *,
     model: GPTModelProvider,
+    gpu: Gpu,
     precision: Precision,
+    tp_size: int,
+    pp_size: int,
+    vpp_size: int | None,
+    cp_size: int,
     micro_batch_size: int,
     global_batch_size: int,
-    preset: TransformerLayerTPOverlapCfg | None,
     tp_comm_overlap: bool = True,
+    cp_agnostic_preset: bool = False,
     lr: float = 3e-4,
     min_lr: float = 3e-5,
 ) -> ConfigContainer:
-    """The container a recipe returns: distributed optimizer, mixed precision, comm overlap.
+    """The container a recipe returns, from its model: layout, preset, optimizer, precision.
 
-    The comm-overlap request names TP overlap and the preset only; PP, DP and the other knobs
-    stay ``None`` so the rules derive them from the layout at model-build time (a recipe that
-    wants another value sets it on ``cfg.comm_overlap`` afterwards).
+    Writes the parallel layout onto ``model`` (:func:`set_parallelism`), picks the userbuffers
+    preset for the model's hidden size and sequence length (:func:`select_userbuffers_preset`;
+    ``cp_agnostic_preset`` as there), and adds the distributed optimizer, mixed precision and
+    the comm-overlap request. That request names TP overlap and the preset only; PP, DP and the
+    other knobs stay ``None`` so the rules derive them from the layout at model-build time (a
+    recipe that wants another value sets it on ``cfg.comm_overlap`` afterwards).
     """
+    gpu_of(gpu)
     check_choice("precision", precision, Precision)
+    set_parallelism(model, tp_size=tp_size, pp_size=pp_size, vpp_size=vpp_size, cp_size=cp_size)
+    _, preset = select_userbuffers_preset(
+        precision=precision,
+        gpu=gpu,
+        hidden_size=model.hidden_size,
+        tp_size=tp_size,
+        cp_size=cp_size,
+        micro_batch_size=micro_batch_size,
+        seq_length=model.seq_length,
+        cp_agnostic=cp_agnostic_preset,
+    )
     optimizer = OptimizerConfig(
         optimizer="adam",
         lr=lr,

@@ -48,7 +48,6 @@ def gpt3_175b(
     ``gpu`` and ``precision`` pick the userbuffers preset (``None`` with a logged warning when
     none is published for the resulting shape). ``vpp_size`` None or 1 turns interleaving off.
     """
-    common.gpu_of(gpu)
     model = GPTModelProvider(
         num_layers=96,
         hidden_size=HIDDEN_SIZE,
@@ -67,24 +66,16 @@ def gpt3_175b(
         bias_activation_fusion=True,
         bias_dropout_fusion=True,
     )
-    common.set_parallelism(
-        model, tp_size=tp_size, pp_size=pp_size, vpp_size=vpp_size, cp_size=cp_size
-    )
-    _, preset = common.select_userbuffers_preset(
-        precision=precision,
-        gpu=gpu,
-        hidden_size=HIDDEN_SIZE,
-        tp_size=tp_size,
-        cp_size=cp_size,
-        micro_batch_size=micro_batch_size,
-        seq_length=seq_length,
-    )
     return common.assemble(
         model=model,
+        gpu=gpu,
         precision=precision,
+        tp_size=tp_size,
+        pp_size=pp_size,
+        vpp_size=vpp_size,
+        cp_size=cp_size,
         micro_batch_size=micro_batch_size,
         global_batch_size=global_batch_size,
-        preset=preset,
         tp_comm_overlap=tp_comm_overlap,
         lr=6e-5,
         min_lr=6e-6,

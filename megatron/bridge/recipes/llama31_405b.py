@@ -52,7 +52,6 @@ def llama31_405b(
     none is published for the resulting shape). The embedding and the loss always count as
     pipeline layers, so ``(126 + 2) / pp_size`` must be divisible by ``vpp_size``.
     """
-    common.gpu_of(gpu)
     model = llama3_provider(
         num_layers=126,
         hidden_size=HIDDEN_SIZE,
@@ -64,24 +63,16 @@ def llama31_405b(
     )
     model.account_for_embedding_in_pipeline_split = True
     model.account_for_loss_in_pipeline_split = True
-    common.set_parallelism(
-        model, tp_size=tp_size, pp_size=pp_size, vpp_size=vpp_size, cp_size=cp_size
-    )
-    _, preset = common.select_userbuffers_preset(
-        precision=precision,
-        gpu=gpu,
-        hidden_size=HIDDEN_SIZE,
-        tp_size=tp_size,
-        cp_size=cp_size,
-        micro_batch_size=micro_batch_size,
-        seq_length=seq_length,
-    )
     return common.assemble(
         model=model,
+        gpu=gpu,
         precision=precision,
+        tp_size=tp_size,
+        pp_size=pp_size,
+        vpp_size=vpp_size,
+        cp_size=cp_size,
         micro_batch_size=micro_batch_size,
         global_batch_size=global_batch_size,
-        preset=preset,
         tp_comm_overlap=tp_comm_overlap,
         lr=8e-5,
         min_lr=8e-6,

@@ -49,7 +49,6 @@ def llama3_70b(
     ``gpu`` and ``precision`` pick the userbuffers preset (``None`` with a logged warning when
     none is published for the resulting shape). ``vpp_size`` None or 1 turns interleaving off.
     """
-    common.gpu_of(gpu)
     model = llama3_provider(
         num_layers=80,
         hidden_size=HIDDEN_SIZE,
@@ -58,26 +57,18 @@ def llama3_70b(
         ffn_hidden_size=28672,
         seq_length=seq_length,
     )
-    common.set_parallelism(
-        model, tp_size=tp_size, pp_size=pp_size, vpp_size=vpp_size, cp_size=cp_size
-    )
-    _, preset = common.select_userbuffers_preset(
-        precision=precision,
-        gpu=gpu,
-        hidden_size=HIDDEN_SIZE,
-        tp_size=tp_size,
-        cp_size=cp_size,
-        micro_batch_size=micro_batch_size,
-        seq_length=seq_length,
-        cp_agnostic=True,
-    )
     return common.assemble(
         model=model,
+        gpu=gpu,
         precision=precision,
+        tp_size=tp_size,
+        pp_size=pp_size,
+        vpp_size=vpp_size,
+        cp_size=cp_size,
         micro_batch_size=micro_batch_size,
         global_batch_size=global_batch_size,
-        preset=preset,
         tp_comm_overlap=tp_comm_overlap,
+        cp_agnostic_preset=True,
     )
 
 
