@@ -292,7 +292,8 @@ class CommOverlapConfig:
     delay_wgrad_compute: bool | None = None
     """Delay expert weight-gradient compute to widen the all-to-all overlap window."""
     strict: bool = False
-    """Raise OverlapRefusedError instead of warning when a requested overlap cannot run."""
+    """Raise OverlapRefusedError instead of warning when a requested overlap cannot run or a
+    setting looks like a mistake (e.g. a preset tuned for another shape)."""
 
     # Not a dataclass field (no annotation): the resolved plan is not something the user wrote,
     # so dataclasses.asdict/replace/== see only the request.
@@ -620,6 +621,9 @@ class _Planner:
         self.facts = facts
         self.decisions: dict[str, Decision] = {}
         self.warnings: list[str] = []
+        # Cautions about a setting the user chose knowingly: shown with the warnings, but strict
+        # mode does not turn them into errors (that would forbid the setting outright).
+        self.cautions: list[str] = []
         self.notes: list[str] = []
         self.preset_names: tuple[str, ...] = ()
 
@@ -654,7 +658,7 @@ class _Planner:
         return OverlapPlan(
             facts=self.facts,
             decisions=ordered,
-            warnings=tuple(self.warnings),
+            warnings=tuple(self.warnings + self.cautions),
             notes=tuple(self.notes),
             preset_names=self.preset_names,
         )
@@ -946,7 +950,7 @@ class _Planner:
             self.set(
                 "overlap_param_gather_with_optimizer_step", True, "user", "set in CommOverlapConfig"
             )
-            self.warnings.append(
+            self.cautions.append(
                 "overlap_param_gather_with_optimizer_step=True is known to break checkpointing; "
                 "check that checkpoints load before relying on it."
             )
@@ -1142,7 +1146,8 @@ def plan_comm_overlap(user: CommOverlapConfig, facts: LayoutFacts) -> OverlapPla
 
     Raises ``TypeError``/``ValueError`` for bad or contradictory input and
     :class:`OverlapRefusedError` when ``user.strict`` and a requested overlap was refused or a
-    warning was raised.
+    likely mistake was found (cautions about a setting the user chose, such as
+    ``overlap_param_gather_with_optimizer_step``, stay warnings).
     """
     user.finalize()
     return _resolve(user, facts)
@@ -1151,11 +1156,12 @@ def plan_comm_overlap(user: CommOverlapConfig, facts: LayoutFacts) -> OverlapPla
 def _resolve(user: CommOverlapConfig, facts: LayoutFacts) -> OverlapPlan:
     """:func:`plan_comm_overlap` for a request that already passed ``finalize()``."""
     _check_facts(facts)
-    plan = _Planner(user, facts).plan()
-    if user.strict and plan.warnings:
+    planner = _Planner(user, facts)
+    plan = planner.plan()
+    if user.strict and planner.warnings:
         raise OverlapRefusedError(
             "strict comm overlap: "
-            + " | ".join(plan.warnings)
+            + " | ".join(planner.warnings)
             + " (strict=True turns these into errors)"
         )
     return plan

@@ -112,6 +112,13 @@ def test_param_gather_with_optimizer_step_honoured_with_a_checkpoint_warning():
     )
     assert cfgs.optimizer.overlap_param_gather_with_optimizer_step is True
     assert any("checkpointing" in w for w in plan.warnings)
+    # A caution about a knowingly chosen setting: strict mode keeps it a warning.
+    strict = CommOverlapConfig(
+        tp_comm_overlap=False, overlap_param_gather_with_optimizer_step=True, strict=True
+    )
+    assert any(
+        "checkpointing" in w for w in _setup(strict, make_configs(pp=4, vpp=2), dp=8).warnings
+    )
 
 
 def test_user_overlap_p2p_false_falls_back_to_batched_p2p():
