@@ -24,6 +24,7 @@ from megatron.bridge.training.comm_overlap import (
     LayoutFacts,
     OverlapPlan,
     OverlapRefusedError,
+    TEStatus,
     find_userbuffers_preset,
     plan_comm_overlap,
     preset_shapes_of,
@@ -251,20 +252,17 @@ def explain(
     preset, preset_info = _preset(layout)
     if args.te == "detect":
         te = probe_transformer_engine()
-        te_info = {
-            "mode": "detect",
-            "available": te.available,
-            "version": te.version,
-            "reason": te.reason,
-        }
     else:
-        te = None
-        te_info = {
-            "mode": "assume",
-            "available": True,
-            "version": None,
-            "reason": "assumed present where the job runs (--te detect checks this machine)",
-        }
+        # Planning for a cluster: TE is installed there even though it cannot import here.
+        te = TEStatus(
+            True, None, "assumed present where the job runs (--te detect checks this machine)"
+        )
+    te_info = {
+        "mode": args.te,
+        "available": te.available,
+        "version": te.version,
+        "reason": te.reason,
+    }
     facts = LayoutFacts(
         tp_size=layout["tp"],
         pp_size=layout["pp"],
@@ -273,9 +271,9 @@ def explain(
         ep_size=layout["ep"],
         dp_size=layout["dp"],
         sequence_parallel=layout["sequence_parallel"],
-        te_available=te.available if te else True,
-        te_reason=te.reason if te else "",
-        te_version=te.version if te else None,
+        te_available=te.available,
+        te_reason=te.reason if not te.available else "",
+        te_version=te.version,
         use_distributed_optimizer=layout["distributed_optimizer"],
         hidden_size=layout["hidden_size"],
         seq_length=layout["seq_length"],
