@@ -346,10 +346,6 @@ class CommOverlapConfig:
         if self.wgrad_deferral_limit is not None:
             _check_positive_int("wgrad_deferral_limit", self.wgrad_deferral_limit, minimum=-1)
 
-    def plan(self, facts: LayoutFacts) -> OverlapPlan:
-        """Resolve this request against plain layout facts (pure; configs are not touched)."""
-        return plan_comm_overlap(self, facts)
-
     def setup(
         self,
         model_config: Any,

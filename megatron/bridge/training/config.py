@@ -308,7 +308,7 @@ def runtime_config_update(
             raise TypeError(
                 f"cfg.comm_overlap must be a CommOverlapConfig or None, got {type(cfg.comm_overlap).__name__}."
             )
-        cfg.comm_overlap.finalize()
+        # setup() runs the request's finalize() checks first.
         plan = cfg.comm_overlap.setup(
             cfg.model,
             cfg.optimizer,
