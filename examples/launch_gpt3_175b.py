@@ -26,6 +26,7 @@ import nemo_run as run
 
 from megatron.bridge.recipes import gpt3_175b
 from megatron.bridge.recipes.run_plugins import NsysPlugin
+from megatron.bridge.utils.root_logger import root_logger_preserved
 
 #: The training entry point on the cluster (the dry run never executes it).
 TRAIN_SCRIPT = "/opt/megatron-bridge/scripts/pretrain.py"
@@ -60,15 +61,22 @@ def sbatch_for(
     with open(os.devnull) as devnull:
         saved, sys.stdin = sys.stdin, devnull
         try:
-            with run.Experiment(
-                "gpt3-175b-dryrun", executor=executor, base_dir=str(job_dir), log_level="WARN"
-            ) as exp:
-                exp.add(task, executor=executor, name="pretrain", plugins=plugins)
-                exp.dryrun(log=False, delete_exp_dir=False)
+            # NeMo-Run's Experiment replaces the root logger's handlers; the caller's come back.
+            with root_logger_preserved():
+                _dry_run(executor, task, plugins, job_dir)
         finally:
             sys.stdin = saved
     (script,) = job_dir.rglob("pretrain_sbatch.sh")
     return script.read_text()
+
+
+def _dry_run(executor: run.Executor, task: run.Script, plugins: list[run.Plugin], job_dir: Path):
+    # Its own frame, so the experiment is garbage on return and finalized inside the guard.
+    with run.Experiment(
+        "gpt3-175b-dryrun", executor=executor, base_dir=str(job_dir), log_level="WARN"
+    ) as exp:
+        exp.add(task, executor=executor, name="pretrain", plugins=plugins)
+        exp.dryrun(log=False, delete_exp_dir=False)
 
 
 def main(argv: list[str] | None = None) -> int:

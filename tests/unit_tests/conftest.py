@@ -6,6 +6,7 @@ Transformer Engine cannot be built or imported on these CPU-only machines, so te
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from unittest import mock
 
@@ -63,6 +64,23 @@ def make_configs(
     optimizer = OptimizerConfig(use_distributed_optimizer=distributed_optimizer, bf16=True)
     ddp = DistributedDataParallelConfig(use_distributed_optimizer=distributed_optimizer)
     return Configs(model=model, optimizer=optimizer, ddp=ddp)
+
+
+@pytest.fixture(autouse=True)
+def root_logger_untouched():
+    """Fail a test that leaves the root logger's handlers or level changed.
+
+    Code that reconfigures the root logger (NeMo-Run's Experiment does) breaks log capture in
+    whichever later test its leftovers meet: wrap it in ``root_logger_preserved``.
+    """
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    assert (list(root.handlers), root.level) == (handlers, level), (
+        f"the root logger changed during this test: handlers {handlers} -> {root.handlers}, "
+        f"level {level} -> {root.level}; wrap the code that reconfigures it in "
+        "megatron.bridge.utils.root_logger.root_logger_preserved()"
+    )
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ from megatron.core.transformer.transformer_config import TransformerConfig
 
 from megatron.bridge.recipes import run_plugins
 from megatron.bridge.recipes.run_plugins import VBOOST_SETUP_LINE, NsysPlugin, PerfEnvPlugin
+from megatron.bridge.utils.root_logger import root_logger_preserved
 
 LOGGER = "megatron.bridge.recipes.run_plugins"
 HOPPER, BLACKWELL = False, True
@@ -551,12 +552,19 @@ def devnull_stdin(monkeypatch):
         yield
 
 
-def _dry_run_sbatch(tmp_path, task, executor, plugins):
+def _dry_run(tmp_path, task, executor, plugins):
+    # Kept in its own frame so the experiment is garbage once this returns: its __del__ then runs
+    # inside root_logger_preserved rather than in some later test.
     with run.Experiment(
         "overlap-dryrun", executor=executor, base_dir=str(tmp_path), log_level="WARN"
     ) as exp:
         exp.add(task, executor=executor, name="pretrain", plugins=plugins)
         exp.dryrun(log=False, delete_exp_dir=False)
+
+
+def _dry_run_sbatch(tmp_path, task, executor, plugins):
+    with root_logger_preserved():
+        _dry_run(tmp_path, task, executor, plugins)
     scripts = list(tmp_path.rglob("pretrain_sbatch.sh"))
     assert len(scripts) == 1, scripts
     return scripts[0].read_text()

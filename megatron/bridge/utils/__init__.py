@@ -1,0 +1,1 @@
+"""Small helpers shared by the training, recipe and launch code."""
