@@ -6,7 +6,13 @@ launch environment the NeMo-Run plugin would set, and the warnings with their fi
 no GPU and no cluster, and imports neither torch, megatron-core nor Transformer Engine unless a
 recipe is asked for.
 
+Flags and recipes reach the same plan: flags describe the layout as :class:`LayoutFacts`, a
+recipe is resolved the way ``runtime_config_update`` resolves it at model-build time; both are
+then checked by :func:`check_layout` (the errors megatron-core would raise at cluster start),
+planned by the same rules and given a launch environment by the same function.
+
 Exit codes: 0 the plan is valid; 1 ``--strict`` refused a requested overlap; 2 invalid input.
+With ``--json``, an error is a JSON document too (``{"error": ..., "exit_code": ...}``).
 """
 
 from __future__ import annotations
@@ -17,33 +23,37 @@ import sys
 from collections.abc import Sequence
 from typing import Any, get_args
 
-from megatron.bridge.training import launch_env
+from megatron.bridge.training import hardware, launch_env
 from megatron.bridge.training.comm_overlap import (
     PUBLISHED_PRESETS,
     CommOverlapConfig,
     LayoutFacts,
     OverlapPlan,
     OverlapRefusedError,
-    TEStatus,
-    find_userbuffers_preset,
+    check_layout,
     plan_comm_overlap,
-    preset_shapes_of,
-    probe_transformer_engine,
+    te_status,
+)
+from megatron.bridge.training.userbuffers import (
+    choose_userbuffers_preset,
+    preset_fits_model,
+    published_name_for,
 )
 
-#: GPUs the command knows, with whether each is SM100 (Blackwell) or newer.
-GPUS: dict[str, bool] = {"a100": False, "h100": False, "h200": False, "b200": True, "gb200": True}
-
 #: Version of the ``--json`` document layout; bumped when a key changes meaning or goes away.
-JSON_SCHEMA_VERSION = 1
+JSON_SCHEMA_VERSION = 2
 
 EXIT_OK, EXIT_REFUSED, EXIT_INVALID = 0, 1, 2
 
 
+class UsageError(ValueError):
+    """A command line argparse rejected (exit code 2)."""
+
+
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse exits 2 too; keep the message one line
-        self.print_usage(sys.stderr)
-        self.exit(EXIT_INVALID, f"{self.prog}: error: {message}\n")
+    def error(self, message: str) -> None:
+        # Raised rather than printed, so that --json can answer with a JSON error document.
+        raise UsageError(f"{self.prog}: error: {message}")
 
 
 def _positive_int(text: str) -> int:
@@ -56,6 +66,52 @@ def _positive_int(text: str) -> int:
     return value
 
 
+#: The reference layout ``explain`` shows without flags: GPT-3 175B's shape on 128 H100 GPUs.
+REFERENCE = {
+    "tp": 4,
+    "pp": 4,
+    "vpp": 2,
+    "cp": 1,
+    "ep": 1,
+    "world_size": 128,
+    "gpu": "h100",
+    "precision": "bf16",
+    "seq_length": 2048,
+    "micro_batch_size": 1,
+    "hidden_size": 12288,
+    "num_layers": 96,
+    "num_attention_heads": 96,
+    "distributed_optimizer": True,
+}
+
+#: Flags a recipe function takes as keyword overrides: flag -> keyword.
+RECIPE_KEYWORDS = {
+    "gpu": "gpu",
+    "precision": "precision",
+    "tp": "tp_size",
+    "pp": "pp_size",
+    "vpp": "vpp_size",
+    "cp": "cp_size",
+    "seq_length": "seq_length",
+    "micro_batch_size": "micro_batch_size",
+    "tp_comm_overlap": "tp_comm_overlap",
+}
+
+#: Flags written onto a recipe's model after it is built: flag -> megatron-core field.
+MODEL_FIELDS = {
+    "ep": "expert_model_parallel_size",
+    "etp": "expert_tensor_parallel_size",
+    "sequence_parallel": "sequence_parallel",
+    "hidden_size": "hidden_size",
+    "num_layers": "num_layers",
+    "num_attention_heads": "num_attention_heads",
+    "num_query_groups": "num_query_groups",
+    "num_moe_experts": "num_moe_experts",
+    "moe_token_dispatcher": "moe_token_dispatcher_type",
+    "moe_flex_backend": "moe_flex_dispatcher_backend",
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``bridge-overlap``."""
     parser = _Parser(prog="bridge-overlap", description=__doc__.split("\n\n")[0])
@@ -66,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
         description=(
             "Explain the communication-overlap plan of a layout. With no arguments: the "
             "reference layout (TP4 + SP, PP4 with VPP2, distributed optimizer, 128 H100 GPUs, "
-            "bf16, hidden 12288, seq 2048, mbs 1)."
+            "bf16, GPT-3 175B's shape: 96 layers, hidden 12288, 96 heads, seq 2048, mbs 1)."
         ),
     )
     ex.add_argument("--recipe", help="explain a recipe (its sizes; flags given here override them)")
@@ -75,6 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--vpp", type=_positive_int, help="virtual pipeline size (default 2; 1 = none)")
     ex.add_argument("--cp", type=_positive_int, help="context-parallel size (default 1)")
     ex.add_argument("--ep", type=_positive_int, help="expert-parallel size (default 1)")
+    ex.add_argument("--etp", type=_positive_int, help="expert tensor-parallel size (default: TP)")
     ex.add_argument("--world-size", type=_positive_int, help="number of GPUs (default 128)")
     ex.add_argument(
         "--sequence-parallel",
@@ -91,16 +148,23 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument(
         "--tp-comm-overlap",
         action=argparse.BooleanOptionalAction,
-        default=True,
+        default=None,
         help="request TP comm overlap (default: on)",
     )
-    ex.add_argument("--gpu", choices=sorted(GPUS), help="GPU model (default h100)")
+    ex.add_argument("--gpu", choices=sorted(hardware.GPUS), help="GPU model (default h100)")
     ex.add_argument(
         "--precision", choices=["bf16", "fp8"], help="training precision (default bf16)"
     )
     ex.add_argument("--seq-length", type=_positive_int, help="sequence length (default 2048)")
     ex.add_argument("--micro-batch-size", type=_positive_int, help="micro-batch size (default 1)")
     ex.add_argument("--hidden-size", type=_positive_int, help="model hidden size (default 12288)")
+    ex.add_argument("--num-layers", type=_positive_int, help="transformer layers (default 96)")
+    ex.add_argument(
+        "--num-attention-heads", type=_positive_int, help="attention heads (default 96)"
+    )
+    ex.add_argument(
+        "--num-query-groups", type=_positive_int, help="GQA query groups (default: MHA)"
+    )
     ex.add_argument("--num-moe-experts", type=_positive_int, help="MoE experts (default: dense)")
     ex.add_argument(
         "--moe-token-dispatcher", choices=["allgather", "alltoall", "flex"], help="MoE dispatcher"
@@ -133,230 +197,226 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-_REFERENCE = {
-    "tp": 4,
-    "pp": 4,
-    "vpp": 2,
-    "cp": 1,
-    "ep": 1,
-    "world_size": 128,
-    "gpu": "h100",
-    "precision": "bf16",
-    "seq_length": 2048,
-    "micro_batch_size": 1,
-    "hidden_size": 12288,
-    "distributed_optimizer": True,
-    "num_moe_experts": None,
-    "moe_token_dispatcher": None,
-}
+def _named_preset(name: str) -> Any:
+    if name == "none":
+        return None
+    if name not in PUBLISHED_PRESETS:
+        raise ValueError(
+            f"--preset {name!r} is not a published preset; choose 'auto', 'none' or one of: "
+            + ", ".join(sorted(PUBLISHED_PRESETS))
+        )
+    return PUBLISHED_PRESETS[name]
 
 
-#: CLI flag -> recipe keyword, for the flags a recipe takes as overrides.
-_RECIPE_OVERRIDES = {
-    "gpu": "gpu",
-    "precision": "precision",
-    "tp": "tp_size",
-    "pp": "pp_size",
-    "vpp": "vpp_size",
-    "cp": "cp_size",
-    "seq_length": "seq_length",
-    "micro_batch_size": "micro_batch_size",
-}
-
-
-def _layout(args: argparse.Namespace) -> dict[str, Any]:
-    """The layout to explain: reference defaults, then the recipe's sizes, then the flags."""
-    layout = dict(_REFERENCE)
-    layout["preset"] = "auto"
-    layout["preset_source"] = "auto"
-    if args.recipe:
-        from megatron.bridge.recipes import recipe_layout  # imports megatron-core: only here
-
-        # Flags that shape the model go into the recipe, so it picks its preset for them.
-        overrides = {
-            recipe_kw: getattr(args, flag)
-            for flag, recipe_kw in _RECIPE_OVERRIDES.items()
-            if getattr(args, flag) is not None
-        }
-        try:
-            layout.update(recipe_layout(args.recipe, **overrides))
-        except TypeError as exc:  # a recipe without that keyword
-            raise ValueError(f"--recipe {args.recipe}: {exc}") from None
-        layout["preset_source"] = "recipe"
-    if args.preset is not None:
-        layout["preset_source"] = "user"
-    for key in (*_REFERENCE, "preset"):
-        given = getattr(args, key, None)
-        if given is not None:
-            layout[key] = given
-    if layout["vpp"] == 1:
-        layout["vpp"] = None
-    if args.sequence_parallel is None:
-        layout.setdefault("sequence_parallel", layout["tp"] > 1)
-    else:
-        layout["sequence_parallel"] = args.sequence_parallel
+def _plan_flags(args: argparse.Namespace) -> tuple[OverlapPlan, dict[str, Any]]:
+    """Plan a layout given as flags (reference values for the flags not given)."""
+    given = {k: getattr(args, k) for k in REFERENCE if getattr(args, k, None) is not None}
+    lay = {**REFERENCE, **given}
+    tp = lay["tp"]
     try:
-        layout["dp"] = launch_env.data_parallel_size(
-            num_gpus=layout["world_size"],
-            tp_size=layout["tp"],
-            cp_size=layout["cp"],
-            pp_size=layout["pp"],
+        dp = launch_env.data_parallel_size(
+            num_gpus=lay["world_size"], tp_size=tp, cp_size=lay["cp"], pp_size=lay["pp"]
         )
     except ValueError as exc:
-        raise ValueError(f"--world-size {layout['world_size']}: {exc}") from None
-    return layout
-
-
-def _preset(layout: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-    """Choose the userbuffers preset; returns (preset or None, description for the output)."""
-    wanted = layout["preset"]
-    if wanted == "none":
-        if layout["preset_source"] == "recipe":
-            detail = "the recipe found no published preset for its shape: TE defaults"
-            return None, {"name": None, "source": "recipe", "detail": detail}
-        return None, {"name": None, "source": "none", "detail": "TE defaults (--preset none)"}
-    if wanted != "auto":
-        if wanted not in PUBLISHED_PRESETS:
-            raise ValueError(
-                f"--preset {wanted!r} is not a published preset; choose 'auto', 'none' or one of: "
-                + ", ".join(sorted(PUBLISHED_PRESETS))
-            )
-        preset = PUBLISHED_PRESETS[wanted]
-        if layout["preset_source"] == "recipe":
-            return preset, {"name": wanted, "source": "recipe", "detail": "picked by the recipe"}
-        return preset, {"name": wanted, "source": "user", "detail": "named with --preset"}
-    try:
-        name, preset = find_userbuffers_preset(
-            precision=layout["precision"],
-            gpu=layout["gpu"],
-            hidden_size=layout["hidden_size"],
-            tp_size=layout["tp"],
-            cp_size=layout["cp"],
-            micro_batch_size=layout["micro_batch_size"],
-            seq_length=layout["seq_length"],
+        raise ValueError(f"--world-size {lay['world_size']}: {exc}") from None
+    te = te_status(args.te)
+    tp_comm_overlap = True if args.tp_comm_overlap is None else args.tp_comm_overlap
+    facts = LayoutFacts(
+        tp_size=tp,
+        pp_size=lay["pp"],
+        vpp_size=None if lay["vpp"] == 1 else lay["vpp"],
+        cp_size=lay["cp"],
+        ep_size=lay["ep"],
+        etp_size=args.etp,
+        dp_size=dp,
+        sequence_parallel=tp > 1 if args.sequence_parallel is None else args.sequence_parallel,
+        gpu=lay["gpu"],
+        te_available=te.available,
+        te_reason=te.reason,
+        te_version=te.version,
+        use_distributed_optimizer=lay["distributed_optimizer"],
+        num_layers=lay["num_layers"],
+        hidden_size=lay["hidden_size"],
+        num_attention_heads=lay["num_attention_heads"],
+        num_query_groups=args.num_query_groups,
+        seq_length=lay["seq_length"],
+        micro_batch_size=lay["micro_batch_size"],
+        bf16=True,
+        fp8=lay["precision"] == "fp8",
+        num_moe_experts=args.num_moe_experts,
+        moe_token_dispatcher_type=args.moe_token_dispatcher if args.num_moe_experts else None,
+        moe_flex_dispatcher_backend=(
+            args.moe_flex_backend if args.moe_token_dispatcher == "flex" else None
+        ),
+    )
+    check_layout(facts)
+    if args.preset in (None, "auto"):
+        choice = choose_userbuffers_preset(
+            tp_comm_overlap=tp_comm_overlap,
+            precision=lay["precision"],
+            gpu=lay["gpu"],
+            hidden_size=lay["hidden_size"],
+            tp_size=tp,
+            cp_size=lay["cp"],
+            micro_batch_size=lay["micro_batch_size"],
+            seq_length=lay["seq_length"],
         )
-    except ValueError:
-        return None, {
-            "name": None,
-            "source": "auto",
-            "detail": "no published preset for this shape: TE defaults",
-        }
-    return preset, {"name": name, "source": "auto", "detail": "published preset for this shape"}
+        preset, info = choice.preset, {"source": "auto", "detail": choice.detail}
+    else:
+        preset = _named_preset(args.preset)
+        source = "none" if preset is None else "user"
+        info = {"source": source, "detail": f"--preset {args.preset}"}
+    request = CommOverlapConfig(
+        tp_comm_overlap=tp_comm_overlap,
+        tp_comm_overlap_cfg=preset,
+        overlap_moe_expert_parallel_comm=True if args.ep_overlap else None,
+        strict=args.strict,
+    )
+    return plan_comm_overlap(request, facts), info
+
+
+def _plan_recipe(args: argparse.Namespace) -> tuple[OverlapPlan, dict[str, Any]]:
+    """Plan a recipe the way the job will: build it, apply the flags, resolve it."""
+    from megatron.bridge.recipes import plan_recipe  # imports megatron-core: only here
+
+    keywords = {
+        kw: getattr(args, flag)
+        for flag, kw in RECIPE_KEYWORDS.items()
+        if getattr(args, flag) is not None
+    }
+    model_fields = {
+        field: getattr(args, flag)
+        for flag, field in MODEL_FIELDS.items()
+        if getattr(args, flag) is not None
+    }
+    request_fields: dict[str, Any] = {"strict": args.strict}
+    if args.ep_overlap:
+        request_fields["overlap_moe_expert_parallel_comm"] = True
+    if args.preset not in (None, "auto"):
+        request_fields["tp_comm_overlap_cfg"] = _named_preset(args.preset)
+    resolved = plan_recipe(
+        args.recipe,
+        world_size=args.world_size,
+        te=args.te,
+        model_fields=model_fields,
+        distributed_optimizer=args.distributed_optimizer,
+        request_fields=request_fields,
+        **keywords,
+    )
+    if args.preset in (None, "auto"):
+        info = {"source": "recipe", "detail": "picked by the recipe"}
+    elif args.preset == "none":
+        info = {"source": "none", "detail": "--preset none"}
+    else:
+        info = {"source": "user", "detail": f"--preset {args.preset}"}
+    return resolved.plan, info
 
 
 def explain(
     args: argparse.Namespace,
 ) -> tuple[dict[str, Any], OverlapPlan, launch_env.LaunchEnvPlan]:
     """Build the explanation document, the overlap plan and the launch-environment plan."""
-    layout = _layout(args)
-    preset, preset_info = _preset(layout)
-    if args.te == "detect":
-        te = probe_transformer_engine()
-    else:
-        # Planning for a cluster: TE is installed there even though it cannot import here.
-        te = TEStatus(
-            True, None, "assumed present where the job runs (--te detect checks this machine)"
-        )
-    te_info = {
-        "mode": args.te,
-        "available": te.available,
-        "version": te.version,
-        "reason": te.reason,
-    }
-    facts = LayoutFacts(
-        tp_size=layout["tp"],
-        pp_size=layout["pp"],
-        vpp_size=layout["vpp"],
-        cp_size=layout["cp"],
-        ep_size=layout["ep"],
-        dp_size=layout["dp"],
-        sequence_parallel=layout["sequence_parallel"],
-        te_available=te.available,
-        te_reason=te.reason if not te.available else "",
-        te_version=te.version,
-        use_distributed_optimizer=layout["distributed_optimizer"],
-        hidden_size=layout["hidden_size"],
-        seq_length=layout["seq_length"],
-        micro_batch_size=layout["micro_batch_size"],
-        bf16=True,
-        fp8=layout["precision"] == "fp8",
-        num_moe_experts=layout["num_moe_experts"],
-        moe_token_dispatcher_type=layout["moe_token_dispatcher"],
-    )
-    request = CommOverlapConfig(
-        tp_comm_overlap=args.tp_comm_overlap,
-        tp_comm_overlap_cfg=preset,
-        overlap_moe_expert_parallel_comm=True if args.ep_overlap else None,
-        strict=args.strict,
-    )
-    plan = plan_comm_overlap(request, facts)
-    env_plan = launch_env.plan_launch_env(
-        gpu_sm100_or_newer=GPUS[layout["gpu"]],
-        tp_size=layout["tp"],
-        cp_size=layout["cp"],
-        dp_size=layout["dp"],
-        pp_size=layout["pp"],
-        moe_flex_dispatcher_backend=args.moe_flex_backend,
+    plan, preset_info = _plan_recipe(args) if args.recipe else _plan_flags(args)
+    env_plan = launch_env.plan_launch_env_for(
+        plan.facts,
         a2a_overlap=bool(plan.value("overlap_moe_expert_parallel_comm")),
         layernorm_sm_margin=args.layernorm_sm_margin,
         nccl_pp_comm_chunksize=args.nccl_pp_chunksize,
     )
-    if preset is not None and plan.value("tp_comm_overlap"):
-        shapes = preset_shapes_of(preset)
-        preset_info["matches_model"] = any(
-            s.hidden_size == layout["hidden_size"] and s.tp_size == layout["tp"] for s in shapes
+    doc = document(plan, env_plan, recipe=args.recipe, te_mode=args.te, preset_info=preset_info)
+    return doc, plan, env_plan
+
+
+def document(
+    plan: OverlapPlan,
+    env_plan: launch_env.LaunchEnvPlan,
+    *,
+    recipe: str | None,
+    te_mode: str,
+    preset_info: dict[str, Any],
+) -> dict[str, Any]:
+    """The ``--json`` document of a plan (its JSON Schema is ``explain.schema.json`` here)."""
+    f = plan.facts
+    precision = "fp8" if f.fp8 else ("fp16" if f.fp16 else "bf16")
+    on = bool(plan.value("tp_comm_overlap"))
+    name = None
+    matches = None
+    if on and plan.preset_names:
+        name = published_name_for(
+            plan.preset_names,
+            gpu=f.gpu,
+            precision=precision,
+            hidden_size=f.hidden_size,
+            tp_size=f.tp_size,
         )
-    else:
-        preset_info["matches_model"] = None
-    doc = {
+        matches = preset_fits_model(plan.preset_names, hidden_size=f.hidden_size, tp_size=f.tp_size)
+    elif on and plan.value("tp_comm_overlap_cfg") is not None:
+        preset_info = {**preset_info, "detail": "a custom userbuffers config"}
+    if on and plan.value("tp_comm_overlap_cfg") is None and preset_info["source"] == "recipe":
+        preset_info = {**preset_info, "detail": "the recipe found no published preset: TE defaults"}
+    if not on:
+        preset_info = {**preset_info, "detail": "TP overlap is off: no preset"}
+    return {
         "schema_version": JSON_SCHEMA_VERSION,
-        "recipe": args.recipe,
+        "recipe": recipe,
         "layout": {
-            k: layout[k]
-            for k in (
-                "world_size",
-                "tp",
-                "pp",
-                "vpp",
-                "cp",
-                "ep",
-                "dp",
-                "sequence_parallel",
-                "distributed_optimizer",
-                "gpu",
-                "precision",
-                "hidden_size",
-                "seq_length",
-                "micro_batch_size",
-            )
+            "world_size": f.world_size,
+            "tp": f.tp_size,
+            "pp": f.pp_size,
+            "vpp": f.vpp_size,
+            "cp": f.cp_size,
+            "ep": f.ep_size,
+            "etp": f.tp_size if f.etp_size is None else f.etp_size,
+            "dp": f.dp_size,
+            "expert_dp": f.expert_data_parallel_size,
+            "sequence_parallel": f.sequence_parallel,
+            "distributed_optimizer": f.use_distributed_optimizer,
+            "gpu": f.gpu,
+            "precision": precision,
+            "num_layers": f.num_layers,
+            "hidden_size": f.hidden_size,
+            "num_attention_heads": f.num_attention_heads,
+            "num_query_groups": f.num_query_groups,
+            "num_moe_experts": f.num_moe_experts,
+            "seq_length": f.seq_length,
+            "micro_batch_size": f.micro_batch_size,
         },
-        "transformer_engine": te_info,
-        "preset": preset_info,
+        "transformer_engine": {
+            "mode": te_mode,
+            "available": f.te_available,
+            "version": f.te_version,
+            "reason": f.te_reason,
+        },
+        "preset": {"name": name, **preset_info, "matches_model": matches},
         "overlap": plan.to_dict(),
         "launch_env": [
             {"name": e.name, "value": e.value, "reason": e.reason} for e in env_plan.entries
         ],
         "warnings": list(plan.warnings),
     }
-    return doc, plan, env_plan
 
 
 def _render(doc: dict[str, Any], plan: OverlapPlan, env_plan: launch_env.LaunchEnvPlan) -> str:
     lay = doc["layout"]
     head = (
-        f"Layout: {lay['world_size']} x {lay['gpu'].upper()}  TP{lay['tp']} PP{lay['pp']}"
-        f" VPP{lay['vpp'] or '-'} CP{lay['cp']} EP{lay['ep']} -> DP{lay['dp']}"
+        f"Layout: {lay['world_size']} x {(lay['gpu'] or 'GPU').upper()}  TP{lay['tp']} "
+        f"PP{lay['pp']} VPP{lay['vpp'] or '-'} CP{lay['cp']} EP{lay['ep']} -> DP{lay['dp']}"
         f"  SP {'on' if lay['sequence_parallel'] else 'off'}"
         f"  dist-opt {'on' if lay['distributed_optimizer'] else 'off'}  {lay['precision']}"
         f"  hidden {lay['hidden_size']} seq {lay['seq_length']} mbs {lay['micro_batch_size']}"
     )
+    if lay["expert_dp"] is not None:
+        head += f"\nExperts: {lay['num_moe_experts']} over EP{lay['ep']} x ETP{lay['etp']} -> expert-DP{lay['expert_dp']}"
     if doc["recipe"]:
         head = f"Recipe: {doc['recipe']}\n{head}"
     te = doc["transformer_engine"]
-    lines = [
-        head,
-        f"Transformer Engine: {te['mode']} ({'available' if te['available'] else 'NOT available'}; {te['reason'] or te['version']})",
-    ]
+    state = "available" if te["available"] else "NOT available"
+    detail = (
+        te["reason"]
+        or te["version"]
+        or ("assumed present where the job runs" if te["mode"] == "assume" else "found here")
+    )
+    lines = [head, f"Transformer Engine: {te['mode']} ({state}; {detail})"]
     p = doc["preset"]
     if p["name"]:
         fit = {True: "matches the model", False: "does NOT match the model", None: "unused"}[
@@ -373,17 +433,30 @@ def _render(doc: dict[str, Any], plan: OverlapPlan, env_plan: launch_env.LaunchE
     return "\n".join(lines)
 
 
+def _fail(message: str, code: int, *, as_json: bool) -> int:
+    if as_json:
+        print(json.dumps({"error": message, "exit_code": code}, indent=2))
+    print(message, file=sys.stderr)
+    return code
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``bridge-overlap`` console script."""
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    as_json = "--json" in argv
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except UsageError as exc:
+        if not as_json:
+            parser.print_usage(sys.stderr)
+        return _fail(str(exc), EXIT_INVALID, as_json=as_json)
     try:
         doc, plan, env_plan = explain(args)
     except OverlapRefusedError as exc:
-        print(f"bridge-overlap: refused (--strict): {exc}", file=sys.stderr)
-        return EXIT_REFUSED
+        return _fail(f"bridge-overlap: refused (--strict): {exc}", EXIT_REFUSED, as_json=as_json)
     except (ValueError, TypeError) as exc:
-        print(f"bridge-overlap: error: {exc}", file=sys.stderr)
-        return EXIT_INVALID
+        return _fail(f"bridge-overlap: error: {exc}", EXIT_INVALID, as_json=as_json)
     if args.json:
         print(json.dumps(doc, indent=2))
     else:

@@ -85,7 +85,8 @@ def test_invalid_input_exits_two_naming_the_flag(capsys, argv, needle):
 
 def test_no_preset_for_shape_falls_back_to_te_defaults_with_a_note(capsys):
     doc = _json(capsys, "--hidden-size", "5120")
-    assert doc["preset"]["name"] is None and "TE defaults" in doc["preset"]["detail"]
+    assert doc["preset"]["name"] is None
+    assert "Transformer Engine's defaults" in doc["preset"]["detail"]
     assert any("default userbuffer settings" in n for n in doc["overlap"]["notes"])
 
 

@@ -18,34 +18,32 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal
 
 from megatron.core.distributed import DistributedDataParallelConfig
 from megatron.core.optimizer import OptimizerConfig
 
 from megatron.bridge.models.gpt_provider import GPTModelProvider
-from megatron.bridge.training.comm_overlap import (
-    CommOverlapConfig,
-    TransformerLayerTPOverlapCfg,
-    find_userbuffers_preset,
-    preset_names_of,
-    preset_shapes_of,
-)
+from megatron.bridge.training import hardware
+from megatron.bridge.training.comm_overlap import CommOverlapConfig, preset_names_of
 from megatron.bridge.training.config import ConfigContainer, TrainingConfig
 from megatron.bridge.training.mixed_precision import get_mixed_precision_config
-from megatron.bridge.training.userbuffers import PRESET_GPU_FAMILIES
+from megatron.bridge.training.userbuffers import (
+    PresetChoice,
+    choose_userbuffers_preset,
+    published_name_for,
+)
+from megatron.bridge.training.validators import check_choice
 
 if TYPE_CHECKING:
     from megatron.bridge.recipes.run_plugins import PerfEnvPlugin
 
 __all__ = [
     "MIXED_PRECISION_FOR",
-    "SM100_GPUS",
     "Gpu",
     "Precision",
     "PublishedRun",
     "assemble",
-    "check_choice",
     "gpu_of",
     "perf_env_plugin",
     "picked_preset_name",
@@ -56,11 +54,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-Gpu = Literal["h100", "h200", "b200", "gb200"]
+Gpu = str
+"""A GPU model name from the GPU catalogue (``megatron.bridge.training.hardware.GPUS``)."""
 Precision = Literal["bf16", "fp8"]
-
-#: Blackwell (SM100) parts; the others are Hopper. Drives CUDA_DEVICE_MAX_CONNECTIONS.
-SM100_GPUS: frozenset[str] = frozenset({"b200", "gb200"})
 
 #: Mixed-precision preset each recipe precision maps to. FP8 uses delayed scaling, the recipe
 #: the published FP8 userbuffers presets were tuned with.
@@ -80,103 +76,61 @@ class PublishedRun:
     """GPU model of the published run; the recipe's default ``gpu``."""
 
 
-def check_choice(name: str, value: object, allowed: Any) -> None:
-    """Raise ``ValueError`` naming ``name`` and the valid values when ``value`` is not one of ``allowed``."""
-    choices = get_args(allowed)
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}.")
-
-
 def select_userbuffers_preset(
     *,
+    tp_comm_overlap: bool,
     precision: Precision,
-    gpu: Gpu,
+    gpu: str,
     hidden_size: int,
     tp_size: int,
     cp_size: int,
     micro_batch_size: int,
     seq_length: int,
-    cp_agnostic: bool = False,
-) -> tuple[str | None, TransformerLayerTPOverlapCfg | None]:
-    """The published userbuffers preset for a shape, as ``(name, preset)``, or ``(None, None)``.
+) -> PresetChoice:
+    """The userbuffers preset for a recipe's shape: ``choose_userbuffers_preset``, said in the log.
 
-    The lookup is exact (``find_userbuffers_preset``). ``cp_agnostic=True`` is for model
-    families whose published presets carry no ``_cp`` part although the published layout uses
-    context parallelism (Llama-3 70B runs CP2 on ``..._h8192_tp4_mbs1_seqlen8192``): when the
-    exact CP size has no preset, the CP-less name (``cp_size=1``) is used. The knobs of a preset
-    (SM counts, splits, methods) do not depend on the buffer shape, which TE takes separately.
-
-    No match logs a warning saying that TE's defaults are used instead.
+    With TP overlap on and no published preset for the shape, a warning says that TE's defaults
+    are used; with TP overlap off nothing is looked up and nothing is said.
     """
-    shape = dict(
+    choice = choose_userbuffers_preset(
+        tp_comm_overlap=tp_comm_overlap,
         precision=precision,
         gpu=gpu,
         hidden_size=hidden_size,
         tp_size=tp_size,
+        cp_size=cp_size,
         micro_batch_size=micro_batch_size,
         seq_length=seq_length,
     )
-    tried = [cp_size]
-    if cp_agnostic and cp_size != 1:
-        tried.append(1)
-    for cp in tried:
-        try:
-            name, preset = find_userbuffers_preset(cp_size=cp, **shape)
-        except ValueError:
-            continue
-        if cp != cp_size:
-            logger.info(
-                "Userbuffers preset %s is published without a CP size; this recipe family "
-                "uses it at CP=%d as NVIDIA's recipe does.",
-                name,
-                cp_size,
-            )
-        return name, preset
-    logger.warning(
-        "No published userbuffers preset for %s on %s, hidden %d, TP%d, CP%d, mbs %d, seq %d: "
-        "TP overlap uses Transformer Engine's defaults. Set cfg.comm_overlap.tp_comm_overlap_cfg "
-        "to a preset tuned for this shape if you have one.",
-        precision,
-        gpu,
-        hidden_size,
-        tp_size,
-        cp_size,
-        micro_batch_size,
-        seq_length,
-    )
-    return None, None
+    if tp_comm_overlap and choice.preset is None:
+        logger.warning(
+            "%s. Set cfg.comm_overlap.tp_comm_overlap_cfg to a preset tuned for this shape if "
+            "you have one.",
+            choice.detail,
+        )
+    elif choice.name is not None:
+        logger.info("Userbuffers preset %s: %s.", choice.name, choice.detail)
+    return choice
 
 
 def picked_preset_name(cfg: ConfigContainer, *, gpu: str) -> str | None:
-    """The published name of the preset ``cfg`` carries, as the recipe picked it for ``gpu``.
-
-    Presets with equal values are one object published under several names; the one whose
-    GPU family, precision, hidden size and TP size fit ``cfg`` is the recipe's pick.
-    """
+    """The published name of the preset ``cfg`` carries, as the recipe picked it for ``gpu``."""
     overlap = cfg.comm_overlap
     preset = overlap.tp_comm_overlap_cfg if overlap is not None else None
     if preset is None:
         return None
-    precision = precision_of(cfg)
-    family = PRESET_GPU_FAMILIES.get(gpu)
-    fitting = [
-        name
-        for name, shape in zip(preset_names_of(preset), preset_shapes_of(preset), strict=True)
-        if shape.gpu == family
-        and shape.precision == precision
-        and shape.hidden_size == cfg.model.hidden_size
-        and shape.tp_size == cfg.model.tensor_model_parallel_size
-    ]
-    if fitting:
-        return fitting[0]
-    names = preset_names_of(preset)
-    return names[0] if names else None
+    return published_name_for(
+        preset_names_of(preset),
+        gpu=gpu,
+        precision=precision_of(cfg),
+        hidden_size=cfg.model.hidden_size,
+        tp_size=cfg.model.tensor_model_parallel_size,
+    )
 
 
 def gpu_of(gpu: str) -> Gpu:
-    """Check a GPU name for a recipe; ``ValueError`` lists the valid ones."""
-    check_choice("gpu", gpu, Gpu)
-    return gpu  # type: ignore[return-value]
+    """Check a GPU name for a recipe against the GPU catalogue; ``ValueError`` lists the valid ones."""
+    return hardware.gpu_spec(gpu).name
 
 
 def assemble(
@@ -191,23 +145,24 @@ def assemble(
     micro_batch_size: int,
     global_batch_size: int,
     tp_comm_overlap: bool = True,
-    cp_agnostic_preset: bool = False,
     lr: float = 3e-4,
     min_lr: float = 3e-5,
 ) -> ConfigContainer:
     """The container a recipe returns, from its model: layout, preset, optimizer, precision.
 
     Writes the parallel layout onto ``model`` (:func:`set_parallelism`), picks the userbuffers
-    preset for the model's hidden size and sequence length (:func:`select_userbuffers_preset`;
-    ``cp_agnostic_preset`` as there), and adds the distributed optimizer, mixed precision and
+    preset for the model's hidden size and sequence length (:func:`select_userbuffers_preset`),
+    and adds the distributed optimizer, mixed precision and
     the comm-overlap request. That request names TP overlap and the preset only; PP, DP and the
     other knobs stay ``None`` so the rules derive them from the layout at model-build time (a
     recipe that wants another value sets it on ``cfg.comm_overlap`` afterwards).
     """
-    gpu_of(gpu)
-    check_choice("precision", precision, Precision)
+    gpu = gpu_of(gpu)
+    check_choice("", "precision", precision, Precision)
+    hardware.check_precision_on_gpu(gpu=gpu, fp8=precision == "fp8")
     set_parallelism(model, tp_size=tp_size, pp_size=pp_size, vpp_size=vpp_size, cp_size=cp_size)
-    _, preset = select_userbuffers_preset(
+    preset = select_userbuffers_preset(
+        tp_comm_overlap=tp_comm_overlap,
         precision=precision,
         gpu=gpu,
         hidden_size=model.hidden_size,
@@ -215,8 +170,7 @@ def assemble(
         cp_size=cp_size,
         micro_batch_size=micro_batch_size,
         seq_length=model.seq_length,
-        cp_agnostic=cp_agnostic_preset,
-    )
+    ).preset
     optimizer = OptimizerConfig(
         optimizer="adam",
         lr=lr,
@@ -241,6 +195,7 @@ def assemble(
         ddp=ddp,
         mixed_precision=get_mixed_precision_config(MIXED_PRECISION_FOR[precision]),
         comm_overlap=CommOverlapConfig(tp_comm_overlap=tp_comm_overlap, tp_comm_overlap_cfg=preset),
+        gpu=gpu,
     )
 
 
@@ -273,7 +228,7 @@ def perf_env_plugin(
     the GPU generation (Blackwell or not). ``overrides`` set the other plugin fields
     (``layernorm_sm_margin``, ``nccl_pp_comm_chunksize``, ``enable_vboost``, ...).
     """
-    gpu_of(gpu)
+    gpu = gpu_of(gpu)
     if "gpu_sm100_or_newer" in overrides:
         raise TypeError(
             "perf_env_plugin derives gpu_sm100_or_newer from gpu=...; pass the GPU name only."
@@ -281,9 +236,7 @@ def perf_env_plugin(
     # NeMo-Run is optional: import it only when a launch is being prepared.
     from megatron.bridge.recipes.run_plugins import PerfEnvPlugin
 
-    return PerfEnvPlugin.from_config(
-        cfg, num_gpus=num_gpus, gpu_sm100_or_newer=gpu in SM100_GPUS, **overrides
-    )
+    return PerfEnvPlugin.from_config(cfg, num_gpus=num_gpus, gpu=gpu, **overrides)
 
 
 def precision_of(cfg: ConfigContainer) -> Precision:

@@ -6,8 +6,8 @@ parallelism) x PP4 with 5 virtual stages per rank x CP2, micro-batch 1. We run i
 (DP 2) with global batch 128, the size of NVIDIA's published Llama-3 70B H100 runs.
 
 Preset: ``userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192``. Its name has no ``_cp`` part
-although the layout is CP2; NVIDIA's recipe uses it at CP2 all the same, so this recipe looks
-the preset up CP-agnostically (exact CP first, then the CP-less name).
+although the layout is CP2; NVIDIA's recipe uses it at CP2 all the same, and so does the preset
+choice here (exact CP first, then the CP-less name, for every recipe and the CLI alike).
 """
 
 from __future__ import annotations
@@ -68,7 +68,6 @@ def llama3_70b(
         micro_batch_size=micro_batch_size,
         global_batch_size=global_batch_size,
         tp_comm_overlap=tp_comm_overlap,
-        cp_agnostic_preset=True,
     )
 
 

@@ -187,15 +187,23 @@ class PerfEnvPlugin(run.Plugin):
         )
 
     @classmethod
-    def from_config(cls, cfg: Any, *, num_gpus: int, **overrides: Any) -> PerfEnvPlugin:
-        """Build the plugin from a ``ConfigContainer`` (or anything shaped like one).
+    def from_config(
+        cls,
+        cfg: Any,
+        *,
+        num_gpus: int,
+        gpu: str | None = None,
+        **overrides: Any,
+    ) -> PerfEnvPlugin:
+        """Build the plugin from a ``ConfigContainer``, through the same plan the job resolves.
 
-        Reads ``cfg.model.{tensor,context,pipeline}_model_parallel_size``, the flex
-        dispatcher backend (only when ``cfg.model.moe_token_dispatcher_type == "flex"``:
-        megatron-core defaults the backend to "deepep" even for dense models) and the EP
-        A2A overlap flag (``cfg.comm_overlap.overlap_moe_expert_parallel_comm``, falling back
-        to ``cfg.model``'s when the overlap config leaves it None). ``overrides`` set the
-        other fields; layout fields come from ``cfg`` only.
+        ``cfg`` is resolved as ``runtime_config_update`` resolves it at model-build time (on
+        copies: ``cfg`` is not changed) for ``num_gpus`` GPUs, with Transformer Engine assumed
+        present where the job runs. The parallel sizes, the MoE flex backend and whether EP
+        all-to-all overlap survived come from that plan, so the exported environment is the one
+        the build-time check expects. ``gpu`` (a GPU catalogue name, else ``cfg.gpu``) sets the
+        GPU generation; without either, ``gpu_sm100_or_newer`` may be passed in ``overrides``
+        (default: Hopper). ``overrides`` set the other fields.
         """
         derived = ("tp_size", "cp_size", "pp_size", "moe_flex_dispatcher_backend", "a2a_overlap")
         clashing = sorted(set(overrides) & set(derived))
@@ -204,21 +212,25 @@ class PerfEnvPlugin(run.Plugin):
                 f"PerfEnvPlugin.from_config reads {clashing} from cfg; set them on cfg.model / "
                 "cfg.comm_overlap, or construct PerfEnvPlugin(...) directly. Choose one."
             )
-        model = cfg.model
-        backend = (
-            model.moe_flex_dispatcher_backend if model.moe_token_dispatcher_type == "flex" else None
-        )
-        a2a = None
-        if cfg.comm_overlap is not None:
-            a2a = cfg.comm_overlap.overlap_moe_expert_parallel_comm
-        if a2a is None:
-            a2a = model.overlap_moe_expert_parallel_comm
+        from megatron.bridge.training.comm_overlap import te_status
+        from megatron.bridge.training.config import resolve_config
+        from megatron.bridge.training.hardware import gpu_spec
+
+        resolved = resolve_config(cfg, world_size=num_gpus, te=te_status("assume"), gpu=gpu)
+        gpu = resolved.gpu
+        if gpu is not None:
+            if "gpu_sm100_or_newer" in overrides:
+                raise TypeError(
+                    "PerfEnvPlugin.from_config derives gpu_sm100_or_newer from the gpu "
+                    f"({gpu!r}); pass the GPU name only."
+                )
+            overrides["gpu_sm100_or_newer"] = gpu_spec(gpu).sm100_or_newer
         return cls(
-            tp_size=model.tensor_model_parallel_size,
-            cp_size=model.context_parallel_size,
-            pp_size=model.pipeline_model_parallel_size,
-            moe_flex_dispatcher_backend=backend,
-            a2a_overlap=bool(a2a),
+            tp_size=resolved.tp_size,
+            cp_size=resolved.cp_size,
+            pp_size=resolved.pp_size,
+            moe_flex_dispatcher_backend=resolved.moe_flex_dispatcher_backend,
+            a2a_overlap=resolved.a2a_overlap,
             num_gpus=num_gpus,
             **overrides,
         )

@@ -11,12 +11,19 @@ reads, in a fixed order:
 3. comm overlap is resolved against the layout and written;
 4. everything is validated, including megatron-core's own ``TransformerConfig`` checks.
 
-What the user wrote in ``mixed_precision`` and ``comm_overlap`` is never changed; what was
-derived (data-parallel size, the overlap plan) is readable on the container as properties.
+The update is all or nothing: the steps run on copies of the megatron-core configs, and the
+results are written into the user's objects only when every step succeeded. What the user wrote
+in ``mixed_precision`` and ``comm_overlap`` is never changed; what was derived (data-parallel
+size, the overlap plan) is readable on the container as properties. The overlap fields the
+library wrote are remembered with the user's values underneath, so that setting
+``cfg.comm_overlap = None`` and updating again puts those values back.
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import dataclasses
 import logging
 import os
 from dataclasses import dataclass, field
@@ -26,12 +33,17 @@ from megatron.core.distributed import DistributedDataParallelConfig
 from megatron.core.optimizer import OptimizerConfig
 
 from megatron.bridge.models.gpt_provider import GPTModelProvider
-from megatron.bridge.training import launch_env
+from megatron.bridge.training import hardware, launch_env
 from megatron.bridge.training.comm_overlap import (
     CommOverlapConfig,
+    LayoutFacts,
     OverlapPlan,
     OverlapRefusedError,
+    TEStatus,
+    check_layout,
+    facts_from_configs,
 )
+from megatron.bridge.training.hardware import live_gpu_sm100_or_newer as gpu_sm100_or_newer
 from megatron.bridge.training.mixed_precision import (
     MixedPrecisionConfig,
     get_mixed_precision_config,
@@ -39,7 +51,11 @@ from megatron.bridge.training.mixed_precision import (
 
 __all__ = [
     "ConfigContainer",
+    "ResolvedConfig",
     "TrainingConfig",
+    "check_launch_environment",
+    "gpu_sm100_or_newer",
+    "resolve_config",
     "resolve_world_size",
     "runtime_config_update",
 ]
@@ -117,12 +133,21 @@ class ConfigContainer:
     """Precision settings, a preset name, or None to leave the model's precision fields as they are."""
     comm_overlap: CommOverlapConfig | None = None
     """Communication overlap request, or None to leave megatron-core's overlap fields as they are."""
+    gpu: str | None = None
+    """GPU model the run targets (a name from the GPU catalogue, e.g. "h100"); recipes set it.
+    None: unknown until the job runs (the build-time check then reads the visible GPU)."""
 
     _data_parallel_size: int | None = field(default=None, init=False, repr=False, compare=False)
     _overlap_plan: OverlapPlan | None = field(default=None, init=False, repr=False, compare=False)
     _resolved_mixed_precision: MixedPrecisionConfig | None = field(
         default=None, init=False, repr=False, compare=False
     )
+
+    # What the overlap setup of the last runtime_config_update wrote, so the next update can
+    # start from the user's values (see runtime_config_update). Not a dataclass field (no
+    # annotation): it holds references to the configs themselves, which would otherwise show up
+    # again in every dataclasses.asdict() dump of the container.
+    _overlap_writes = None  # _OverlapWrites | None
 
     def __post_init__(self) -> None:
         if isinstance(self.mixed_precision, str):
@@ -222,38 +247,243 @@ def _validate_precision_consistency(cfg: ConfigContainer) -> None:
             )
 
 
-def gpu_sm100_or_newer() -> bool | None:
-    """Whether the visible GPU is Blackwell (SM100) or newer; None when no GPU is visible."""
-    import torch
+#: The megatron-core configs runtime_config_update writes, by their ConfigContainer attribute.
+_SECTIONS = ("model", "optimizer", "ddp")
 
-    if not torch.cuda.is_available():
-        return None
-    major, _minor = torch.cuda.get_device_capability()
-    return major >= 10
+# What the overlap setup changed at the last update, per section: the user's config object it
+# changed, and per field (the user's value before, the value the library wrote).
+_OverlapWrites = dict[str, tuple[Any, dict[str, tuple[Any, Any]]]]
+
+_MISSING = object()
 
 
-def check_launch_environment(
-    cfg: ConfigContainer, plan: OverlapPlan, data_parallel_size: int
-) -> list[str]:
-    """Compare the live environment with what the resolved plan needs.
+def _same(a: Any, b: Any) -> bool:
+    # Identity, else == between values of one type that answers a plain True: True and 1 are
+    # not the same setting, and == on tensors or arrays answers no question asked here.
+    if a is b:
+        return True
+    if type(a) is not type(b):
+        return False
+    try:
+        return (a == b) is True
+    except Exception:
+        return False
+
+
+def _field_names(config: Any) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(config))
+
+
+def _field_values(config: Any) -> dict[str, Any]:
+    return {name: getattr(config, name) for name in _field_names(config)}
+
+
+def _relink(value: Any, mapping: dict[int, Any]) -> Any:
+    # Swaps each object ``mapping`` knows for its counterpart, rebuilding the plain containers
+    # on the way to one; everything else stays the very same object (a list that is also a
+    # field value keeps its identity, a sentinel such as a bare object() stays itself).
+    mapped = mapping.get(id(value), _MISSING)
+    if mapped is not _MISSING:
+        return mapped
+    if type(value) is dict:
+        items = [(_relink(k, mapping), _relink(v, mapping)) for k, v in value.items()]
+        if any(
+            k is not k0 or v is not v0
+            for (k, v), (k0, v0) in zip(items, value.items(), strict=True)
+        ):
+            return dict(items)
+    elif type(value) in (list, tuple, set, frozenset):
+        elements = [_relink(v, mapping) for v in value]
+        if any(v is not v0 for v, v0 in zip(elements, value, strict=True)):
+            return type(value)(elements)
+    return value
+
+
+def _working_copies(cfg: ConfigContainer) -> tuple[dict[str, Any], dict[int, Any]]:
+    """Copies of cfg's megatron-core configs, and the memo: id(original value) -> its copy.
+
+    Field values are deep-copied, since megatron-core's validation edits some in place (it
+    appends to lists). Other attributes are bookkeeping kept next to the fields by their owners
+    (the GPT provider's record of derived fields, comm overlap's record of its writes): they
+    are rebuilt to point at the copied field values they refer to, everything else in them is
+    shared. One memo for all three configs keeps values they share shared in the copies.
+    """
+    memo: dict[int, Any] = {}
+    for name in _SECTIONS:
+        for value in _field_values(getattr(cfg, name)).values():
+            # Callables are shared, not copied: no step changes one in place, a copied
+            # functools.partial init method no longer equals the user's, and a bound method (the
+            # grad-sync hooks a training loop sets on the model config) would copy its model.
+            if callable(value):
+                memo[id(value)] = value
+    copies = {}
+    for name in _SECTIONS:
+        work = copy.copy(getattr(cfg, name))
+        for field_name, value in _field_values(work).items():
+            # A value deepcopy refuses (a handle on a live resource) stays shared, as copy.copy
+            # left it: the steps assign such fields, none changes an object like that in place.
+            with contextlib.suppress(Exception):
+                setattr(work, field_name, copy.deepcopy(value, memo))
+        copies[name] = work
+    # After every field is copied, so that a record on one config may refer to another's values.
+    for work in copies.values():
+        names = set(_field_names(work))
+        for attr, value in vars(work).items():
+            if attr not in names:
+                object.__setattr__(work, attr, _relink(value, memo))
+    return copies, memo
+
+
+def _restore_user_overlap_values(cfg: ConfigContainer, work: dict[str, Any]) -> None:
+    """Put the user's values back on the copies where the library's last write still stands."""
+    for name, (owner, fields) in (cfg._overlap_writes or {}).items():
+        config = getattr(cfg, name)
+        if config is not owner:
+            # A config object swapped in since the last update: every value on it is the user's.
+            continue
+        for field_name, (user_value, written) in fields.items():
+            # A different value now is the user's own, set after the library wrote its value.
+            if _same(getattr(config, field_name), written):
+                setattr(work[name], field_name, user_value)
+
+
+def _detached(value: Any) -> Any:
+    # The written value as written: an edit the user later makes in place on the object in the
+    # config (a key of the userbuffers dict) then reads as the user's, as a new value would.
+    try:
+        return copy.deepcopy(value)
+    except Exception:
+        return value
+
+
+def _overlap_writes_of(
+    cfg: ConfigContainer,
+    work: dict[str, Any],
+    before: dict[str, dict[str, Any]],
+    memo: dict[int, Any],
+) -> _OverlapWrites:
+    """The fields the overlap setup changed on the copies, with the user's value before it."""
+    writes: _OverlapWrites = {}
+    for name, config in work.items():
+        user_config = getattr(cfg, name)
+        changed = {}
+        for field_name, old in before[name].items():
+            new = getattr(config, field_name)
+            if not _same(old, new):
+                theirs = getattr(user_config, field_name)
+                # Remember the user's own object rather than its copy.
+                user_value = theirs if memo.get(id(theirs), _MISSING) is old else old
+                changed[field_name] = (user_value, _detached(new))
+        if changed:
+            writes[name] = (user_config, changed)
+    return writes
+
+
+def _commit(original: Any, work: Any, memo: dict[int, Any]) -> None:
+    """Write ``work``'s fields, then its other attributes, into ``original`` (same object).
+
+    A field value the update left as it was stays the user's own object instead of its copy,
+    and the bookkeeping attributes are pointed at whichever of the two the field now holds.
+    """
+    back: dict[int, Any] = {}
+    for name, new in _field_values(work).items():
+        old = getattr(original, name)
+        if new is old:
+            continue
+        if memo.get(id(old), _MISSING) is new and _same(old, new):
+            back[id(new)] = old
+            continue
+        setattr(original, name, new)
+    names = set(_field_names(work))
+    theirs, ours = vars(original), vars(work)
+    for attr in theirs.keys() - ours.keys():
+        object.__delattr__(original, attr)
+    for attr, value in ours.items():
+        if attr not in names:
+            # object.__setattr__, as their owners write them: not fields, no config checks. A
+            # record that refers to a field value by identity must see the object now there.
+            object.__setattr__(original, attr, _relink(value, back))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResolvedConfig:
+    """What a :class:`ConfigContainer` resolves to for one job, computed without writing into it.
+
+    :func:`resolve_config` makes it; :func:`runtime_config_update` writes it into the
+    container; ``bridge-overlap explain --recipe`` and ``PerfEnvPlugin.from_config`` read it.
+    """
+
+    facts: LayoutFacts
+    """The layout facts, read from the resolved megatron-core configs."""
+    plan: OverlapPlan | None
+    """The overlap plan (None when the container has no comm_overlap request)."""
+    data_parallel_size: int
+    """Data-parallel size derived from the world size."""
+    mixed_precision: MixedPrecisionConfig | None
+    """The mixed precision settings applied (a preset name resolved)."""
+    _staged: Any = field(default=None, repr=False, compare=False)
+    """The resolved copies and what committing them needs (private)."""
+
+    @property
+    def gpu(self) -> str | None:
+        """GPU model the run targets, when known."""
+        return self.facts.gpu
+
+    @property
+    def tp_size(self) -> int:
+        """Tensor-parallel size."""
+        return self.facts.tp_size
+
+    @property
+    def cp_size(self) -> int:
+        """Context-parallel size."""
+        return self.facts.cp_size
+
+    @property
+    def pp_size(self) -> int:
+        """Pipeline-parallel size."""
+        return self.facts.pp_size
+
+    @property
+    def moe_flex_dispatcher_backend(self) -> str | None:
+        """Backend of the flex MoE dispatcher (None unless the dispatcher is flex)."""
+        return self.facts.moe_flex_dispatcher_backend
+
+    @property
+    def a2a_overlap(self) -> bool:
+        """Whether EP all-to-all overlap runs: the plan's decision, else the model's own flag."""
+        if self.plan is not None:
+            return bool(self.plan.value("overlap_moe_expert_parallel_comm"))
+        return bool(self._staged.model.overlap_moe_expert_parallel_comm)
+
+    def launch_env(self, **options: Any) -> launch_env.LaunchEnvPlan:
+        """The launch environment this resolution needs (``plan_launch_env_for`` options)."""
+        return launch_env.plan_launch_env_for(self.facts, a2a_overlap=self.a2a_overlap, **options)
+
+
+def check_launch_environment(cfg: ConfigContainer, resolved: ResolvedConfig) -> list[str]:
+    """Compare the live environment with what the resolved layout needs.
 
     ``CUDA_DEVICE_MAX_CONNECTIONS`` must be set before CUDA starts, so a wrong value can only be
     reported here, not fixed: each problem is logged as a warning, or raised as
-    :class:`OverlapRefusedError` when ``cfg.comm_overlap.strict``. Returns the problems.
+    :class:`OverlapRefusedError` when ``cfg.comm_overlap.strict``. The GPU generation is the
+    visible GPU's, else the one ``cfg.gpu`` names, else unknown (generation rules skipped).
+    Returns the problems.
     """
-    model = cfg.model
+    f = resolved.facts
+    live = gpu_sm100_or_newer()
+    if live is None and f.gpu is not None:
+        live = hardware.gpu_spec(f.gpu).sm100_or_newer
+    plan = resolved.plan
     problems = launch_env.check_live_environment(
-        tp_comm_overlap=bool(plan.value("tp_comm_overlap")),
-        tp_size=model.tensor_model_parallel_size,
-        cp_size=model.context_parallel_size,
-        dp_size=data_parallel_size,
-        pp_size=model.pipeline_model_parallel_size,
-        a2a_overlap=bool(plan.value("overlap_moe_expert_parallel_comm")),
-        # megatron-core fills the backend in for every model; it matters only with flex dispatch.
-        moe_flex_dispatcher_backend=(
-            model.moe_flex_dispatcher_backend if model.moe_token_dispatcher_type == "flex" else None
-        ),
-        gpu_sm100_or_newer=gpu_sm100_or_newer(),
+        tp_comm_overlap=bool(plan is not None and plan.value("tp_comm_overlap")),
+        tp_size=f.tp_size,
+        cp_size=f.cp_size,
+        dp_size=f.dp_size,
+        pp_size=f.pp_size,
+        a2a_overlap=resolved.a2a_overlap,
+        moe_flex_dispatcher_backend=f.moe_flex_dispatcher_backend,
+        gpu_sm100_or_newer=live,
         env=os.environ,
     )
     if problems and cfg.comm_overlap is not None and cfg.comm_overlap.strict:
@@ -261,6 +491,124 @@ def check_launch_environment(
     for problem in problems:
         logger.warning("launch environment: %s", problem)
     return problems
+
+
+def resolve_config(
+    cfg: ConfigContainer,
+    *,
+    world_size: int | None = None,
+    te: TEStatus | None = None,
+    gpu: str | None = None,
+) -> ResolvedConfig:
+    """Resolve ``cfg`` for a job of ``world_size`` GPUs on copies: ``cfg`` is not changed.
+
+    The steps of :func:`runtime_config_update` (mixed precision, data-parallel size, comm
+    overlap, the layout checks, megatron-core's own validation), for consumers that plan
+    without building: ``bridge-overlap explain --recipe`` and ``PerfEnvPlugin.from_config``.
+    ``te`` defaults to what this process sees (pass ``te_status("assume")`` to plan for a
+    cluster); ``gpu`` defaults to ``cfg.gpu``.
+    """
+    if not isinstance(cfg, ConfigContainer):
+        raise TypeError(
+            f"runtime_config_update expects a ConfigContainer, got {type(cfg).__name__}."
+        )
+    mixed = cfg.mixed_precision
+    if isinstance(mixed, str):
+        mixed = get_mixed_precision_config(mixed)
+    elif mixed is not None and not isinstance(mixed, MixedPrecisionConfig):
+        raise TypeError(
+            "cfg.mixed_precision must be a MixedPrecisionConfig, a preset name or None, got "
+            f"{type(mixed).__name__}."
+        )
+    if cfg.comm_overlap is not None and not isinstance(cfg.comm_overlap, CommOverlapConfig):
+        raise TypeError(
+            f"cfg.comm_overlap must be a CommOverlapConfig or None, got {type(cfg.comm_overlap).__name__}."
+        )
+
+    gpu = cfg.gpu if gpu is None else gpu
+    if gpu is not None:
+        gpu = hardware.gpu_spec(gpu).name
+    work, memo = _working_copies(cfg)
+    # Start every run from what the user wrote, not from the previous run's derivations.
+    work["model"].clear_derived()
+    _restore_user_overlap_values(cfg, work)
+    # A shallow copy: setup records its plan on the request object, and the user's request may
+    # only see that once the whole update succeeded.
+    overlap = copy.copy(cfg.comm_overlap)
+    # train and mixed precision are only read (their finalize() checks change nothing).
+    staged = ConfigContainer(
+        model=work["model"],
+        train=cfg.train,
+        optimizer=work["optimizer"],
+        ddp=work["ddp"],
+        mixed_precision=mixed,
+        comm_overlap=overlap,
+    )
+
+    if mixed is not None:
+        mixed.setup(staged.model, staged.optimizer, staged.ddp)
+    else:
+        logger.info(
+            "cfg.mixed_precision is None: the model's precision fields are used as they are."
+        )
+
+    world = resolve_world_size(world_size)
+    dp = _data_parallel_size(staged.model, world)
+    staged.train.finalize(dp)
+
+    _sync_distributed_optimizer(staged)
+
+    plan = None
+    writes: _OverlapWrites = {}
+    if overlap is not None:
+        before = {name: _field_values(config) for name, config in work.items()}
+        # setup() runs the request's finalize() checks first.
+        plan = overlap.setup(
+            staged.model,
+            staged.optimizer,
+            staged.ddp,
+            data_parallel_size=dp,
+            micro_batch_size=staged.train.micro_batch_size,
+            te_status=te,
+            gpu=gpu,
+        )
+        writes = _overlap_writes_of(cfg, work, before, memo)
+        facts = plan.facts
+    else:
+        facts = facts_from_configs(
+            staged.model,
+            staged.optimizer,
+            staged.ddp,
+            data_parallel_size=dp,
+            micro_batch_size=staged.train.micro_batch_size,
+            te_status=te,
+            gpu=gpu,
+        )
+    # The errors megatron-core would raise only once the job starts (pipeline split, expert
+    # grid, heads per TP rank, ...), raised here while nothing has been written.
+    check_layout(facts)
+
+    staged.model.finalize()
+    _validate_precision_consistency(staged)
+    return ResolvedConfig(
+        facts=facts,
+        plan=plan,
+        data_parallel_size=dp,
+        mixed_precision=mixed,
+        _staged=_Staged(work=work, memo=memo, overlap=overlap, writes=writes),
+    )
+
+
+@dataclass(frozen=True)
+class _Staged:
+    work: dict[str, Any]
+    memo: dict[int, Any]
+    overlap: CommOverlapConfig | None
+    writes: _OverlapWrites
+
+    @property
+    def model(self) -> Any:
+        return self.work["model"]
 
 
 def runtime_config_update(
@@ -272,57 +620,31 @@ def runtime_config_update(
     argument, else torch.distributed, else ``WORLD_SIZE``, else 1), comm overlap finalize and
     setup, validation (megatron-core's ``TransformerConfig`` checks among them). Returns the
     overlap plan (None without ``cfg.comm_overlap``). Running it twice gives the same result.
+
+    All or nothing: every step runs on copies of ``cfg.model``, ``cfg.optimizer`` and
+    ``cfg.ddp``; only when all of them succeeded are the results written back, attribute by
+    attribute, into the user's objects (which keep their identity; a value the update left as
+    it was stays the user's own object). When a step raises, every section of ``cfg`` and its
+    ``data_parallel_size`` / ``overlap_plan`` / ``resolved_mixed_precision`` are as before.
+
+    Overlap fields are undone, not left behind: each update remembers which megatron-core
+    fields the overlap setup changed, with the user's value underneath. The next update starts
+    from the user's values for those fields, so with ``cfg.comm_overlap = None`` they go back to
+    what they were before the library first wrote them. A field whose current value differs
+    from what the library last wrote was changed by the user since: that value is the user's
+    new one and is kept. (A user value equal to the library's is indistinguishable from it.)
     """
-    if not isinstance(cfg, ConfigContainer):
-        raise TypeError(
-            f"runtime_config_update expects a ConfigContainer, got {type(cfg).__name__}."
-        )
+    resolved = resolve_config(cfg, world_size=world_size)
+    check_launch_environment(cfg, resolved)
 
-    # Start every run from what the user wrote, not from the previous run's derivations.
-    cfg.model.clear_derived()
-
-    mixed = cfg.mixed_precision
-    if isinstance(mixed, str):
-        mixed = get_mixed_precision_config(mixed)
-    elif mixed is not None and not isinstance(mixed, MixedPrecisionConfig):
-        raise TypeError(
-            "cfg.mixed_precision must be a MixedPrecisionConfig, a preset name or None, got "
-            f"{type(mixed).__name__}."
-        )
-    if mixed is not None:
-        mixed.setup(cfg.model, cfg.optimizer, cfg.ddp)
-    else:
-        logger.info(
-            "cfg.mixed_precision is None: the model's precision fields are used as they are."
-        )
-
-    world = resolve_world_size(world_size)
-    dp = _data_parallel_size(cfg.model, world)
-    cfg.train.finalize(dp)
-
-    _sync_distributed_optimizer(cfg)
-
-    plan = None
-    if cfg.comm_overlap is not None:
-        if not isinstance(cfg.comm_overlap, CommOverlapConfig):
-            raise TypeError(
-                f"cfg.comm_overlap must be a CommOverlapConfig or None, got {type(cfg.comm_overlap).__name__}."
-            )
-        # setup() runs the request's finalize() checks first.
-        plan = cfg.comm_overlap.setup(
-            cfg.model,
-            cfg.optimizer,
-            cfg.ddp,
-            data_parallel_size=dp,
-            micro_batch_size=cfg.train.micro_batch_size,
-        )
-
-    cfg.model.finalize()
-    _validate_precision_consistency(cfg)
-    if plan is not None:
-        check_launch_environment(cfg, plan, dp)
-
-    cfg._resolved_mixed_precision = mixed
-    cfg._data_parallel_size = dp
-    cfg._overlap_plan = plan
-    return plan
+    # Every step succeeded: from here on nothing raises.
+    staged = resolved._staged
+    for name, config in staged.work.items():
+        _commit(getattr(cfg, name), config, staged.memo)
+    if staged.overlap is not None:
+        _commit(cfg.comm_overlap, staged.overlap, {})
+    cfg._resolved_mixed_precision = resolved.mixed_precision
+    cfg._data_parallel_size = resolved.data_parallel_size
+    cfg._overlap_plan = resolved.plan
+    cfg._overlap_writes = staged.writes
+    return resolved.plan

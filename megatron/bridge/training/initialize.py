@@ -21,6 +21,7 @@ from typing import Any
 
 from megatron.bridge.training.comm_overlap import tp_overlap_buffer_rows
 from megatron.bridge.training.userbuffers import TransformerLayerTPOverlapCfg
+from megatron.bridge.training.userbuffers_file import load_tp_overlap_cfg
 
 __all__ = [
     "UserbufferSettings",
@@ -72,57 +73,18 @@ def reset_tp_communicators() -> None:
     _SETTINGS = None
 
 
-def _clean_ub_cfgs(raw: Mapping[str, Any], origin: str) -> dict[str, dict[str, Any]]:
-    # TE treats a present key as a setting; None would reach its C++ constructor, so drop it.
-    cleaned: dict[str, dict[str, Any]] = {}
-    for gemm, knobs in raw.items():
-        if knobs is None:
-            continue
-        if not isinstance(knobs, Mapping):
-            raise TypeError(
-                f"tp_comm_overlap_cfg ({origin}): entry {gemm!r} must be a mapping of knobs "
-                f"(method, num_sm, ...), got {type(knobs).__name__}."
-            )
-        cleaned[str(gemm)] = {str(k): v for k, v in knobs.items() if v is not None}
-    return cleaned
-
-
-def _load_yaml(path: str | os.PathLike[str]) -> Any:
-    try:
-        import yaml
-    except ImportError as exc:
-        raise ImportError(
-            f"tp_comm_overlap_cfg is a file path ({os.fspath(path)!r}) and reading it needs "
-            "PyYAML: pip install pyyaml, or pass the preset as a dict or preset object."
-        ) from exc
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return yaml.safe_load(handle)
-    except FileNotFoundError:
-        raise FileNotFoundError(
-            f"tp_comm_overlap_cfg file {os.fspath(path)!r} does not exist; fix the path or pass "
-            "the preset as a dict or preset object."
-        ) from None
-
-
 def resolve_ub_cfgs(cfg: Any) -> dict[str, dict[str, Any]] | None:
-    """The ``ub_cfgs`` dict for TE from a preset object, a plain dict, a YAML file path or None."""
+    """The ``ub_cfgs`` dict for TE from a preset object, a plain dict, a YAML file path or None.
+
+    A dict or file goes through :func:`load_tp_overlap_cfg`, so it is validated (GEMM and knob
+    names, value types, TE's method rules) before anything reaches TE.
+    """
     if cfg is None:
         return None
+    if isinstance(cfg, Mapping | str | os.PathLike):
+        cfg = load_tp_overlap_cfg(cfg, origin="tp_comm_overlap_cfg")
     if isinstance(cfg, TransformerLayerTPOverlapCfg):
-        return _clean_ub_cfgs(cfg.to_ub_cfgs(), "preset")
-    if isinstance(cfg, Mapping):
-        return _clean_ub_cfgs(cfg, "dict")
-    if isinstance(cfg, str | os.PathLike):
-        loaded = _load_yaml(cfg)
-        if loaded is None:
-            return None
-        if not isinstance(loaded, Mapping):
-            raise TypeError(
-                f"tp_comm_overlap_cfg file {os.fspath(cfg)!r} must hold a mapping of GEMM name "
-                f"to knobs, got {type(loaded).__name__}."
-            )
-        return _clean_ub_cfgs(loaded, os.fspath(cfg))
+        return cfg.to_ub_cfgs()
     raise TypeError(
         "tp_comm_overlap_cfg must be a TransformerLayerTPOverlapCfg preset, a dict, a YAML file "
         f"path or None, got {type(cfg).__name__}."

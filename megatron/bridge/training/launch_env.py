@@ -27,7 +27,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Literal, get_args
+from typing import TYPE_CHECKING, Literal, get_args
+
+if TYPE_CHECKING:
+    from megatron.bridge.training.comm_overlap import LayoutFacts
 
 __all__ = [
     "CUDA_DEFAULT_MAX_CONNECTIONS",
@@ -39,6 +42,7 @@ __all__ = [
     "cuda_device_max_connections",
     "data_parallel_size",
     "plan_launch_env",
+    "plan_launch_env_for",
     "validate_layernorm_sm_margin",
     "validate_manual_gc_interval",
     "validate_moe_flex_dispatcher_backend",
@@ -50,8 +54,8 @@ MoeFlexDispatcherBackend = Literal["deepep", "hybridep", "ncclep"]
 """Backends megatron-core 0.19 accepts for ``TransformerConfig.moe_flex_dispatcher_backend``."""
 
 _MANY_QUEUE_FLEX_BACKENDS: frozenset[str] = frozenset({"deepep", "hybridep"})
-# ncclep goes through TE's NCCL EP API on regular streams; SPEC §6 only names deepep and
-# hybridep as needing 32 connections, so ncclep falls through to the generation rules.
+# ncclep goes through TE's NCCL EP API on regular streams; only deepep and hybridep drive
+# their own communication streams, so ncclep falls through to the generation rules.
 
 CUDA_DEFAULT_MAX_CONNECTIONS = 8
 """What CUDA uses when ``CUDA_DEVICE_MAX_CONNECTIONS`` is unset."""
@@ -395,3 +399,51 @@ def check_live_environment(
             "the GEMMs: " + message
         )
     return [message]
+
+
+# --------------------------------------------------------------------------- from a plan
+
+
+def plan_launch_env_for(
+    facts: LayoutFacts,
+    *,
+    a2a_overlap: bool,
+    gpu_sm100_or_newer: bool | None = None,
+    enable_layernorm_sm_margin: bool = True,
+    layernorm_sm_margin: int = DEFAULT_LAYERNORM_SM_MARGIN,
+    nccl_pp_comm_chunksize: int | None = None,
+) -> LaunchEnvPlan:
+    """The launch environment a resolved layout needs: what every consumer exports and checks.
+
+    ``facts`` are a resolved plan's (``plan.facts``) and ``a2a_overlap`` whether EP all-to-all
+    overlap survived in it. The GPU generation comes from the facts' GPU when they name one,
+    else from ``gpu_sm100_or_newer`` (which must then be given).
+    """
+    if facts.gpu is not None:
+        from megatron.bridge.training.hardware import gpu_spec
+
+        generation = gpu_spec(facts.gpu).sm100_or_newer
+        if gpu_sm100_or_newer is not None and gpu_sm100_or_newer != generation:
+            raise ValueError(
+                f"gpu_sm100_or_newer={gpu_sm100_or_newer} contradicts the layout's gpu "
+                f"{facts.gpu!r}; pass one of them."
+            )
+    elif gpu_sm100_or_newer is None:
+        raise ValueError(
+            "The GPU generation is unknown: name the gpu in the layout (e.g. gpu='h100') or pass "
+            "gpu_sm100_or_newer."
+        )
+    else:
+        generation = gpu_sm100_or_newer
+    return plan_launch_env(
+        gpu_sm100_or_newer=generation,
+        tp_size=facts.tp_size,
+        cp_size=facts.cp_size,
+        dp_size=facts.dp_size,
+        pp_size=facts.pp_size,
+        moe_flex_dispatcher_backend=facts.moe_flex_dispatcher_backend,
+        a2a_overlap=a2a_overlap,
+        enable_layernorm_sm_margin=enable_layernorm_sm_margin,
+        layernorm_sm_margin=layernorm_sm_margin,
+        nccl_pp_comm_chunksize=nccl_pp_comm_chunksize,
+    )

@@ -19,18 +19,24 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Literal, get_args
 
+from megatron.bridge.training.hardware import GPUS
+
 __all__ = [
     "GEMM_NAMES",
     "PRESET_GPU_FAMILIES",
     "PUBLISHED_PRESETS",
     "BulkOverlapCfg",
     "PipelineOverlapCfg",
+    "PresetChoice",
     "PresetShape",
     "RingExchangeOverlapCfg",
     "TransformerLayerTPOverlapCfg",
+    "choose_userbuffers_preset",
     "find_userbuffers_preset",
+    "preset_fits_model",
     "preset_names_of",
     "preset_shapes_of",
+    "published_name_for",
 ]
 
 OverlapMethod = Literal["bulk", "ring_exchange", "pipeline"]
@@ -213,7 +219,7 @@ class TransformerLayerTPOverlapCfg:
 
 
 # --------------------------------------------------------------------------------------------
-# Published presets. Values are NVIDIA's (shared/reference/userbuffers_presets.yaml); the
+# Published presets. Values are NVIDIA's published userbuffer presets; the
 # building blocks below only remove repetition. Every published name lies in the table at the
 # bottom; names whose values are identical point at one object.
 # --------------------------------------------------------------------------------------------
@@ -333,10 +339,10 @@ PUBLISHED_PRESETS: Mapping[str, TransformerLayerTPOverlapCfg] = MappingProxyType
 
 PresetPrecision = Literal["bf16", "fp8"]
 
-#: GPU names a preset lookup accepts, and the preset family each one uses. H200 is the same
-#: SM90 chip as H100 with more memory, GB200 the same SM100 chip as B200.
+#: GPU names a preset lookup accepts, and the preset family each one uses (read from the GPU
+#: catalogue, which says why H200 shares H100's presets and GB200 B200's).
 PRESET_GPU_FAMILIES: Mapping[str, str] = MappingProxyType(
-    {"h100": "h100", "h200": "h100", "b200": "b200", "gb200": "b200"}
+    {name: spec.preset_family for name, spec in GPUS.items() if spec.preset_family is not None}
 )
 
 
@@ -383,18 +389,19 @@ _SHAPES: Mapping[str, PresetShape] = MappingProxyType(
 )
 
 
-# Published presets are module globals that live as long as the process, so their ids are stable.
-_NAMES_BY_ID: Mapping[int, tuple[str, ...]] = MappingProxyType(
+# Presets are frozen dataclasses, so equal values hash equal: a preset loaded from a YAML copy of
+# a published one is recognised by its values.
+_NAMES_BY_VALUE: Mapping[TransformerLayerTPOverlapCfg, tuple[str, ...]] = MappingProxyType(
     {
-        id(value): tuple(n for n, v in PUBLISHED_PRESETS.items() if v is value)
+        value: tuple(n for n, v in PUBLISHED_PRESETS.items() if v == value)
         for value in PUBLISHED_PRESETS.values()
     }
 )
 
 
 def preset_names_of(cfg: TransformerLayerTPOverlapCfg) -> tuple[str, ...]:
-    """The published names under which this exact preset object is published (empty for a custom one)."""
-    return _NAMES_BY_ID.get(id(cfg), ())
+    """The published names of a preset with these values (empty for a custom one)."""
+    return _NAMES_BY_VALUE.get(cfg, ())
 
 
 def preset_shapes_of(cfg: TransformerLayerTPOverlapCfg) -> tuple[PresetShape, ...]:
@@ -450,3 +457,112 @@ def find_userbuffers_preset(
         f"{published}\nUse one of these, build a TransformerLayerTPOverlapCfg, or leave "
         f"tp_comm_overlap_cfg=None for Transformer Engine's defaults."
     )
+
+
+@dataclass(frozen=True, kw_only=True)
+class PresetChoice:
+    """The userbuffers preset picked for a run, and why."""
+
+    name: str | None
+    """Published name of the preset, or None when none is used."""
+    preset: TransformerLayerTPOverlapCfg | None
+    """The preset, or None (Transformer Engine's defaults, or TP overlap off)."""
+    detail: str
+    """One line saying why this preset, or why none."""
+
+
+def choose_userbuffers_preset(
+    *,
+    tp_comm_overlap: bool,
+    precision: str,
+    gpu: str,
+    hidden_size: int,
+    tp_size: int,
+    cp_size: int,
+    micro_batch_size: int,
+    seq_length: int,
+) -> PresetChoice:
+    """The published preset a run uses: the one choice the CLI and every recipe make.
+
+    Nothing is looked up while TP overlap is off. The lookup is exact first; when the exact CP
+    size has none, the preset published without a CP size (CP1) for the same shape is used: a
+    preset's knobs (SM counts, splits, methods) do not depend on the buffer shape, which TE takes
+    separately, and NVIDIA runs its Llama-3 70B CP2 layout on the CP-less preset. No match means
+    Transformer Engine's defaults, said in ``detail``.
+    """
+    if not tp_comm_overlap:
+        return PresetChoice(name=None, preset=None, detail="TP overlap is off: no preset")
+    shape = dict(
+        precision=precision,
+        gpu=gpu,
+        hidden_size=hidden_size,
+        tp_size=tp_size,
+        micro_batch_size=micro_batch_size,
+        seq_length=seq_length,
+    )
+    for cp in dict.fromkeys((cp_size, 1)):
+        try:
+            name, preset = find_userbuffers_preset(cp_size=cp, **shape)
+        except ValueError:
+            continue
+        if cp != cp_size:
+            detail = (
+                f"published without a CP size for this shape; used at CP={cp_size} (a preset's "
+                "knobs do not depend on the buffer shape)"
+            )
+        else:
+            detail = "published preset for this shape"
+        return PresetChoice(name=name, preset=preset, detail=detail)
+    return PresetChoice(
+        name=None,
+        preset=None,
+        detail=(
+            f"No published userbuffers preset for {precision} on {gpu}, hidden {hidden_size}, "
+            f"TP{tp_size}, CP{cp_size}, mbs {micro_batch_size}, seq {seq_length}: Transformer "
+            "Engine's defaults"
+        ),
+    )
+
+
+def preset_fits_model(
+    names: tuple[str, ...], *, hidden_size: int | None, tp_size: int
+) -> bool | None:
+    """Whether a preset published under ``names`` was tuned for this hidden size and TP size.
+
+    None for a custom preset (no published names): there is nothing to compare. An unknown
+    hidden size compares on the TP size alone.
+    """
+    if not names:
+        return None
+    return any(
+        (hidden_size is None or _SHAPES[n].hidden_size == hidden_size)
+        and _SHAPES[n].tp_size == tp_size
+        for n in names
+    )
+
+
+def published_name_for(
+    names: tuple[str, ...],
+    *,
+    gpu: str | None,
+    precision: str,
+    hidden_size: int | None,
+    tp_size: int,
+) -> str | None:
+    """The name, among a preset's published ``names``, that describes this run.
+
+    Presets with equal values are one object published under several names; the name whose GPU
+    family, precision, hidden size and TP size fit the run is the one to show. Falls back to the
+    first name; None for a custom preset.
+    """
+    family = PRESET_GPU_FAMILIES.get(gpu) if gpu is not None else None
+    for name in names:
+        shape = _SHAPES[name]
+        if (
+            shape.gpu == family
+            and shape.precision == precision
+            and shape.hidden_size == hidden_size
+            and shape.tp_size == tp_size
+        ):
+            return name
+    return names[0] if names else None

@@ -260,7 +260,8 @@ def test_llama3_70b_uses_the_cp_less_preset_at_cp2_and_says_so(caplog):
         ("llama31_405b", {"gpu": "b200"}, 1024),  # B200 presets for h16384 are TP4, not TP8
         ("llama3_70b", {"gpu": "b200"}, 64),  # B200 presets for h8192 are TP2, not TP4
         ("gpt3_175b", {"seq_length": 4096}, 1024),
-        ("gpt3_175b", {"cp_size": 2}, 1024),  # GPT-3's presets are CP-exact, unlike Llama-3's
+        ("gpt3_175b", {"micro_batch_size": 2}, 1024),
+        ("gpt3_175b", {"gpu": "a100"}, 1024),  # no presets are published for A100
     ],
 )
 def test_no_published_preset_warns_and_uses_te_defaults(name, overrides, num_gpus, caplog):
@@ -278,12 +279,15 @@ def test_no_published_preset_warns_and_uses_te_defaults(name, overrides, num_gpu
     assert recipe_layout(name, **overrides)["preset"] == "none"
 
 
-def test_tp_comm_overlap_can_be_turned_off():
+def test_tp_comm_overlap_can_be_turned_off(caplog):
+    caplog.set_level(logging.WARNING, logger=COMMON_LOGGER)
     cfg = get_recipe("gpt3_175b", tp_comm_overlap=False)
+    # No preset is looked up for an overlap that is off, so nothing warns about one.
+    assert cfg.comm_overlap.tp_comm_overlap_cfg is None
+    assert not caplog.records
     plan = resolve(cfg, 1024)
     assert cfg.model.tp_comm_overlap is False and plan.value("tp_comm_overlap") is False
-    # The preset is still attached, so the plan warns that it is unused.
-    assert any("preset is ignored" in w for w in plan.warnings)
+    assert plan.warnings == ()
 
 
 def test_no_vpp_override_turns_p2p_overlap_into_batching():
@@ -298,8 +302,10 @@ def test_no_vpp_override_turns_p2p_overlap_into_batching():
 @pytest.mark.parametrize(
     ("overrides", "match"),
     [
-        ({"gpu": "a100"}, r"gpu must be one of \['h100', 'h200', 'b200', 'gb200'\]"),
+        ({"gpu": "v100"}, r"gpu must be one of \['a100', 'b200', 'gb200', 'h100', 'h200'\]"),
         ({"precision": "fp16"}, r"precision must be one of \['bf16', 'fp8'\]"),
+        # The GPU catalogue's answer, the same as the CLI's: no FP8 before Hopper.
+        ({"gpu": "a100", "precision": "fp8"}, r"precision fp8 needs FP8 tensor cores.*a100"),
     ],
 )
 def test_bad_gpu_or_precision_lists_the_choices(overrides, match):
@@ -345,6 +351,7 @@ def test_recipe_layout_has_the_keys_the_cli_reads(name, num_gpus, dp, preset, si
         "vpp": vpp,
         "cp": cp,
         "ep": 1,
+        "dp": dp,
         "world_size": num_gpus,
         "gpu": "h100",
         "precision": "bf16",

@@ -1,6 +1,5 @@
 """NeMo-Run plugins (megatron/bridge/recipes/run_plugins.py) on real NeMo-Run objects."""
 
-import dataclasses
 import importlib
 import logging
 import os
@@ -9,11 +8,12 @@ import sys
 
 import nemo_run as run
 import pytest
-import torch
-from megatron.core.transformer.transformer_config import TransformerConfig
 
+from megatron.bridge.models import GPTModelProvider
 from megatron.bridge.recipes import run_plugins
 from megatron.bridge.recipes.run_plugins import VBOOST_SETUP_LINE, NsysPlugin, PerfEnvPlugin
+from megatron.bridge.training.comm_overlap import CommOverlapConfig, te_status
+from megatron.bridge.training.config import ConfigContainer, TrainingConfig, resolve_config
 from megatron.bridge.utils.root_logger import root_logger_preserved
 
 LOGGER = "megatron.bridge.recipes.run_plugins"
@@ -313,41 +313,41 @@ def test_vboost_on_local_executor_warns_and_skips(caplog):
 # --------------------------------------------------------------------- from_config
 
 
-@dataclasses.dataclass
-class _CommOverlap:
-    overlap_moe_expert_parallel_comm: bool | None = None
-
-
-@dataclasses.dataclass
-class _Container:
-    model: TransformerConfig
-    comm_overlap: _CommOverlap | None = None
-
-
-def _model(**kwargs):
-    return TransformerConfig(num_layers=2, hidden_size=64, num_attention_heads=4, **kwargs)
+def _container(comm_overlap=None, **model_kwargs):
+    """A real ConfigContainer for a small model (bf16, distributed optimizer)."""
+    model = GPTModelProvider(
+        num_layers=4, hidden_size=64, num_attention_heads=4, seq_length=128, vocab_size=1000
+    )
+    for name, value in model_kwargs.items():
+        setattr(model, name, value)
+    cfg = ConfigContainer(
+        model=model,
+        train=TrainingConfig(micro_batch_size=1),
+        mixed_precision="bf16_mixed",
+        comm_overlap=comm_overlap,
+    )
+    cfg.ddp.use_distributed_optimizer = True
+    return cfg
 
 
 def _moe(**kwargs):
-    return _model(
-        num_moe_experts=4,
-        expert_model_parallel_size=2,
-        expert_tensor_parallel_size=1,
-        add_bias_linear=False,
-        sequence_parallel=True,
+    return {
+        "num_moe_experts": 4,
+        "expert_model_parallel_size": 2,
+        "expert_tensor_parallel_size": 1,
+        "add_bias_linear": False,
+        "sequence_parallel": True,
         **kwargs,
-    )
+    }
 
 
 def test_from_config_reads_parallel_sizes():
-    cfg = _Container(
-        model=_model(
-            tensor_model_parallel_size=4,
-            context_parallel_size=2,
-            pipeline_model_parallel_size=2,
-            pipeline_dtype=torch.bfloat16,
-        ),
-        comm_overlap=_CommOverlap(),
+    cfg = _container(
+        CommOverlapConfig(tp_comm_overlap=True),
+        tensor_model_parallel_size=4,
+        context_parallel_size=2,
+        pipeline_model_parallel_size=2,
+        sequence_parallel=True,
     )
     plugin = PerfEnvPlugin.from_config(cfg, num_gpus=32, layernorm_sm_margin=8)
     assert (plugin.tp_size, plugin.cp_size, plugin.pp_size, plugin.dp_size) == (4, 2, 2, 2)
@@ -356,11 +356,13 @@ def test_from_config_reads_parallel_sizes():
     executor = run.LocalExecutor()
     plugin.setup(_script(), executor)
     assert executor.env_vars["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"
+    # Planning resolved copies: the container is as the recipe wrote it.
+    assert cfg.model.tp_comm_overlap is False and cfg.overlap_plan is None
 
 
 def test_from_config_ignores_default_backend_of_dense_model():
     # megatron-core sets moe_flex_dispatcher_backend="deepep" on every TransformerConfig.
-    cfg = _Container(model=_model(tensor_model_parallel_size=2))
+    cfg = _container(tensor_model_parallel_size=2)
     assert cfg.model.moe_flex_dispatcher_backend == "deepep"
     plugin = PerfEnvPlugin.from_config(cfg, num_gpus=8)
     assert plugin.moe_flex_dispatcher_backend is None
@@ -368,8 +370,8 @@ def test_from_config_ignores_default_backend_of_dense_model():
 
 
 def test_from_config_flex_backend():
-    cfg = _Container(
-        model=_moe(
+    cfg = _container(
+        **_moe(
             tensor_model_parallel_size=2,
             moe_token_dispatcher_type="flex",
             moe_flex_dispatcher_backend="hybridep",
@@ -381,42 +383,61 @@ def test_from_config_flex_backend():
 
 
 @pytest.mark.parametrize(
-    ("model_flag", "comm_overlap", "expected"),
+    ("model_flag", "request_flag", "expected"),
     [
-        (True, None, True),
-        (True, _CommOverlap(overlap_moe_expert_parallel_comm=None), True),
-        (False, _CommOverlap(overlap_moe_expert_parallel_comm=True), True),
-        (True, _CommOverlap(overlap_moe_expert_parallel_comm=False), False),
+        # No comm_overlap request: the library leaves the model's own flag, and reads it.
+        (True, "no request", True),
+        # A request that leaves EP overlap to the rules: off unless requested, and the flag set
+        # straight on the model is reported as replaced (the plan and the plugin agree).
+        (True, None, False),
+        (False, True, True),
+        (True, False, False),
     ],
 )
-def test_from_config_a2a_overlap(model_flag, comm_overlap, expected):
-    model = (
-        _moe(
+def test_from_config_a2a_overlap_follows_the_plan(model_flag, request_flag, expected):
+    request = (
+        None
+        if request_flag == "no request"
+        else CommOverlapConfig(tp_comm_overlap=False, overlap_moe_expert_parallel_comm=request_flag)
+    )
+    cfg = _container(
+        request,
+        **_moe(
             tensor_model_parallel_size=2,
             moe_token_dispatcher_type="alltoall",
-            bf16=True,
-            overlap_moe_expert_parallel_comm=True,
-        )
-        if model_flag
-        else _model(tensor_model_parallel_size=2)
+            overlap_moe_expert_parallel_comm=model_flag,
+        ),
     )
-    plugin = PerfEnvPlugin.from_config(
-        _Container(model=model, comm_overlap=comm_overlap), num_gpus=8
-    )
+    plugin = PerfEnvPlugin.from_config(cfg, num_gpus=8)
     assert plugin.a2a_overlap is expected
     assert plugin.launch_env_plan().env["CUDA_DEVICE_MAX_CONNECTIONS"] == ("8" if expected else "1")
+    if request is not None:
+        plan = resolve_config(cfg, world_size=8, te=te_status("assume")).plan
+        assert plan.value("overlap_moe_expert_parallel_comm") is expected
+        replaced = [w for w in plan.warnings if "cfg.model.overlap_moe_expert_parallel_comm" in w]
+        assert bool(replaced) == (model_flag and not expected)
 
 
 def test_from_config_refuses_layout_overrides():
-    cfg = _Container(model=_model(tensor_model_parallel_size=2))
+    cfg = _container(tensor_model_parallel_size=2)
     with pytest.raises(TypeError, match=r"reads \['tp_size'\] from cfg.*Choose one"):
         PerfEnvPlugin.from_config(cfg, num_gpus=8, tp_size=4)
 
 
 def test_from_config_checks_divisibility():
-    cfg = _Container(model=_model(tensor_model_parallel_size=4))
+    cfg = _container(tensor_model_parallel_size=4)
     with pytest.raises(ValueError, match="num_gpus=6 is not divisible"):
         PerfEnvPlugin.from_config(cfg, num_gpus=6)
+
+
+def test_from_config_takes_the_generation_from_the_gpu():
+    cfg = _container(tensor_model_parallel_size=2)
+    cfg.gpu = "b200"
+    plugin = PerfEnvPlugin.from_config(cfg, num_gpus=16)
+    assert plugin.gpu_sm100_or_newer is True
+    assert plugin.launch_env_plan().env["CUDA_DEVICE_MAX_CONNECTIONS"] == "32"
+    with pytest.raises(TypeError, match="pass the GPU name only"):
+        PerfEnvPlugin.from_config(cfg, num_gpus=16, gpu_sm100_or_newer=False)
 
 
 # --------------------------------------------------------------------- NsysPlugin

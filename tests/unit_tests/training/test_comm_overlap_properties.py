@@ -215,7 +215,8 @@ BAD_VALUES = {
     "tp_comm_overlap": ["yes", 1, None, []],
     "strict": ["no", 1, None],
     "tp_comm_overlap_cfg": [
-        {"qkv_fprop": {}},
+        # A mapping is a userbuffers config now; one naming an unknown GEMM is still refused.
+        {"qkv_fprpo": {}},
         "userbuffers_bf16_h100_h12288_tp4_mbs1_seqlen2048",
         3,
     ],

@@ -27,6 +27,7 @@ from megatron.bridge.training.comm_overlap import (
     userbuffers_bf16_h100_h12288_tp4_mbs1_seqlen2048,
     userbuffers_fp8_b200_h8192_tp2_mbs1_seqlen8192,
 )
+from megatron.bridge.training.comm_overlap import te as te_module
 from tests.unit_tests.conftest import make_configs
 
 LOGGER = "megatron.bridge.training.comm_overlap"
@@ -341,8 +342,8 @@ def test_broken_transformer_engine_counts_as_unavailable_with_its_reason():
             raise RuntimeError("CUDA driver not found")
         return real_import(name, *args, **kwargs)
 
-    real_import = comm_overlap.importlib.import_module
-    with mock.patch.object(comm_overlap.importlib, "import_module", broken):
+    real_import = te_module.importlib.import_module
+    with mock.patch.object(te_module.importlib, "import_module", broken):
         status = comm_overlap.probe_transformer_engine(refresh=True)
     comm_overlap.probe_transformer_engine(refresh=True)
     assert status.available is False

@@ -177,7 +177,19 @@ def test_dict_preset_loses_none_values_and_fp16_buffer_dtype(te_new, calls):
     initialize_tp_communicators(
         _model(tp_comm_overlap_cfg=preset, bf16=False, fp16=True), micro_batch_size=1
     )
-    assert calls[0]["ub_cfgs"] == {"qkv_fprop": {"method": "ring_exchange", "aggregate": False}}
+    # The dict becomes a RingExchangeOverlapCfg: the null num_sm takes the type's default (TE's
+    # ring-exchange default) and the knobs left out are written explicitly.
+    assert calls[0]["ub_cfgs"] == {
+        "qkv_fprop": {
+            "method": "ring_exchange",
+            "num_sm": 1,
+            "cga_size": 1,
+            "set_sm_margin": False,
+            "aggregate": False,
+            "atomic_gemm": False,
+            "fp8_buf": False,
+        }
+    }
     assert calls[0]["dtype"] == torch.float16
 
 
@@ -197,7 +209,8 @@ def test_yaml_path_preset(te_new, calls, tmp_path):
     initialize_tp_communicators(_model(tp_comm_overlap_cfg=str(path)), micro_batch_size=1)
     assert calls[0]["ub_cfgs"] == {
         "qkv_dgrad": {"method": "bulk", "num_sm": 4, "cga_size": 2, "set_sm_margin": False},
-        "proj_fprop": {"method": "pipeline", "num_sm": 24},
+        # Pipeline knobs that default to None (TE's default) stay out; the bool ones are explicit.
+        "proj_fprop": {"method": "pipeline", "num_sm": 24, "atomic_gemm": False, "fp8_buf": False},
     }
 
 
@@ -238,6 +251,12 @@ def test_without_te_says_how_to_fix(monkeypatch):
         ),
         ({}, 0, ValueError, "micro_batch_size must be an int >= 1"),
         ({"tp_comm_overlap_cfg": 42}, 1, TypeError, "tp_comm_overlap_cfg must be"),
+        (
+            {"tp_comm_overlap_cfg": {"qkv_fprpo": {"method": "ring_exchange"}}},
+            1,
+            ValueError,
+            r"tp_comm_overlap_cfg \(mapping\): unknown GEMM name 'qkv_fprpo'",
+        ),
     ],
 )
 def test_bad_inputs_raise_before_te(te_new, calls, overrides, mbs, error, match):

@@ -55,7 +55,7 @@ def test_correct_environment_is_quiet(hopper_with_te, monkeypatch):
     monkeypatch.setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1")
     cfg = _cfg()
     runtime_config_update(cfg, world_size=16)
-    assert config.check_launch_environment(cfg, cfg.overlap_plan, cfg.data_parallel_size) == []
+    assert config.check_launch_environment(cfg, config.resolve_config(cfg, world_size=16)) == []
 
 
 def test_strict_mode_raises_on_a_wrong_environment(hopper_with_te, monkeypatch):
@@ -74,4 +74,4 @@ def test_unknown_gpu_skips_generation_rules(monkeypatch):
     ):
         cfg = _cfg()
         runtime_config_update(cfg, world_size=16)
-        assert config.check_launch_environment(cfg, cfg.overlap_plan, cfg.data_parallel_size) == []
+        assert config.check_launch_environment(cfg, config.resolve_config(cfg, world_size=16)) == []

@@ -165,6 +165,8 @@ def test_build_model_initializes_userbuffers_when_tp_overlap_survives(monkeypatc
     cfg.model.sequence_parallel = True
     cfg.model.pipeline_model_parallel_size = 2
     cfg.model.virtual_pipeline_model_parallel_size = 2
+    # Two layers per pipeline rank, one per virtual stage: a layout megatron-core can build.
+    cfg.model.num_layers = 4
     cfg.train.global_batch_size = None
     reset_tp_communicators()
     try:

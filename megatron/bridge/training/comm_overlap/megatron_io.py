@@ -1,0 +1,268 @@
+"""megatron-core configs in and out: read the layout facts, write a plan back, field by field.
+
+:func:`facts_from_configs` reads megatron-core's ``TransformerConfig`` (or a GPT provider),
+``OptimizerConfig`` and ``DistributedDataParallelConfig`` into :class:`LayoutFacts`;
+:func:`apply_plan` writes each decision to the configs the knob table names. Each config records
+what was written to it, so a later resolution tells the library's own earlier writes apart from
+settings the user made straight on the config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+from typing import TYPE_CHECKING, Any
+
+from megatron.bridge.training.comm_overlap.knobs import KNOBS, ConfigName
+from megatron.bridge.training.comm_overlap.plan import LayoutFacts, OverlapPlan
+from megatron.bridge.training.comm_overlap.request import load_preset
+from megatron.bridge.training.comm_overlap.rules import resolve
+from megatron.bridge.training.comm_overlap.te import TEStatus, current_te_status
+
+if TYPE_CHECKING:
+    from megatron.bridge.training.comm_overlap.request import CommOverlapConfig
+
+__all__ = ["apply_plan", "facts_from_configs", "log_plan", "setup_configs", "undo_plan"]
+
+logger = logging.getLogger(__name__)
+
+# Private attribute where apply_plan records, per knob, the value it wrote onto a config and the
+# user's own setting it replaced (or _NOTHING), so a second resolution does not mistake the
+# first one's writes for the user's settings.
+_WRITTEN_ATTR = "_bridge_comm_overlap_written"
+_NOTHING = object()
+
+
+def _is_megatron_ddp_config(ddp_config: Any) -> bool:
+    if ddp_config is None:
+        return False
+    from megatron.core.distributed.distributed_data_parallel_config import (
+        DistributedDataParallelConfig,
+    )
+
+    return isinstance(ddp_config, DistributedDataParallelConfig)
+
+
+@functools.cache
+def _field_defaults(cls: type) -> dict[str, Any]:
+    # megatron-core's own defaults, read from its dataclasses: a value different from these (and
+    # not written by us) was set by the user.
+    defaults: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.default is not dataclasses.MISSING:
+            defaults[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            defaults[f.name] = f.default_factory()
+    return defaults
+
+
+def _users_value(config: Any, knob: str) -> Any:
+    """The user's own setting of ``knob`` on ``config``, or ``_NOTHING``.
+
+    A value other than megatron-core's default counts, unless it is what our own earlier
+    apply_plan wrote; then the user's setting is the one that write replaced.
+    """
+    defaults = _field_defaults(type(config))
+    value = getattr(config, knob, None)
+    written = getattr(config, _WRITTEN_ATTR, {})
+    if knob in written and written[knob][0] == value:
+        return written[knob][1]
+    if value == defaults.get(knob):
+        return _NOTHING
+    return value
+
+
+def _direct_settings(configs: dict[ConfigName, Any]) -> tuple[tuple[str, str, Any], ...]:
+    found: list[tuple[str, str, Any]] = []
+    for knob, spec in KNOBS.items():
+        if spec.direct is None:
+            continue
+        name = spec.direct[0]
+        config = configs.get(name)
+        # A field the config does not declare (tp_comm_overlap_cfg on a plain TransformerConfig)
+        # cannot hold a user's setting.
+        if config is None or knob not in _field_defaults(type(config)):
+            continue
+        value = _users_value(config, knob)
+        if value is _NOTHING:
+            continue
+        if knob == "tp_comm_overlap_cfg":
+            # Kept as plain data (the facts are JSON); a bad file or mapping fails here.
+            value = load_preset(value, owner=f"cfg.{name}").to_ub_cfgs()
+        found.append((name, knob, value))
+    return tuple(found)
+
+
+def facts_from_configs(
+    model_config: Any,
+    optimizer_config: Any,
+    ddp_config: Any,
+    *,
+    data_parallel_size: int,
+    micro_batch_size: int | None = None,
+    te_status: TEStatus | None = None,
+    gpu: str | None = None,
+) -> LayoutFacts:
+    """Read the layout facts from megatron-core's configs (model, optimizer, DDP).
+
+    ``gpu`` names the GPU model when it is known (a recipe's, or the CLI's); ``te_status``
+    defaults to what this process sees (``current_te_status``).
+    """
+    te = te_status or current_te_status()
+    megatron_ddp = _is_megatron_ddp_config(ddp_config)
+    dist_opt = bool(ddp_config.use_distributed_optimizer) if megatron_ddp else False
+    if optimizer_config is not None:
+        opt_dist = bool(optimizer_config.use_distributed_optimizer)
+        if megatron_ddp and opt_dist != dist_opt:
+            raise ValueError(
+                f"use_distributed_optimizer is {dist_opt} on the DDP config but {opt_dist} on the "
+                "optimizer config: set both cfg.ddp.use_distributed_optimizer and "
+                "cfg.optimizer.use_distributed_optimizer to the same value."
+            )
+        dist_opt = dist_opt or opt_dist
+
+    configs: dict[ConfigName, Any] = {"model": model_config, "optimizer": optimizer_config}
+    if megatron_ddp:
+        configs["ddp"] = ddp_config
+    m = model_config
+    moe = bool(m.num_moe_experts)
+    return LayoutFacts(
+        tp_size=m.tensor_model_parallel_size,
+        pp_size=m.pipeline_model_parallel_size,
+        vpp_size=m.virtual_pipeline_model_parallel_size,
+        cp_size=m.context_parallel_size,
+        ep_size=m.expert_model_parallel_size,
+        etp_size=m.expert_tensor_parallel_size,
+        dp_size=data_parallel_size,
+        sequence_parallel=bool(m.sequence_parallel),
+        gpu=gpu,
+        te_available=te.available,
+        te_reason=te.reason,
+        te_version=te.version,
+        use_distributed_optimizer=dist_opt,
+        megatron_ddp=megatron_ddp,
+        num_layers=m.num_layers,
+        hidden_size=m.hidden_size,
+        num_attention_heads=m.num_attention_heads,
+        num_query_groups=m.num_query_groups,
+        account_for_embedding_in_pipeline_split=bool(m.account_for_embedding_in_pipeline_split),
+        account_for_loss_in_pipeline_split=bool(m.account_for_loss_in_pipeline_split),
+        # seq_length is a GPT provider field, not a TransformerConfig one.
+        seq_length=getattr(m, "seq_length", None),
+        micro_batch_size=micro_batch_size,
+        bf16=bool(m.bf16),
+        fp16=bool(m.fp16),
+        fp8=m.fp8 is not None,
+        num_moe_experts=m.num_moe_experts,
+        moe_token_dispatcher_type=m.moe_token_dispatcher_type if moe else None,
+        # megatron-core fills the backend in for every model; it matters only with flex dispatch.
+        moe_flex_dispatcher_backend=(
+            m.moe_flex_dispatcher_backend if moe and m.moe_token_dispatcher_type == "flex" else None
+        ),
+        moe_shared_expert_overlap=bool(m.moe_shared_expert_overlap),
+        recompute_granularity=m.recompute_granularity,
+        recompute_method=m.recompute_method,
+        recompute_num_layers=m.recompute_num_layers,
+        recompute_modules=tuple(m.recompute_modules or ()),
+        mtp_num_layers=m.mtp_num_layers,
+        gradient_accumulation_fusion=bool(m.gradient_accumulation_fusion),
+        direct_settings=_direct_settings(configs),
+    )
+
+
+def apply_plan(
+    plan: OverlapPlan, model_config: Any, optimizer_config: Any, ddp_config: Any
+) -> None:
+    """Write a plan into megatron-core's configs: each knob to the configs the knob table names.
+
+    DP knobs are written to the DDP config only when it is megatron-core's; nothing is written
+    to a config given as None.
+    """
+    configs: dict[ConfigName, Any] = {
+        "model": model_config,
+        "optimizer": optimizer_config,
+        "ddp": ddp_config if plan.facts.megatron_ddp else None,
+    }
+    for decision in plan.decisions:
+        value = decision.value
+        if decision.knob == "tp_comm_overlap_cfg" and value is not None:
+            # A fresh copy per config: editing it must never edit the plan or a preset.
+            value = {gemm: dict(knobs) for gemm, knobs in value.items()}
+        for name in KNOBS[decision.knob].targets:
+            config = configs[name]
+            if config is None:
+                continue
+            replaced = _users_value(config, decision.knob)
+            setattr(config, decision.knob, value)
+            written = dict(getattr(config, _WRITTEN_ATTR, {}))
+            written[decision.knob] = (value, replaced)
+            # object.__setattr__: the record is ours, not a config field, and must not trip a
+            # config's own __setattr__ checks.
+            object.__setattr__(config, _WRITTEN_ATTR, written)
+
+
+def setup_configs(
+    request: CommOverlapConfig,
+    model_config: Any,
+    optimizer_config: Any,
+    ddp_config: Any,
+    *,
+    data_parallel_size: int,
+    micro_batch_size: int | None,
+    te_status: TEStatus | None = None,
+    gpu: str | None = None,
+) -> OverlapPlan:
+    """Resolve a finalized request against megatron-core configs, log the plan, write it there."""
+    facts = facts_from_configs(
+        model_config,
+        optimizer_config,
+        ddp_config,
+        data_parallel_size=data_parallel_size,
+        micro_batch_size=micro_batch_size,
+        te_status=te_status,
+        gpu=gpu,
+    )
+    plan = resolve(request, facts)
+    log_plan(plan)
+    apply_plan(plan, model_config, optimizer_config, ddp_config)
+    return plan
+
+
+def log_plan(plan: OverlapPlan) -> None:
+    """Log a plan's warnings (WARNING) and notes (INFO) on the comm_overlap logger."""
+    for message in plan.warnings:
+        logger.warning("comm overlap: %s", message)
+    for message in plan.notes:
+        logger.info("comm overlap: %s", message)
+
+
+def undo_plan(model_config: Any, optimizer_config: Any, ddp_config: Any) -> list[str]:
+    """Put back what :func:`apply_plan` replaced, where its write still stands; return the fields.
+
+    A field the user changed after the write keeps the user's value. A field the user had not
+    set goes back to megatron-core's default. The write records are removed.
+    """
+    restored: list[str] = []
+    configs: dict[ConfigName, Any] = {
+        "model": model_config,
+        "optimizer": optimizer_config,
+        "ddp": ddp_config,
+    }
+    for name, config in configs.items():
+        written = getattr(config, _WRITTEN_ATTR, None) if config is not None else None
+        if not written:
+            continue
+        defaults = _field_defaults(type(config))
+        for knob, (value, replaced) in written.items():
+            if getattr(config, knob) != value:
+                continue
+            if replaced is not _NOTHING:
+                setattr(config, knob, replaced)
+            elif knob in defaults:
+                setattr(config, knob, defaults[knob])
+            else:  # a field a plain TransformerConfig does not declare (tp_comm_overlap_cfg)
+                setattr(config, knob, None)
+            restored.append(f"cfg.{name}.{knob}")
+        object.__delattr__(config, _WRITTEN_ATTR)
+    return restored

@@ -1,0 +1,103 @@
+"""Whether Transformer Engine can run here, and what to assume when planning for a cluster.
+
+``transformer_engine.pytorch`` is imported at most once per process, and only when asked: a
+CPU-only machine with TE installed raises ``RuntimeError`` (no CUDA) rather than
+``ImportError``; both mean "not available here", and the message is kept as the reason.
+
+Planning on a laptop or a login node for a cluster where TE is installed uses
+``te_status("assume")`` instead of probing.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import sys
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+__all__ = ["TEMode", "TEStatus", "current_te_status", "probe_transformer_engine", "te_status"]
+
+TEMode = Literal["detect", "assume"]
+"""How to decide TE availability: probe this machine, or assume it is installed where the job runs."""
+
+# The package whose ``HAVE_TE`` attribute a test (or a user, as with upstream Megatron-Bridge)
+# may patch to pretend TE is or is not there.
+_PACKAGE = "megatron.bridge.training.comm_overlap"
+
+
+@dataclass(frozen=True)
+class TEStatus:
+    """Whether ``transformer_engine.pytorch`` imports here, its version, and why not if it does not."""
+
+    available: bool
+    """True when ``import transformer_engine.pytorch`` succeeded (or is assumed to)."""
+    version: str | None
+    """Installed Transformer Engine version, when known."""
+    reason: str
+    """Why TE is unavailable (empty when available)."""
+
+
+_PROBED: TEStatus | None = None
+
+
+@functools.cache
+def te_version() -> str | None:
+    """The installed Transformer Engine version, or None (read once: it scans sys.path)."""
+    import importlib.metadata
+
+    for dist in ("transformer-engine", "transformer_engine", "transformer-engine-torch"):
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def probe_transformer_engine(*, refresh: bool = False) -> TEStatus:
+    """Try ``import transformer_engine.pytorch`` once and remember the outcome."""
+    global _PROBED
+    if _PROBED is None or refresh:
+        try:
+            importlib.import_module("transformer_engine.pytorch")
+        except ImportError as exc:
+            _PROBED = TEStatus(
+                False,
+                None,
+                f"transformer_engine.pytorch is not importable ({exc}); install the 'te' extra "
+                "(pip install 'megatron-bridge-overlap[te]') on a CUDA machine",
+            )
+        except Exception as exc:  # TE raises RuntimeError/OSError when CUDA or its libs are missing
+            _PROBED = TEStatus(
+                False,
+                te_version(),
+                f"transformer_engine.pytorch is installed but failed to import "
+                f"({type(exc).__name__}: {exc})",
+            )
+        else:
+            _PROBED = TEStatus(True, te_version(), "")
+    return _PROBED
+
+
+def current_te_status() -> TEStatus:
+    """TE status as the library sees it: a patched ``comm_overlap.HAVE_TE`` wins over the probe."""
+    package = sys.modules.get(_PACKAGE)
+    patched = vars(package).get("HAVE_TE") if package is not None else None
+    if patched is None:
+        return probe_transformer_engine()
+    if patched:
+        return TEStatus(True, te_version(), "")
+    return TEStatus(False, None, "Transformer Engine is not available (HAVE_TE is False)")
+
+
+def te_status(mode: TEMode = "detect") -> TEStatus:
+    """TE availability for planning: ``"detect"`` here, or ``"assume"`` it is installed on the cluster.
+
+    ``"assume"`` lets a recipe author resolve a plan "as on the cluster" on a machine without TE
+    (a laptop, a login node), without patching anything.
+    """
+    if mode == "detect":
+        return current_te_status()
+    if mode == "assume":
+        return TEStatus(True, None, "")
+    raise ValueError(f"te must be one of {list(get_args(TEMode))}, got {mode!r}.")

@@ -1,0 +1,265 @@
+"""Parallel-layout check: reject, before a cluster starts, what megatron-core would reject on it.
+
+megatron-core checks a layout in several places, some of them only once every rank is up or the
+model is being built: ``initialize_model_parallel`` (the dense and the expert rank grids),
+``TransformerConfig.__post_init__`` (heads, query groups, sequence parallelism, experts),
+``get_num_layers_to_build`` (layers per pipeline rank and per virtual stage), the MoE layer
+(experts per EP rank) and the context-parallel batch split (sequence length). A bad layout found
+there has already cost a queue wait and a cluster start. :func:`check_parallel_layout` applies
+the same rules to plain numbers, on a laptop, and returns the sizes megatron-core would derive.
+
+Pure standard library: importing this module loads neither torch nor megatron-core.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from megatron.bridge.training.launch_env import data_parallel_size, validate_parallel_size
+
+__all__ = ["ParallelSizes", "check_parallel_layout"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParallelSizes:
+    """The sizes megatron-core derives from a valid layout (``initialize_model_parallel``)."""
+
+    data_parallel_size: int
+    """Dense data-parallel size: ``world_size // (TP * CP * PP)``."""
+    expert_tensor_parallel_size: int
+    """Tensor-parallel size of the expert layers: ``etp_size``, or TP when it is not given."""
+    expert_data_parallel_size: int | None
+    """Data-parallel size of the expert layers, ``world_size // (ETP * EP * PP)``; None for a
+    dense model (``num_moe_experts`` None), which has no expert layers to replicate."""
+
+
+def _check_bool(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {value!r} ({type(value).__name__}).")
+    return value
+
+
+def _optional_size(name: str, value: object) -> int | None:
+    # None is "off" (VPP) or "same as TP" (ETP); anything else is a real parallel size.
+    return None if value is None else validate_parallel_size(name, value)
+
+
+def _optional_count(name: str, value: object) -> int | None:
+    # A model-shape count (layers, heads, experts, tokens): None is "unknown here".
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(
+            f"{name} must be an int >= 1 or None, got {value!r} ({type(value).__name__})."
+        )
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}; pass None when it is not known.")
+    return value
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _check_pipeline_split(
+    *,
+    num_layers: int,
+    pp_size: int,
+    vpp_size: int | None,
+    account_for_embedding: bool,
+    account_for_loss: bool,
+) -> None:
+    # Mirrors megatron-core's even split (get_num_layers_to_build): the embedding and the loss
+    # count as one layer each when the account_for_* flags are on, the total divides by PP, and
+    # with interleaving each rank's share divides by VPP. Uneven first/last stages
+    # (num_layers_in_first/last_pipeline_stage) and pipeline_model_parallel_layout are not
+    # modelled: this rule assumes the even split. Megatron-LM's
+    # num_layers_per_virtual_pipeline_stage is not a megatron-core field; megatron-core only
+    # knows virtual_pipeline_model_parallel_size (chunks per rank).
+    extra = []
+    if account_for_embedding:
+        extra.append("1 for the embedding")
+    if account_for_loss:
+        extra.append("1 for the loss")
+    counted = num_layers + len(extra)
+    shown = f"num_layers={num_layers}" + (f" + {' + '.join(extra)} = {counted}" if extra else "")
+    if counted % pp_size:
+        fits = [d for d in _divisors(counted) if d > 1]
+        raise ValueError(
+            f"{shown} does not split evenly over pipeline_model_parallel_size={pp_size}; "
+            f"choose a pipeline_model_parallel_size that divides {counted} (e.g. {fits[:6]}), "
+            "or change num_layers or the account_for_*_in_pipeline_split flags."
+        )
+    if vpp_size is None or vpp_size == 1 or pp_size == 1:
+        return
+    per_rank = counted // pp_size
+    if per_rank % vpp_size:
+        fits = [d for d in _divisors(per_rank) if d > 1]
+        raise ValueError(
+            f"{shown} over pipeline_model_parallel_size={pp_size} gives {per_rank} layers per "
+            f"pipeline rank, not divisible by virtual_pipeline_model_parallel_size={vpp_size}; "
+            f"choose a virtual_pipeline_model_parallel_size that divides {per_rank} "
+            f"(e.g. {fits[:6]}) or None for no interleaving."
+        )
+
+
+def check_parallel_layout(
+    *,
+    world_size: int,
+    tp_size: int,
+    pp_size: int,
+    vpp_size: int | None,
+    cp_size: int,
+    ep_size: int = 1,
+    etp_size: int | None = None,
+    sequence_parallel: bool = False,
+    num_layers: int | None = None,
+    num_attention_heads: int | None = None,
+    num_query_groups: int | None = None,
+    num_moe_experts: int | None = None,
+    seq_length: int | None = None,
+    account_for_embedding_in_pipeline_split: bool = False,
+    account_for_loss_in_pipeline_split: bool = False,
+) -> ParallelSizes:
+    """Check a parallel layout the way megatron-core would at cluster start; return its sizes.
+
+    ``vpp_size`` None or 1 means no interleaving (this repository's recipes and CLI store 1 as
+    None before megatron-core sees it). ``etp_size`` None means "same as TP", as in
+    megatron-core. ``num_layers``, ``num_attention_heads``, ``num_query_groups`` and
+    ``seq_length`` None mean "unknown here": the rule that needs them is skipped.
+    ``num_moe_experts`` None means a dense model, megatron-core's own meaning of None, so
+    ``ep_size`` > 1 is then an error.
+
+    Rules (each a ``ValueError`` naming the megatron-core field and the fix; a size that is not
+    an int >= 1 is a ``TypeError``/``ValueError``):
+
+    - TP * CP * PP divides ``world_size`` (the dense grid);
+    - ETP * EP * PP divides ``world_size`` (the expert grid);
+    - interleaving (``vpp_size`` > 1) needs PP > 1;
+    - ``sequence_parallel`` needs TP > 1;
+    - ``num_attention_heads`` divisible by TP; ``num_query_groups`` a multiple or a divisor of
+      TP (smaller group counts are replicated across TP ranks);
+    - ``num_layers`` (+1 embedding, +1 loss when counted) divisible by PP, and the layers per
+      pipeline rank divisible by VPP (even split only);
+    - EP > 1 needs ``num_moe_experts``, which must be divisible by EP;
+    - with CP > 1, ``seq_length`` divisible by ``2 * CP``.
+    """
+    validate_parallel_size("world_size", world_size)
+    validate_parallel_size("tensor_model_parallel_size (tp_size)", tp_size)
+    validate_parallel_size("pipeline_model_parallel_size (pp_size)", pp_size)
+    _optional_size("virtual_pipeline_model_parallel_size (vpp_size)", vpp_size)
+    validate_parallel_size("context_parallel_size (cp_size)", cp_size)
+    validate_parallel_size("expert_model_parallel_size (ep_size)", ep_size)
+    _optional_size("expert_tensor_parallel_size (etp_size)", etp_size)
+    _check_bool("sequence_parallel", sequence_parallel)
+    _check_bool("account_for_embedding_in_pipeline_split", account_for_embedding_in_pipeline_split)
+    _check_bool("account_for_loss_in_pipeline_split", account_for_loss_in_pipeline_split)
+    _optional_count("num_layers", num_layers)
+    _optional_count("num_attention_heads", num_attention_heads)
+    _optional_count("num_query_groups", num_query_groups)
+    _optional_count("num_moe_experts", num_moe_experts)
+    _optional_count("seq_length", seq_length)
+
+    # Dense grid: initialize_model_parallel raises when TP * CP * PP does not tile the world.
+    try:
+        dp_size = data_parallel_size(
+            num_gpus=world_size, tp_size=tp_size, cp_size=cp_size, pp_size=pp_size
+        )
+    except ValueError as exc:
+        raise ValueError(
+            f"world_size={world_size} does not fit tensor_model_parallel_size * "
+            f"context_parallel_size * pipeline_model_parallel_size: {exc}"
+        ) from exc
+
+    # Expert grid: initialize_model_parallel builds ETP x EP x expert-DP x PP over the same
+    # world (CP folds into expert-DP), and raises when ETP * EP * PP does not tile it. It does
+    # so for dense models too, so a stray etp_size is caught even without experts.
+    etp = tp_size if etp_size is None else etp_size
+    expert_model_pipeline = etp * ep_size * pp_size
+    if world_size % expert_model_pipeline:
+        raise ValueError(
+            f"world_size={world_size} is not divisible by expert_tensor_parallel_size * "
+            f"expert_model_parallel_size * pipeline_model_parallel_size = {etp} * {ep_size} * "
+            f"{pp_size} = {expert_model_pipeline}: the expert grid (ETP x EP x expert-DP x PP) "
+            "must tile the GPUs. Change expert_model_parallel_size, expert_tensor_parallel_size "
+            "or the GPU count."
+        )
+
+    # initialize_model_parallel refuses an interleaved schedule without a pipeline to
+    # interleave.
+    if vpp_size is not None and vpp_size > 1 and pp_size == 1:
+        raise ValueError(
+            f"virtual_pipeline_model_parallel_size={vpp_size} needs "
+            "pipeline_model_parallel_size > 1 (interleaving splits each pipeline rank's layers); "
+            "set it to None or raise pipeline_model_parallel_size."
+        )
+
+    # ModelParallelConfig.__post_init__: sequence parallelism splits the activations over the
+    # TP group, so there must be one.
+    if sequence_parallel and tp_size == 1:
+        raise ValueError(
+            "sequence_parallel=True needs tensor_model_parallel_size > 1; set "
+            "sequence_parallel=False or raise tensor_model_parallel_size."
+        )
+
+    # TransformerConfig.__post_init__: each TP rank holds whole attention heads.
+    if num_attention_heads is not None and num_attention_heads % tp_size:
+        raise ValueError(
+            f"num_attention_heads={num_attention_heads} is not divisible by "
+            f"tensor_model_parallel_size={tp_size}; choose a tensor_model_parallel_size that "
+            f"divides it (e.g. {_divisors(num_attention_heads)[:8]})."
+        )
+    # TransformerConfig.__post_init__ accepts a group count that is a multiple of TP (groups
+    # split over ranks) or a divisor of it (each group replicated on TP // groups ranks).
+    if num_query_groups is not None and num_query_groups % tp_size and tp_size % num_query_groups:
+        raise ValueError(
+            f"num_query_groups={num_query_groups} must be a multiple or a divisor of "
+            f"tensor_model_parallel_size={tp_size}; choose a tensor_model_parallel_size that "
+            f"divides {num_query_groups} or is a multiple of it."
+        )
+
+    if num_layers is not None:
+        _check_pipeline_split(
+            num_layers=num_layers,
+            pp_size=pp_size,
+            vpp_size=vpp_size,
+            account_for_embedding=account_for_embedding_in_pipeline_split,
+            account_for_loss=account_for_loss_in_pipeline_split,
+        )
+
+    # TransformerConfig.__post_init__ rejects EP without experts; the MoE layer then needs the
+    # same number of whole experts on every EP rank.
+    if ep_size > 1 and num_moe_experts is None:
+        raise ValueError(
+            f"expert_model_parallel_size={ep_size} needs a MoE model: num_moe_experts is None "
+            "(dense). Set num_moe_experts or use expert_model_parallel_size=1."
+        )
+    if num_moe_experts is not None and num_moe_experts % ep_size:
+        # Suggest only EP sizes that also pass the expert-grid rule above (1 always does).
+        fits = [d for d in _divisors(num_moe_experts) if world_size % (etp * d * pp_size) == 0]
+        raise ValueError(
+            f"num_moe_experts={num_moe_experts} is not divisible by "
+            f"expert_model_parallel_size={ep_size}: every EP rank holds the same number of "
+            f"whole experts. Choose an expert_model_parallel_size that divides "
+            f"{num_moe_experts} and fits the expert grid (here: {fits[-6:]})."
+        )
+
+    # Context parallelism with load balancing cuts each sequence into 2 * CP chunks and gives
+    # rank r chunks r and 2 * CP - 1 - r (causal attention cost is then equal on every rank).
+    # megatron-core has no config-time check: its get_batch_on_this_cp_rank reshapes the
+    # sequence dimension into (2 * CP, seq // (2 * CP)) and fails on the first batch.
+    if seq_length is not None and cp_size > 1 and seq_length % (2 * cp_size):
+        raise ValueError(
+            f"seq_length={seq_length} is not divisible by 2 * context_parallel_size = "
+            f"{2 * cp_size}: context parallelism splits each sequence into 2 * CP load-balanced "
+            f"chunks. Pad seq_length to a multiple of {2 * cp_size} or change "
+            "context_parallel_size."
+        )
+
+    return ParallelSizes(
+        data_parallel_size=dp_size,
+        expert_tensor_parallel_size=etp,
+        expert_data_parallel_size=None
+        if num_moe_experts is None
+        else world_size // expert_model_pipeline,
+    )
