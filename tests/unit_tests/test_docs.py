@@ -47,14 +47,14 @@ def test_python_fences_are_spelled_python(page):
     assert all(info == "python" for _, info in odd), odd
 
 
-def test_seed_enablement_runs_on_a_real_recipe():
+def test_enablement_runs_on_a_real_recipe():
     page = (DOCS / "training" / "communication-overlap.md").read_text()
     blocks = [
         body
         for info, _, body in code_blocks(DOCS / "training" / "communication-overlap.md")
         if info == "python"
     ]
-    seed = next(
+    enablement = next(
         b for b in blocks if "cfg.comm_overlap = CommOverlapConfig(tp_comm_overlap=True)" in b
     )
     for line in (
@@ -63,8 +63,8 @@ def test_seed_enablement_runs_on_a_real_recipe():
         "cfg.comm_overlap.tp_comm_overlap_cfg = userbuffers_bf16_h100_h12288_tp4_mbs1_seqlen2048",
         "cfg.mixed_precision.fp8_param_gather = False",
     ):
-        assert line in seed
-    assert page.index('get_recipe("gpt3_175b")') < page.index(seed)
+        assert line in enablement
+    assert page.index('get_recipe("gpt3_175b")') < page.index(enablement)
 
 
 @pytest.fixture

@@ -43,6 +43,7 @@ from megatron.bridge.training.comm_overlap import (
     check_layout,
     facts_from_configs,
 )
+from megatron.bridge.training.comm_overlap.megatron_io import undo_plan
 from megatron.bridge.training.hardware import live_gpu_sm100_or_newer as gpu_sm100_or_newer
 from megatron.bridge.training.mixed_precision import (
     MixedPrecisionConfig,
@@ -143,12 +144,6 @@ class ConfigContainer:
         default=None, init=False, repr=False, compare=False
     )
 
-    # What the overlap setup of the last runtime_config_update wrote, so the next update can
-    # start from the user's values (see runtime_config_update). Not a dataclass field (no
-    # annotation): it holds references to the configs themselves, which would otherwise show up
-    # again in every dataclasses.asdict() dump of the container.
-    _overlap_writes = None  # _OverlapWrites | None
-
     def __post_init__(self) -> None:
         if isinstance(self.mixed_precision, str):
             self.mixed_precision = get_mixed_precision_config(self.mixed_precision)
@@ -214,7 +209,7 @@ def _data_parallel_size(model: Any, world_size: int) -> int:
 
 
 def _sync_distributed_optimizer(cfg: ConfigContainer) -> None:
-    # Recipes (and the seed) set the flag on the DDP config only; megatron-core reads it from both
+    # Recipes usually set the flag on the DDP config only; megatron-core reads it from both
     # configs, and their defaults are False, so a True on either side is the user's request.
     ddp_flag = cfg.ddp.use_distributed_optimizer
     opt_flag = cfg.optimizer.use_distributed_optimizer
@@ -249,10 +244,6 @@ def _validate_precision_consistency(cfg: ConfigContainer) -> None:
 
 #: The megatron-core configs runtime_config_update writes, by their ConfigContainer attribute.
 _SECTIONS = ("model", "optimizer", "ddp")
-
-# What the overlap setup changed at the last update, per section: the user's config object it
-# changed, and per field (the user's value before, the value the library wrote).
-_OverlapWrites = dict[str, tuple[Any, dict[str, tuple[Any, Any]]]]
 
 _MISSING = object()
 
@@ -332,51 +323,6 @@ def _working_copies(cfg: ConfigContainer) -> tuple[dict[str, Any], dict[int, Any
             if attr not in names:
                 object.__setattr__(work, attr, _relink(value, memo))
     return copies, memo
-
-
-def _restore_user_overlap_values(cfg: ConfigContainer, work: dict[str, Any]) -> None:
-    """Put the user's values back on the copies where the library's last write still stands."""
-    for name, (owner, fields) in (cfg._overlap_writes or {}).items():
-        config = getattr(cfg, name)
-        if config is not owner:
-            # A config object swapped in since the last update: every value on it is the user's.
-            continue
-        for field_name, (user_value, written) in fields.items():
-            # A different value now is the user's own, set after the library wrote its value.
-            if _same(getattr(config, field_name), written):
-                setattr(work[name], field_name, user_value)
-
-
-def _detached(value: Any) -> Any:
-    # The written value as written: an edit the user later makes in place on the object in the
-    # config (a key of the userbuffers dict) then reads as the user's, as a new value would.
-    try:
-        return copy.deepcopy(value)
-    except Exception:
-        return value
-
-
-def _overlap_writes_of(
-    cfg: ConfigContainer,
-    work: dict[str, Any],
-    before: dict[str, dict[str, Any]],
-    memo: dict[int, Any],
-) -> _OverlapWrites:
-    """The fields the overlap setup changed on the copies, with the user's value before it."""
-    writes: _OverlapWrites = {}
-    for name, config in work.items():
-        user_config = getattr(cfg, name)
-        changed = {}
-        for field_name, old in before[name].items():
-            new = getattr(config, field_name)
-            if not _same(old, new):
-                theirs = getattr(user_config, field_name)
-                # Remember the user's own object rather than its copy.
-                user_value = theirs if memo.get(id(theirs), _MISSING) is old else old
-                changed[field_name] = (user_value, _detached(new))
-        if changed:
-            writes[name] = (user_config, changed)
-    return writes
 
 
 def _commit(original: Any, work: Any, memo: dict[int, Any]) -> None:
@@ -531,7 +477,9 @@ def resolve_config(
     work, memo = _working_copies(cfg)
     # Start every run from what the user wrote, not from the previous run's derivations.
     work["model"].clear_derived()
-    _restore_user_overlap_values(cfg, work)
+    if cfg.comm_overlap is None:
+        # No request (any more): what an earlier update wrote goes back to what it replaced.
+        undo_plan(work["model"], work["optimizer"], work["ddp"])
     # A shallow copy: setup records its plan on the request object, and the user's request may
     # only see that once the whole update succeeded.
     overlap = copy.copy(cfg.comm_overlap)
@@ -559,9 +507,7 @@ def resolve_config(
     _sync_distributed_optimizer(staged)
 
     plan = None
-    writes: _OverlapWrites = {}
     if overlap is not None:
-        before = {name: _field_values(config) for name, config in work.items()}
         # setup() runs the request's finalize() checks first.
         plan = overlap.setup(
             staged.model,
@@ -572,7 +518,6 @@ def resolve_config(
             te_status=te,
             gpu=gpu,
         )
-        writes = _overlap_writes_of(cfg, work, before, memo)
         facts = plan.facts
     else:
         facts = facts_from_configs(
@@ -595,7 +540,7 @@ def resolve_config(
         plan=plan,
         data_parallel_size=dp,
         mixed_precision=mixed,
-        _staged=_Staged(work=work, memo=memo, overlap=overlap, writes=writes),
+        _staged=_Staged(work=work, memo=memo, overlap=overlap),
     )
 
 
@@ -604,7 +549,6 @@ class _Staged:
     work: dict[str, Any]
     memo: dict[int, Any]
     overlap: CommOverlapConfig | None
-    writes: _OverlapWrites
 
     @property
     def model(self) -> Any:
@@ -627,12 +571,12 @@ def runtime_config_update(
     it was stays the user's own object). When a step raises, every section of ``cfg`` and its
     ``data_parallel_size`` / ``overlap_plan`` / ``resolved_mixed_precision`` are as before.
 
-    Overlap fields are undone, not left behind: each update remembers which megatron-core
-    fields the overlap setup changed, with the user's value underneath. The next update starts
-    from the user's values for those fields, so with ``cfg.comm_overlap = None`` they go back to
-    what they were before the library first wrote them. A field whose current value differs
-    from what the library last wrote was changed by the user since: that value is the user's
-    new one and is kept. (A user value equal to the library's is indistinguishable from it.)
+    Overlap fields are undone, not left behind: every megatron-core config records what the
+    overlap setup wrote to it, with the user's value underneath (``apply_plan``). A later
+    update reads the user's values through that record, and with ``cfg.comm_overlap = None`` it
+    puts them back (``undo_plan``). A field whose current value differs from what the library
+    last wrote was changed by the user since: that value is the user's new one and is kept. (A
+    user value equal to the library's is indistinguishable from it.)
     """
     resolved = resolve_config(cfg, world_size=world_size)
     check_launch_environment(cfg, resolved)
@@ -646,5 +590,4 @@ def runtime_config_update(
     cfg._resolved_mixed_precision = resolved.mixed_precision
     cfg._data_parallel_size = resolved.data_parallel_size
     cfg._overlap_plan = resolved.plan
-    cfg._overlap_writes = staged.writes
     return resolved.plan

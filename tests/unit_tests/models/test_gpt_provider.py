@@ -37,7 +37,7 @@ def test_is_a_real_transformer_config():
     assert isinstance(_dims(), TransformerConfig)
 
 
-def test_seed_style_assignment_validates_at_finalize_not_construction():
+def test_recipe_style_assignment_validates_at_finalize_not_construction():
     model = _dims()
     # Constructed with TP 1; SP alone would fail megatron-core's __post_init__ here.
     model.sequence_parallel = True

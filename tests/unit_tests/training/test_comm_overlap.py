@@ -31,8 +31,8 @@ def _setup(co: CommOverlapConfig, cfgs, dp: int = 1, mbs: int | None = None):
     )
 
 
-def _seed_layout(**kw):
-    """SPEC §1: TP4 + SP, PP4 with VPP2, distributed optimizer, hidden 12288."""
+def _reference_layout(**kw):
+    """The reference layout: TP4 + SP, PP4 with VPP2, distributed optimizer, hidden 12288."""
     return make_configs(tp=4, pp=4, vpp=2, sequence_parallel=True, hidden_size=12288, **kw)
 
 
@@ -53,7 +53,7 @@ def test_finalize_validates_and_changes_nothing():
 
 
 def test_tp_overlap_off_when_user_says_off(te_available):
-    cfgs = _seed_layout()
+    cfgs = _reference_layout()
     plan = _setup(CommOverlapConfig(tp_comm_overlap=False), cfgs, dp=8)
     assert cfgs.model.tp_comm_overlap is False
     assert plan.decision("tp_comm_overlap").source == "user"
@@ -214,7 +214,7 @@ def test_no_preset_means_transformer_engine_defaults(te_available, caplog):
 
 
 def test_setup_twice_gives_the_same_result(te_available):
-    cfgs = _seed_layout()
+    cfgs = _reference_layout()
     co = CommOverlapConfig(
         tp_comm_overlap=True, tp_comm_overlap_cfg=userbuffers_bf16_h100_h12288_tp4_mbs1_seqlen2048
     )
@@ -238,15 +238,15 @@ def test_user_fields_are_never_changed(te_available):
         tp_comm_overlap=True, tp_comm_overlap_cfg=userbuffers_bf16_h100_h12288_tp4_mbs1_seqlen2048
     )
     before = dataclasses.asdict(co)
-    _setup(co, _seed_layout(), dp=8, mbs=1)
+    _setup(co, _reference_layout(), dp=8, mbs=1)
     assert dataclasses.asdict(co) == before
     assert co.overlap_p2p_comm is None and co.bucket_size is None
     assert co.resolved_plan is not None and co.resolved_plan.value("overlap_p2p_comm") is True
 
 
 def test_seed_example_resolves_every_mode(te_available):
-    cfgs = _seed_layout()
-    cfgs.ddp.overlap_grad_reduce = True  # the seed sets these straight on cfg.ddp
+    cfgs = _reference_layout()
+    cfgs.ddp.overlap_grad_reduce = True  # recipes usually set these straight on cfg.ddp
     cfgs.ddp.overlap_param_gather = True
     co = CommOverlapConfig(
         tp_comm_overlap=True, tp_comm_overlap_cfg=userbuffers_bf16_h100_h12288_tp4_mbs1_seqlen2048

@@ -49,7 +49,7 @@ def test_param_gather_without_distributed_optimizer_is_an_error():
 
 def test_param_gather_set_on_ddp_config_without_distributed_optimizer_is_an_error():
     cfgs = make_configs(distributed_optimizer=False)
-    cfgs.ddp.overlap_param_gather = True  # written straight on cfg.ddp, as the seed does
+    cfgs.ddp.overlap_param_gather = True  # written straight on cfg.ddp, as recipes usually do
     with pytest.raises(ValueError, match="needs the distributed optimizer"):
         _setup(CommOverlapConfig(tp_comm_overlap=False), cfgs, dp=8)
 

@@ -50,8 +50,8 @@ def _recipe() -> ConfigContainer:
     )
 
 
-def _seed() -> ConfigContainer:
-    """SPEC §1's enablement code, unchanged, applied to a recipe."""
+def _enablement() -> ConfigContainer:
+    """The usual enablement code, unchanged, applied to a recipe."""
     cfg = _recipe()
 
     cfg.model.tensor_model_parallel_size = 4
@@ -82,13 +82,13 @@ def _snapshot(config) -> dict:
     return out
 
 
-# --- the seed, end to end -------------------------------------------------------------------------
+# --- the usual enablement, end to end -------------------------------------------------------------------------
 
 
-def test_seed_end_to_end():
-    cfg = _seed()
+def test_enablement_end_to_end():
+    cfg = _enablement()
     # Transformer Engine needs CUDA to build and import, so it cannot exist on a CPU machine:
-    # pretend it imports, as it does on the GPU cluster the seed targets.
+    # pretend it imports, as it does on the GPU cluster the recipe targets.
     with mock.patch("megatron.bridge.training.comm_overlap.HAVE_TE", True):
         plan = runtime_config_update(cfg, world_size=128)
 
@@ -112,7 +112,7 @@ def test_seed_end_to_end():
     assert ddp.bucket_size == DEFAULT_BUCKET_SIZE == 128 * 1024 * 1024
     assert ddp.use_distributed_optimizer is True and opt.use_distributed_optimizer is True
     assert (opt.overlap_param_gather, opt.overlap_param_gather_with_optimizer_step) == (True, False)
-    # Precision from mixed precision, including the seed's two edits.
+    # Precision from mixed precision, including the enablement's two edits.
     assert (m.bf16, m.fp16, m.params_dtype, m.pipeline_dtype) == (
         True,
         False,
@@ -130,8 +130,8 @@ def test_seed_end_to_end():
     assert m.ffn_hidden_size == 4 * 12288
 
 
-def test_seed_leaves_user_objects_as_written(te_available):
-    cfg = _seed()
+def test_enablement_leaves_user_objects_as_written(te_available):
+    cfg = _enablement()
     overlap_written = dataclasses.asdict(cfg.comm_overlap)
     precision_written = dataclasses.asdict(cfg.mixed_precision)
     runtime_config_update(cfg, world_size=128)
@@ -141,7 +141,7 @@ def test_seed_leaves_user_objects_as_written(te_available):
 
 
 def test_running_twice_gives_the_same_result(te_available):
-    cfg = _seed()
+    cfg = _enablement()
     first_plan = runtime_config_update(cfg, world_size=128)
     first = (_snapshot(cfg.model), _snapshot(cfg.optimizer), _snapshot(cfg.ddp))
     second_plan = runtime_config_update(cfg, world_size=128)
@@ -150,7 +150,7 @@ def test_running_twice_gives_the_same_result(te_available):
 
 
 def test_tp_overlap_refused_without_te_is_said_and_written():
-    cfg = _seed()
+    cfg = _enablement()
     with mock.patch("megatron.bridge.training.comm_overlap.HAVE_TE", False):
         plan = runtime_config_update(cfg, world_size=128)
     assert cfg.model.tp_comm_overlap is False
@@ -176,7 +176,7 @@ def test_data_parallel_size(world, tp, pp, cp, dp):
 
 
 def test_world_size_not_divisible_names_the_sizes(te_available):
-    cfg = _seed()
+    cfg = _enablement()
     with pytest.raises(
         ValueError,
         match=r"World size 100 .*num_gpus=100 is not divisible by tp_size \* cp_size \* pp_size = 4 \* 1 \* 4 = 16",
@@ -193,7 +193,7 @@ def test_world_size_must_be_positive_int(bad):
 
 def test_world_size_from_environment(monkeypatch, te_available):
     monkeypatch.setenv("WORLD_SIZE", "256")
-    cfg = _seed()
+    cfg = _enablement()
     runtime_config_update(cfg)
     assert cfg.data_parallel_size == 16
     monkeypatch.setenv("WORLD_SIZE", "many")
@@ -209,7 +209,7 @@ def test_world_size_defaults_to_one_and_says_so(monkeypatch, caplog):
 
 
 def test_global_batch_size_must_divide(te_available):
-    cfg = _seed()
+    cfg = _enablement()
     cfg.train.global_batch_size = 100
     with pytest.raises(
         ValueError,
@@ -265,7 +265,7 @@ def test_unknown_preset_name_lists_valid_ones():
 
 
 def test_distributed_optimizer_flag_is_mirrored(te_available):
-    cfg = _seed()
+    cfg = _enablement()
     cfg.ddp.use_distributed_optimizer = False
     cfg.optimizer.use_distributed_optimizer = True
     runtime_config_update(cfg, world_size=128)
@@ -283,7 +283,7 @@ def test_precision_set_on_model_only_is_caught():
 
 
 def test_megatron_core_validation_runs(te_available):
-    cfg = _seed()
+    cfg = _enablement()
     # Full recompute without a method passes every check of ours; megatron-core refuses it.
     cfg.model.recompute_granularity = "full"
     with pytest.raises(ValueError, match=r"recompute_method must be \"block\" or \"uniform\""):

@@ -104,7 +104,7 @@ def test_recipe_values_follow_megatron_core():
 # --- setup writes every knob ------------------------------------------------------------------
 
 
-def test_seed_precision_knobs_land_in_ddp_and_model():
+def test_enablement_precision_knobs_land_in_ddp_and_model():
     model, optimizer, ddp = _configs()
     mp = get_mixed_precision_config("bf16_with_fp8_delayed_scaling_mixed")
     mp.grad_reduce_in_fp32 = False

@@ -1,7 +1,7 @@
 """The published userbuffer presets against NVIDIA's reference values.
 
 tests/unit_tests/training/data/userbuffers_presets.yaml is a verbatim copy of the published
-preset values (shared/reference/userbuffers_presets.yaml); every published name must be
+preset values (a copy of the published preset table, data/userbuffers_presets.yaml); every published name must be
 importable from comm_overlap and produce exactly that TE dict.
 """
 

@@ -9,6 +9,7 @@ settings the user made straight on the config.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import logging
@@ -196,7 +197,9 @@ def apply_plan(
             replaced = _users_value(config, decision.knob)
             setattr(config, decision.knob, value)
             written = dict(getattr(config, _WRITTEN_ATTR, {}))
-            written[decision.knob] = (value, replaced)
+            # A detached copy of what was written: an edit the user later makes in place (a key
+            # of the userbuffers dict) then reads as the user's, as a new value would.
+            written[decision.knob] = (copy.deepcopy(value), replaced)
             # object.__setattr__: the record is ours, not a config field, and must not trip a
             # config's own __setattr__ checks.
             object.__setattr__(config, _WRITTEN_ATTR, written)
