@@ -109,6 +109,8 @@ MODEL_FIELDS = {
     "num_moe_experts": "num_moe_experts",
     "moe_token_dispatcher": "moe_token_dispatcher_type",
     "moe_flex_backend": "moe_flex_dispatcher_backend",
+    "embedding_in_pipeline_split": "account_for_embedding_in_pipeline_split",
+    "loss_in_pipeline_split": "account_for_loss_in_pipeline_split",
 }
 
 
@@ -125,7 +127,13 @@ def build_parser() -> argparse.ArgumentParser:
             "bf16, GPT-3 175B's shape: 96 layers, hidden 12288, 96 heads, seq 2048, mbs 1)."
         ),
     )
-    ex.add_argument("--recipe", help="explain a recipe (its sizes; flags given here override them)")
+    ex.add_argument(
+        "--recipe",
+        help=(
+            "explain a recipe: a name (see 'bridge-overlap recipes') or 'package.module:function'; "
+            "flags given here override its sizes"
+        ),
+    )
     ex.add_argument("--tp", type=_positive_int, help="tensor-parallel size (default 4)")
     ex.add_argument("--pp", type=_positive_int, help="pipeline-parallel size (default 4)")
     ex.add_argument("--vpp", type=_positive_int, help="virtual pipeline size (default 2; 1 = none)")
@@ -165,6 +173,13 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument(
         "--num-query-groups", type=_positive_int, help="GQA query groups (default: MHA)"
     )
+    for part in ("embedding", "loss"):
+        ex.add_argument(
+            f"--{part}-in-pipeline-split",
+            action=argparse.BooleanOptionalAction,
+            default=None,
+            help=f"count the {part} as a layer when splitting layers over pipeline stages",
+        )
     ex.add_argument("--num-moe-experts", type=_positive_int, help="MoE experts (default: dense)")
     ex.add_argument(
         "--moe-token-dispatcher", choices=["allgather", "alltoall", "flex"], help="MoE dispatcher"
@@ -194,7 +209,58 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--nccl-pp-chunksize", type=int, help="NCCL_P2P_NET_CHUNKSIZE when PP > 1")
     ex.add_argument("--strict", action="store_true", help="exit 1 instead of falling back")
     ex.add_argument("--json", action="store_true", help="print the plan as one JSON object")
+    ls = sub.add_parser(
+        "recipes",
+        help="list the recipes available here, with each one's layout",
+        description=(
+            "List the shipped recipes and those registered under the "
+            "'megatron_bridge.recipes' entry-point group, with each one's published layout."
+        ),
+    )
+    ls.add_argument("--json", action="store_true", help="print the list as one JSON object")
     return parser
+
+
+def list_recipes() -> list[dict[str, Any]]:
+    """Every available recipe with its target and, when it has a spec, its published layout."""
+    from megatron.bridge.recipes import available_recipes, recipe_spec
+
+    rows = []
+    for name, target in sorted(available_recipes().items()):
+        row: dict[str, Any] = {"name": name, "target": target, "layout": None}
+        spec = recipe_spec(name)
+        if spec is not None:
+            row["layout"] = {
+                "world_size": spec.num_gpus,
+                "gpu": spec.gpu,
+                "precision": spec.precision,
+                "tp": spec.tp_size,
+                "pp": spec.pp_size,
+                "vpp": spec.vpp,
+                "cp": spec.cp_size,
+                "ep": spec.ep_size,
+                "num_layers": spec.model.num_layers,
+                "hidden_size": spec.model.hidden_size,
+                "seq_length": spec.model.seq_length,
+            }
+        rows.append(row)
+    return rows
+
+
+def _render_recipes(rows: list[dict[str, Any]]) -> str:
+    lines = []
+    for row in rows:
+        lay = row["layout"]
+        if lay is None:
+            shape = "builds a ConfigContainer (plan it with --world-size)"
+        else:
+            shape = (
+                f"{lay['world_size']} x {lay['gpu'].upper()} {lay['precision']}  TP{lay['tp']} "
+                f"PP{lay['pp']} VPP{lay['vpp'] or '-'} CP{lay['cp']} EP{lay['ep']}  "
+                f"{lay['num_layers']} layers, hidden {lay['hidden_size']}, seq {lay['seq_length']}"
+            )
+        lines.append(f"{row['name']:<16} {shape}  [{row['target']}]")
+    return "\n".join(lines)
 
 
 def _named_preset(name: str) -> Any:
@@ -239,6 +305,8 @@ def _plan_flags(args: argparse.Namespace) -> tuple[OverlapPlan, dict[str, Any]]:
         hidden_size=lay["hidden_size"],
         num_attention_heads=lay["num_attention_heads"],
         num_query_groups=args.num_query_groups,
+        account_for_embedding_in_pipeline_split=bool(args.embedding_in_pipeline_split),
+        account_for_loss_in_pipeline_split=bool(args.loss_in_pipeline_split),
         seq_length=lay["seq_length"],
         micro_batch_size=lay["micro_batch_size"],
         bf16=True,
@@ -277,7 +345,8 @@ def _plan_flags(args: argparse.Namespace) -> tuple[OverlapPlan, dict[str, Any]]:
 
 def _plan_recipe(args: argparse.Namespace) -> tuple[OverlapPlan, dict[str, Any]]:
     """Plan a recipe the way the job will: build it, apply the flags, resolve it."""
-    from megatron.bridge.recipes import plan_recipe  # imports megatron-core: only here
+    # Imports megatron-core only for a recipe that has no torch-free spec.
+    from megatron.bridge.recipes import plan_recipe
 
     keywords = {
         kw: getattr(args, flag)
@@ -293,13 +362,14 @@ def _plan_recipe(args: argparse.Namespace) -> tuple[OverlapPlan, dict[str, Any]]
     if args.ep_overlap:
         request_fields["overlap_moe_expert_parallel_comm"] = True
     if args.preset not in (None, "auto"):
-        request_fields["tp_comm_overlap_cfg"] = _named_preset(args.preset)
-    resolved = plan_recipe(
+        _named_preset(args.preset)  # an unknown name fails here, naming the flag
+    plan = plan_recipe(
         args.recipe,
         world_size=args.world_size,
         te=args.te,
         model_fields=model_fields,
         distributed_optimizer=args.distributed_optimizer,
+        preset=args.preset,
         request_fields=request_fields,
         **keywords,
     )
@@ -309,7 +379,7 @@ def _plan_recipe(args: argparse.Namespace) -> tuple[OverlapPlan, dict[str, Any]]
         info = {"source": "none", "detail": "--preset none"}
     else:
         info = {"source": "user", "detail": f"--preset {args.preset}"}
-    return resolved.plan, info
+    return plan, info
 
 
 def explain(
@@ -451,6 +521,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not as_json:
             parser.print_usage(sys.stderr)
         return _fail(str(exc), EXIT_INVALID, as_json=as_json)
+    if args.command == "recipes":
+        try:
+            rows = list_recipes()
+        except (ValueError, TypeError) as exc:
+            return _fail(f"bridge-overlap: error: {exc}", EXIT_INVALID, as_json=as_json)
+        print(json.dumps({"recipes": rows}, indent=2) if args.json else _render_recipes(rows))
+        return EXIT_OK
     try:
         doc, plan, env_plan = explain(args)
     except OverlapRefusedError as exc:

@@ -25,7 +25,7 @@ import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 from megatron.core.models.gpt.gpt_layer_specs import (
     get_gpt_layer_local_spec,
@@ -36,6 +36,7 @@ from megatron.core.transformer.spec_utils import ModuleSpec
 from megatron.core.transformer.transformer_config import TransformerConfig
 
 from megatron.bridge.training.userbuffers import TransformerLayerTPOverlapCfg
+from megatron.bridge.training.validators import check_choice, check_int
 
 __all__ = ["GPTModelProvider", "PositionEmbeddingType"]
 
@@ -125,29 +126,26 @@ class GPTModelProvider(TransformerConfig):
         self._finalize_derived = {}
 
     def _check_gpt_fields(self) -> None:
-        if type(self.seq_length) is not int or self.seq_length < 1:
-            raise ValueError(
-                f"GPTModelProvider.seq_length must be an int >= 1, got {self.seq_length!r}."
-            )
-        if self.vocab_size is not None and (
-            type(self.vocab_size) is not int or self.vocab_size < 1
-        ):
-            raise ValueError(
-                f"GPTModelProvider.vocab_size must be an int >= 1 (the tokenizer's size), got {self.vocab_size!r}."
-            )
-        if (
-            type(self.make_vocab_size_divisible_by) is not int
-            or self.make_vocab_size_divisible_by < 1
-        ):
-            raise ValueError(
-                "GPTModelProvider.make_vocab_size_divisible_by must be an int >= 1, got "
-                f"{self.make_vocab_size_divisible_by!r}."
-            )
-        if self.position_embedding_type not in get_args(PositionEmbeddingType):
-            raise ValueError(
-                "GPTModelProvider.position_embedding_type must be one of "
-                f"{list(get_args(PositionEmbeddingType))}, got {self.position_embedding_type!r}."
-            )
+        # These have always raised ValueError for any bad value, a wrong type included.
+        owner = "GPTModelProvider"
+        check_int(owner, "seq_length", self.seq_length, type_error=ValueError)
+        check_int(
+            owner,
+            "vocab_size",
+            self.vocab_size,
+            optional=True,
+            unit="the tokenizer's size",
+            type_error=ValueError,
+        )
+        check_int(
+            owner,
+            "make_vocab_size_divisible_by",
+            self.make_vocab_size_divisible_by,
+            type_error=ValueError,
+        )
+        check_choice(
+            owner, "position_embedding_type", self.position_embedding_type, PositionEmbeddingType
+        )
 
     @property
     def padded_vocab_size(self) -> int:

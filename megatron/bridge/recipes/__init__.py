@@ -6,38 +6,49 @@ size is a keyword override. Look one up by name::
     from megatron.bridge.recipes import get_recipe
     cfg = get_recipe("llama3_70b", gpu="b200")
 
-Each recipe module also defines ``PUBLISHED`` (the GPU count and GPU model of the published
-run) and ``perf_env_plugin(cfg, num_gpus=..., gpu=...)``, the NeMo-Run ``PerfEnvPlugin`` built
-from the config so the launch does not repeat the parallel sizes.
+Each shipped recipe module also has ``SPEC``, a torch-free
+:class:`~megatron.bridge.recipes.spec.RecipeSpec` from which both the plan and the container
+derive (``spec(**overrides)`` applies the same overrides), ``PUBLISHED`` (the published GPU
+count and GPU model) and ``perf_env_plugin(cfg, ...)``.
+
+Recipes of your own: name one as ``"package.module:function"`` wherever a recipe name is taken,
+or register it under the ``megatron_bridge.recipes`` entry-point group of your package; the
+function returns a ``RecipeSpec`` (plannable without torch) or a ``ConfigContainer``.
 
 Kept import-light on purpose: ``import megatron.bridge.recipes`` pulls in neither NeMo-Run nor
-megatron-core; a recipe module is imported when it is asked for. Import
+megatron-core, and neither does planning a recipe that has a spec. Import
 ``megatron.bridge.recipes.run_plugins`` for ``PerfEnvPlugin`` and ``NsysPlugin`` (needs the
 ``run`` extra).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import difflib
 import importlib
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from megatron.bridge.training.config import ConfigContainer, ResolvedConfig
+    from megatron.bridge.recipes.spec import RecipeSpec
+    from megatron.bridge.training.comm_overlap import OverlapPlan
+    from megatron.bridge.training.config import ConfigContainer
 
 __all__ = [
+    "ENTRY_POINT_GROUP",
     "RECIPES",
+    "available_recipes",
     "get_recipe",
     "plan_recipe",
     "recipe_function",
     "recipe_layout",
-    "recipe_published",
+    "recipe_spec",
 ]
 
-#: Recipe name -> ``"module:function"`` of the function that builds it.
+#: Shipped recipe name -> ``"module:function"`` of the function that builds its container.
 RECIPES: Mapping[str, str] = MappingProxyType(
     {
         "gpt3_175b": "megatron.bridge.recipes.gpt3_175b:gpt3_175b",
@@ -46,29 +57,126 @@ RECIPES: Mapping[str, str] = MappingProxyType(
     }
 )
 
-
-def _target(name: str) -> tuple[Any, str]:
-    if not isinstance(name, str) or name not in RECIPES:
-        raise ValueError(f"Unknown recipe {name!r}; known recipes: {', '.join(sorted(RECIPES))}.")
-    module_name, function_name = RECIPES[name].split(":")
-    return importlib.import_module(module_name), function_name
+ENTRY_POINT_GROUP = "megatron_bridge.recipes"
+"""Entry-point group under which installed packages register recipes (name = "module:function")."""
 
 
-def recipe_function(name: str) -> Any:
-    """The function that builds recipe ``name``; ``ValueError`` listing the names otherwise."""
-    module, function_name = _target(name)
-    return getattr(module, function_name)
+def available_recipes() -> dict[str, str]:
+    """Every recipe by name: the shipped ones, then those registered under the entry-point group.
+
+    A registered name that shadows a shipped one is refused (``ValueError``), so a name always
+    means one recipe.
+    """
+    from importlib.metadata import entry_points
+
+    found = dict(RECIPES)
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name in RECIPES and ep.value != RECIPES[ep.name]:
+            raise ValueError(
+                f"The entry point {ep.name!r} = {ep.value!r} (group {ENTRY_POINT_GROUP}) shadows "
+                f"the shipped recipe of that name; register it under another name."
+            )
+        found[ep.name] = ep.value
+    return found
+
+
+def _import_target(target: str) -> Callable[..., Any]:
+    module_name, sep, attribute = target.partition(":")
+    if not sep or not module_name or not attribute:
+        raise ValueError(f"A recipe target is 'package.module:function', got {target!r}.")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"Recipe {target!r}: cannot import {module_name!r} ({exc}).") from None
+    function = getattr(module, attribute, None)
+    if not callable(function):
+        raise ValueError(f"Recipe {target!r}: {module_name} has no function {attribute!r}.")
+    return function
+
+
+def recipe_function(name: str) -> Callable[..., Any]:
+    """The function behind a recipe name or a ``"module:function"`` target.
+
+    ``ValueError`` for an unknown name, listing the known ones with a "did you mean".
+    """
+    if not isinstance(name, str):
+        raise ValueError(f"A recipe is named by a string, got {name!r}.")
+    if ":" in name:
+        return _import_target(name)
+    known = available_recipes()
+    if name not in known:
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ValueError(
+            f"Unknown recipe {name!r}.{hint} known recipes: {', '.join(sorted(known))}; or name "
+            "your own as 'package.module:function'."
+        )
+    return _import_target(known[name])
+
+
+@contextlib.contextmanager
+def _quiet_megatron_import() -> Iterator[None]:
+    with warnings.catch_warnings():
+        # megatron-core warns on import that TE / Apex are missing *here*; a recipe describes
+        # the job where they are installed, so that noise would only mislead.
+        warnings.filterwarnings(
+            "ignore", r"(Transformer Engine and Apex are|Apex is) not installed"
+        )
+        # megatron-core 0.19 ships a docstring with an invalid escape; Python warns on compile.
+        warnings.filterwarnings("ignore", category=SyntaxWarning)
+        yield
+
+
+def _call_recipe(name: str, overrides: Mapping[str, Any]) -> Any:
+    """What recipe ``name`` returns for ``overrides``: a shipped recipe's spec, else its result."""
+    function = recipe_function(name)
+    if name in RECIPES:
+        function = importlib.import_module(function.__module__).spec
+    with _quiet_megatron_import():
+        return function(**overrides)
+
+
+def recipe_spec(name: str, **overrides: Any) -> RecipeSpec | None:
+    """The torch-free spec of a recipe with ``overrides``, or None for a container-only recipe.
+
+    A shipped recipe's spec comes from its module's ``spec`` function; a recipe of your own has
+    one when its function returns a ``RecipeSpec``.
+    """
+    from megatron.bridge.recipes.spec import RecipeSpec
+
+    result = _call_recipe(name, overrides)
+    return result if isinstance(result, RecipeSpec) else None
 
 
 def get_recipe(name: str, **overrides: Any) -> ConfigContainer:
     """Build recipe ``name`` with keyword ``overrides`` (``gpu``, ``precision``, ``tp_size``, ...)."""
-    return recipe_function(name)(**overrides)
+    from megatron.bridge.recipes.spec import RecipeSpec
+
+    result = _call_recipe(name, overrides)
+    if isinstance(result, RecipeSpec):
+        with _quiet_megatron_import():
+            return result.build()
+    return result
 
 
-def recipe_published(name: str) -> Any:
-    """The ``PUBLISHED`` run (GPU count and GPU model) of recipe ``name``."""
-    module, _ = _target(name)
-    return module.PUBLISHED
+#: Model fields a planning caller may change on a recipe, and where each lives in a spec.
+_SPEC_MODEL_FIELDS = {
+    "expert_model_parallel_size": ("spec", "ep_size"),
+    "expert_tensor_parallel_size": ("spec", "etp_size"),
+    "sequence_parallel": ("spec", "sequence_parallel"),
+    "hidden_size": ("model", "hidden_size"),
+    "num_layers": ("model", "num_layers"),
+    "num_attention_heads": ("model", "num_attention_heads"),
+    "num_query_groups": ("model", "num_query_groups"),
+    "num_moe_experts": ("model", "num_moe_experts"),
+    "moe_token_dispatcher_type": ("model", "moe_token_dispatcher_type"),
+    "moe_flex_dispatcher_backend": ("model", "moe_flex_dispatcher_backend"),
+    "account_for_embedding_in_pipeline_split": (
+        "model",
+        "account_for_embedding_in_pipeline_split",
+    ),
+    "account_for_loss_in_pipeline_split": ("model", "account_for_loss_in_pipeline_split"),
+}
 
 
 def plan_recipe(
@@ -78,50 +186,92 @@ def plan_recipe(
     te: str = "assume",
     model_fields: Mapping[str, Any] | None = None,
     distributed_optimizer: bool | None = None,
+    preset: str | None = None,
     request_fields: Mapping[str, Any] | None = None,
     **overrides: Any,
-) -> ResolvedConfig:
-    """Build recipe ``name`` and resolve it as the job will at model-build time, without writing.
+) -> OverlapPlan:
+    """The overlap plan of recipe ``name`` on ``world_size`` GPUs, as the job will resolve it.
 
     ``overrides`` are the recipe's keywords (``gpu``, ``precision``, ``tp_size``, ...);
-    ``model_fields`` are then set on ``cfg.model`` (megatron-core field names),
-    ``distributed_optimizer`` on both ``cfg.ddp`` and ``cfg.optimizer``, and ``request_fields``
-    on the recipe's ``CommOverlapConfig``. ``world_size`` defaults to the published GPU count;
-    ``te`` is ``"assume"`` (TE is installed where the job runs) or ``"detect"``.
+    ``model_fields`` set megatron-core model fields (``expert_model_parallel_size``,
+    ``hidden_size``, ...), ``distributed_optimizer`` the optimizer sharding, ``preset`` the
+    userbuffers preset ("auto", a published name or "none") and ``request_fields`` further
+    ``CommOverlapConfig`` fields. A recipe with a spec is planned without torch; one that only
+    builds a container is resolved like ``runtime_config_update`` does, on copies, and then needs
+    ``world_size``. ``te`` is "assume" (TE is installed where the job runs) or "detect".
     """
-    with warnings.catch_warnings():
-        # megatron-core warns on import that TE / Apex are missing *here*; the plan describes
-        # the job where they are installed, so that noise would only mislead.
-        warnings.filterwarnings(
-            "ignore", r"(Transformer Engine and Apex are|Apex is) not installed"
-        )
-        # megatron-core 0.19 ships a docstring with an invalid escape; Python warns on compile.
-        warnings.filterwarnings("ignore", category=SyntaxWarning)
-        from megatron.bridge.training.comm_overlap import te_status
-        from megatron.bridge.training.config import resolve_config
+    from megatron.bridge.recipes.spec import RecipeSpec
 
-        module, function_name = _target(name)
-        try:
-            cfg = getattr(module, function_name)(**overrides)
-        except TypeError as exc:  # a keyword this recipe does not take
-            raise ValueError(f"recipe {name}: {exc}") from None
+    spec = _call_recipe(name, overrides)
+    if isinstance(spec, RecipeSpec):
+        changes: dict[str, Any] = {}
+        model_changes: dict[str, Any] = {}
+        for field, value in (model_fields or {}).items():
+            where, attribute = _SPEC_MODEL_FIELDS[field]
+            (changes if where == "spec" else model_changes)[attribute] = value
+        if distributed_optimizer is not None:
+            changes["distributed_optimizer"] = distributed_optimizer
+        if preset is not None:
+            changes["preset"] = preset
+        if request_fields:
+            changes["overlap"] = (*spec.overlap, *request_fields.items())
+        spec = dataclasses.replace(
+            spec, model=dataclasses.replace(spec.model, **model_changes), **changes
+        )
+        return spec.plan(world_size=world_size, te=te)
+    return _plan_container(
+        name,
+        spec,
+        world_size=world_size,
+        te=te,
+        model_fields=model_fields,
+        distributed_optimizer=distributed_optimizer,
+        preset=preset,
+        request_fields=request_fields,
+    )
+
+
+def _plan_container(
+    name: str,
+    cfg: ConfigContainer,
+    *,
+    world_size: int | None,
+    te: str,
+    model_fields: Mapping[str, Any] | None,
+    distributed_optimizer: bool | None,
+    preset: str | None,
+    request_fields: Mapping[str, Any] | None,
+) -> OverlapPlan:
+    if world_size is None:
+        raise ValueError(
+            f"Recipe {name!r} returns a ConfigContainer, which does not say its GPU count: "
+            "pass the world size (--world-size)."
+        )
+    from megatron.bridge.training.comm_overlap import PUBLISHED_PRESETS, te_status
+    from megatron.bridge.training.config import resolve_config
+
     for field, value in (model_fields or {}).items():
         setattr(cfg.model, field, value)
     if distributed_optimizer is not None:
         cfg.ddp.use_distributed_optimizer = distributed_optimizer
         cfg.optimizer.use_distributed_optimizer = distributed_optimizer
-    if request_fields:
+    request = dict(request_fields or {})
+    if preset not in (None, "auto"):
+        request["tp_comm_overlap_cfg"] = None if preset == "none" else PUBLISHED_PRESETS[preset]
+    if request:
         if cfg.comm_overlap is None:
-            raise ValueError(f"recipe {name} has no comm_overlap request to change.")
-        cfg.comm_overlap = dataclasses.replace(cfg.comm_overlap, **request_fields)
-    world = module.PUBLISHED.num_gpus if world_size is None else world_size
-    return resolve_config(cfg, world_size=world, te=te_status(te))
+            raise ValueError(f"Recipe {name!r} has no comm_overlap request to change.")
+        cfg.comm_overlap = dataclasses.replace(cfg.comm_overlap, **request)
+    resolved = resolve_config(cfg, world_size=world_size, te=te_status(te))
+    if resolved.plan is None:
+        raise ValueError(f"Recipe {name!r} has no comm_overlap request: there is no plan.")
+    return resolved.plan
 
 
 def recipe_layout(name: str, **overrides: Any) -> dict[str, Any]:
     """The resolved layout of recipe ``name`` as plain values (what ``explain --recipe`` shows).
 
-    Read from the plan the recipe resolves to (``plan_recipe``), not re-derived. Keys: ``tp``,
+    Read from the plan the recipe resolves to (:func:`plan_recipe`), not re-derived. Keys: ``tp``,
     ``pp``, ``vpp`` (None without interleaving), ``cp``, ``ep``, ``dp``, ``world_size`` (the
     published GPU count), ``gpu``, ``precision``, ``seq_length``, ``micro_batch_size``,
     ``hidden_size``, ``sequence_parallel``, ``distributed_optimizer``, ``num_moe_experts`` and
@@ -130,12 +280,11 @@ def recipe_layout(name: str, **overrides: Any) -> dict[str, Any]:
     """
     from megatron.bridge.training.userbuffers import published_name_for
 
-    resolved = plan_recipe(name, **overrides)
-    f = resolved.facts
+    plan = plan_recipe(name, **overrides)
+    f = plan.facts
     precision = "fp8" if f.fp8 else "bf16"
-    plan = resolved.plan
     preset = None
-    if plan is not None and plan.value("tp_comm_overlap"):
+    if plan.value("tp_comm_overlap"):
         preset = published_name_for(
             plan.preset_names,
             gpu=f.gpu,

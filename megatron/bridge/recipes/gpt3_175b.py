@@ -5,56 +5,76 @@ positions, LayerNorm, GeLU, tied embeddings. Published layout: TP4 (with sequenc
 parallelism) x PP8 with 6 virtual stages per rank, micro-batch 1, global batch 2048, on 1024
 GPUs (DP 32), bf16 with the ``userbuffers_bf16_h100_h12288_tp4_mbs1_seqlen2048`` preset.
 
-Every size is a keyword argument; the userbuffers preset follows them (see
-:func:`megatron.bridge.recipes.common.select_userbuffers_preset`).
+Every size is a keyword argument; the userbuffers preset follows them. Importing this module
+loads no torch: :data:`SPEC` plans the recipe anywhere, :func:`gpt3_175b` builds its
+``ConfigContainer``.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from megatron.bridge.models.gpt_provider import GPTModelProvider
-from megatron.bridge.recipes import common
-from megatron.bridge.recipes.common import Gpu, Precision, PublishedRun
-from megatron.bridge.training.config import ConfigContainer
+from megatron.bridge.recipes.spec import ModelShape, RecipeSpec
 
 if TYPE_CHECKING:
+    from megatron.bridge.models.gpt_provider import GPTModelProvider
     from megatron.bridge.recipes.run_plugins import PerfEnvPlugin
+    from megatron.bridge.training.config import ConfigContainer
 
-__all__ = ["PUBLISHED", "gpt3_175b", "perf_env_plugin"]
-
-PUBLISHED = PublishedRun(num_gpus=1024, gpu="h100")
-"""The published run: 1024 H100 GPUs (TP4 x PP8 -> DP 32)."""
+__all__ = ["PUBLISHED", "SPEC", "gpt3_175b", "gpt3_provider", "perf_env_plugin", "spec"]
 
 HIDDEN_SIZE = 12288
 """Model width; also what the userbuffers preset is looked up for."""
 
-
-def gpt3_175b(
-    *,
-    gpu: Gpu = PUBLISHED.gpu,
-    precision: Precision = "bf16",
-    tp_size: int = 4,
-    pp_size: int = 8,
-    vpp_size: int | None = 6,
-    cp_size: int = 1,
-    seq_length: int = 2048,
-    micro_batch_size: int = 1,
-    global_batch_size: int = 2048,
-    tp_comm_overlap: bool = True,
-) -> ConfigContainer:
-    """GPT-3 175B: a complete ``ConfigContainer`` in the published layout, sizes overridable.
-
-    ``gpu`` and ``precision`` pick the userbuffers preset (``None`` with a logged warning when
-    none is published for the resulting shape). ``vpp_size`` None or 1 turns interleaving off.
-    """
-    model = GPTModelProvider(
+SPEC = RecipeSpec(
+    name="gpt3_175b",
+    model=ModelShape(
+        provider="megatron.bridge.recipes.gpt3_175b:gpt3_provider",
         num_layers=96,
         hidden_size=HIDDEN_SIZE,
         num_attention_heads=96,
         ffn_hidden_size=4 * HIDDEN_SIZE,
-        seq_length=seq_length,
         vocab_size=51200,
+        seq_length=2048,
+    ),
+    num_gpus=1024,
+    gpu="h100",
+    tp_size=4,
+    pp_size=8,
+    vpp_size=6,
+    micro_batch_size=1,
+    global_batch_size=2048,
+    lr=6e-5,
+    min_lr=6e-6,
+)
+"""The recipe in plain values: 1024 H100 GPUs, TP4 x PP8 (VPP6) -> DP 32."""
+
+PUBLISHED = SPEC
+"""The published run (``num_gpus``, ``gpu``): the spec itself."""
+
+
+def spec(**overrides: Any) -> RecipeSpec:
+    """The recipe's spec with keyword overrides (``gpu``, ``precision``, sizes, ...); no torch."""
+    return SPEC.with_overrides(**overrides)
+
+
+def gpt3_175b(**overrides: Any) -> ConfigContainer:
+    """GPT-3 175B: a complete ``ConfigContainer`` in the published layout, sizes overridable.
+
+    Keywords: ``gpu``, ``precision``, ``tp_size``, ``pp_size``, ``vpp_size`` (None or 1: no
+    interleaving), ``cp_size``, ``seq_length``, ``micro_batch_size``, ``global_batch_size``,
+    ``tp_comm_overlap``. ``gpu`` and ``precision`` pick the userbuffers preset (``None`` with a
+    logged warning when none is published for the resulting shape).
+    """
+    return spec(**overrides).build()
+
+
+def gpt3_provider(**dims: Any) -> GPTModelProvider:
+    """The GPT-3 architecture with these dimensions (parallel sizes left at 1)."""
+    from megatron.bridge.models.gpt_provider import GPTModelProvider
+
+    return GPTModelProvider(
+        **dims,
         position_embedding_type="learned_absolute",
         share_embeddings_and_output_weights=True,
         normalization="LayerNorm",
@@ -66,28 +86,16 @@ def gpt3_175b(
         bias_activation_fusion=True,
         bias_dropout_fusion=True,
     )
-    return common.assemble(
-        model=model,
-        gpu=gpu,
-        precision=precision,
-        tp_size=tp_size,
-        pp_size=pp_size,
-        vpp_size=vpp_size,
-        cp_size=cp_size,
-        micro_batch_size=micro_batch_size,
-        global_batch_size=global_batch_size,
-        tp_comm_overlap=tp_comm_overlap,
-        lr=6e-5,
-        min_lr=6e-6,
-    )
 
 
 def perf_env_plugin(
     cfg: ConfigContainer,
     *,
     num_gpus: int = PUBLISHED.num_gpus,
-    gpu: Gpu = PUBLISHED.gpu,
+    gpu: str = PUBLISHED.gpu,
     **overrides: Any,
 ) -> PerfEnvPlugin:
     """NeMo-Run ``PerfEnvPlugin`` for a config of this recipe (sizes read from ``cfg``)."""
+    from megatron.bridge.recipes import common
+
     return common.perf_env_plugin(cfg, num_gpus=num_gpus, gpu=gpu, **overrides)

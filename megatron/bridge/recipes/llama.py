@@ -7,9 +7,10 @@ The recipes (``llama3_70b``, ``llama31_405b``) give the dimensions and the paral
 
 from __future__ import annotations
 
-import torch.nn.functional as F
+from typing import TYPE_CHECKING
 
-from megatron.bridge.models.gpt_provider import GPTModelProvider
+if TYPE_CHECKING:
+    from megatron.bridge.models.gpt_provider import GPTModelProvider
 
 __all__ = ["LLAMA3_VOCAB_SIZE", "llama3_provider"]
 
@@ -25,12 +26,18 @@ def llama3_provider(
     num_query_groups: int,
     ffn_hidden_size: int,
     seq_length: int,
+    vocab_size: int = LLAMA3_VOCAB_SIZE,
     rope_scaling: bool = False,
 ) -> GPTModelProvider:
     """A Llama-3 ``GPTModelProvider`` with these dimensions (parallel sizes left at 1).
 
-    ``rope_scaling`` turns on the Llama-3.1 RoPE frequency scaling (factor 8).
+    ``rope_scaling`` turns on the Llama-3.1 RoPE frequency scaling (factor 8). Imports torch
+    and megatron-core when called, not when this module is imported.
     """
+    import torch.nn.functional as F
+
+    from megatron.bridge.models.gpt_provider import GPTModelProvider
+
     return GPTModelProvider(
         num_layers=num_layers,
         hidden_size=hidden_size,
@@ -38,7 +45,7 @@ def llama3_provider(
         num_query_groups=num_query_groups,
         ffn_hidden_size=ffn_hidden_size,
         seq_length=seq_length,
-        vocab_size=LLAMA3_VOCAB_SIZE,
+        vocab_size=vocab_size,
         position_embedding_type="rope",
         rotary_base=500_000,
         rope_scaling=rope_scaling,

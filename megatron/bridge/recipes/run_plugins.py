@@ -30,6 +30,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a test by hiding n
     ) from exc
 
 from megatron.bridge.training import launch_env
+from megatron.bridge.training.validators import check_bool, check_int, check_optional_bool
 
 __all__ = ["VBOOST_SETUP_LINE", "NsysPlugin", "PerfEnvPlugin", "to_hydra_overrides"]
 
@@ -103,11 +104,6 @@ def _add_script_overrides(
         logger.info("%s: script arg %s added.", owner, " ".join(tokens))
 
 
-def _check_bool(owner: str, name: str, value: object) -> None:
-    if not isinstance(value, bool):
-        raise TypeError(f"{owner}.{name} must be a bool, got {value!r} ({type(value).__name__}).")
-
-
 def _check_converter(owner: str, value: object) -> None:
     if value is not None and not callable(value):
         raise TypeError(
@@ -159,11 +155,14 @@ class PerfEnvPlugin(run.Plugin):
 
     def _validate(self) -> None:
         owner = type(self).__name__
-        _check_bool(owner, "enable_layernorm_sm_margin", self.enable_layernorm_sm_margin)
-        _check_bool(owner, "enable_vboost", self.enable_vboost)
-        _check_bool(owner, "gpu_sm100_or_newer", self.gpu_sm100_or_newer)
-        _check_bool(owner, "enable_manual_gc", self.enable_manual_gc)
-        _check_bool(owner, "a2a_overlap", self.a2a_overlap)
+        for name in (
+            "enable_layernorm_sm_margin",
+            "enable_vboost",
+            "gpu_sm100_or_newer",
+            "enable_manual_gc",
+            "a2a_overlap",
+        ):
+            check_bool(owner, name, getattr(self, name))
         launch_env.validate_layernorm_sm_margin(
             self.layernorm_sm_margin, name=f"{owner}.layernorm_sm_margin"
         )
@@ -205,13 +204,7 @@ class PerfEnvPlugin(run.Plugin):
         GPU generation; without either, ``gpu_sm100_or_newer`` may be passed in ``overrides``
         (default: Hopper). ``overrides`` set the other fields.
         """
-        derived = ("tp_size", "cp_size", "pp_size", "moe_flex_dispatcher_backend", "a2a_overlap")
-        clashing = sorted(set(overrides) & set(derived))
-        if clashing:
-            raise TypeError(
-                f"PerfEnvPlugin.from_config reads {clashing} from cfg; set them on cfg.model / "
-                "cfg.comm_overlap, or construct PerfEnvPlugin(...) directly. Choose one."
-            )
+        cls._refuse_layout_overrides("from_config", overrides)
         from megatron.bridge.training.comm_overlap import te_status
         from megatron.bridge.training.config import resolve_config
         from megatron.bridge.training.hardware import gpu_spec
@@ -234,6 +227,55 @@ class PerfEnvPlugin(run.Plugin):
             num_gpus=num_gpus,
             **overrides,
         )
+
+    @classmethod
+    def from_recipe(
+        cls, recipe: Any, *, num_gpus: int | None = None, **overrides: Any
+    ) -> PerfEnvPlugin:
+        """Build the plugin from a recipe's torch-free plan: no torch or megatron-core needed.
+
+        ``recipe`` is a ``RecipeSpec`` or a recipe name with a spec (see
+        ``megatron.bridge.recipes``). ``num_gpus`` defaults to the recipe's published GPU count;
+        the GPU generation comes from the recipe's GPU. The parallel sizes, the MoE flex backend
+        and whether EP all-to-all overlap survived come from the plan the job will resolve to.
+        ``overrides`` set the other fields.
+        """
+        from megatron.bridge.recipes import recipe_spec
+        from megatron.bridge.recipes.spec import RecipeSpec
+        from megatron.bridge.training.hardware import gpu_spec
+
+        spec = recipe if isinstance(recipe, RecipeSpec) else recipe_spec(recipe)
+        if spec is None:
+            raise ValueError(
+                f"Recipe {recipe!r} builds a ConfigContainer and has no torch-free spec: use "
+                "PerfEnvPlugin.from_config(cfg, num_gpus=...)."
+            )
+        cls._refuse_layout_overrides("from_recipe", overrides)
+        world = spec.num_gpus if num_gpus is None else num_gpus
+        plan = spec.plan(world_size=world)
+        return cls(
+            tp_size=plan.facts.tp_size,
+            cp_size=plan.facts.cp_size,
+            pp_size=plan.facts.pp_size,
+            moe_flex_dispatcher_backend=plan.facts.moe_flex_dispatcher_backend,
+            a2a_overlap=bool(plan.value("overlap_moe_expert_parallel_comm")),
+            num_gpus=world,
+            gpu_sm100_or_newer=gpu_spec(spec.gpu).sm100_or_newer,
+            **overrides,
+        )
+
+    @staticmethod
+    def _refuse_layout_overrides(source: str, overrides: Mapping[str, Any]) -> None:
+        derived = ("tp_size", "cp_size", "pp_size", "moe_flex_dispatcher_backend", "a2a_overlap")
+        clashing = sorted(set(overrides) & set(derived))
+        if source == "from_recipe" and "gpu_sm100_or_newer" in overrides:
+            clashing.append("gpu_sm100_or_newer")
+        if clashing:
+            raise TypeError(
+                f"PerfEnvPlugin.{source} reads {clashing} from cfg; set them on cfg.model / "
+                "cfg.comm_overlap (or the recipe), or construct PerfEnvPlugin(...) directly. "
+                "Choose one."
+            )
 
     def launch_env_plan(self) -> launch_env.LaunchEnvPlan:
         """The environment plan this plugin applies (same code as the runtime check)."""
@@ -326,24 +368,14 @@ class PerfEnvPlugin(run.Plugin):
         logger.info("PerfEnvPlugin: vboost setup line added: %s", VBOOST_SETUP_LINE)
 
 
-def _validate_step(owner: str, name: str, value: object) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(
-            f"{owner}.{name} must be a non-negative int (training step), got {value!r}."
-        )
-    if value < 0:
-        raise ValueError(f"{owner}.{name} must be >= 0, got {value}.")
-    return value
-
-
 def _validate_ranks(owner: str, ranks: object) -> list[int]:
     if not isinstance(ranks, list | tuple) or not ranks:
         raise TypeError(f"{owner}.profile_ranks must be a non-empty list of ints, got {ranks!r}.")
-    for rank in ranks:
-        if not isinstance(rank, int) or isinstance(rank, bool) or rank < 0:
-            raise ValueError(
-                f"{owner}.profile_ranks must hold non-negative int ranks, got {rank!r} in {ranks!r}."
-            )
+    for i, rank in enumerate(ranks):
+        # Any bad rank has always been a ValueError here, a wrong type included.
+        check_int(
+            owner, f"profile_ranks[{i}]", rank, minimum=0, unit="global rank", type_error=ValueError
+        )
     return list(ranks)
 
 
@@ -380,8 +412,12 @@ class NsysPlugin(run.Plugin):
 
     def _validate(self) -> None:
         owner = type(self).__name__
-        start = _validate_step(owner, "profile_step_start", self.profile_step_start)
-        end = _validate_step(owner, "profile_step_end", self.profile_step_end)
+        start = check_int(
+            owner, "profile_step_start", self.profile_step_start, minimum=0, unit="training step"
+        )
+        end = check_int(
+            owner, "profile_step_end", self.profile_step_end, minimum=0, unit="training step"
+        )
         if start >= end:
             raise ValueError(
                 f"{owner}.profile_step_start ({start}) must be < profile_step_end ({end})."
@@ -398,11 +434,9 @@ class NsysPlugin(run.Plugin):
             isinstance(a, str) for a in self.nsys_extra_args
         ):
             raise TypeError(f"{owner}.nsys_extra_args must be a list of str.")
-        _check_bool(owner, "nsys_gpu_metrics", self.nsys_gpu_metrics)
+        check_bool(owner, "nsys_gpu_metrics", self.nsys_gpu_metrics)
         for name in ("record_memory_history", "record_shapes"):
-            value = getattr(self, name)
-            if value is not None:
-                _check_bool(owner, name, value)
+            check_optional_bool(owner, name, getattr(self, name), none_means="not passed")
         _check_converter(owner, self.script_args_converter_fn)
 
     def profiling_overrides(self) -> dict[str, Any]:

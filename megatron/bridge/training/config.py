@@ -39,9 +39,11 @@ from megatron.bridge.training.comm_overlap import (
     LayoutFacts,
     OverlapPlan,
     OverlapRefusedError,
+    TEMode,
     TEStatus,
     check_layout,
     facts_from_configs,
+    te_status,
 )
 from megatron.bridge.training.comm_overlap.megatron_io import undo_plan
 from megatron.bridge.training.hardware import live_gpu_sm100_or_newer as gpu_sm100_or_newer
@@ -49,6 +51,7 @@ from megatron.bridge.training.mixed_precision import (
     MixedPrecisionConfig,
     get_mixed_precision_config,
 )
+from megatron.bridge.training.validators import check_int
 
 __all__ = [
     "ConfigContainer",
@@ -90,26 +93,23 @@ class TrainingConfig:
 
     def finalize(self, data_parallel_size: int) -> None:
         """Check the sizes against the data-parallel size; raises naming the field and the fix."""
-        mbs = self.micro_batch_size
-        if type(mbs) is not int or mbs < 1:
-            raise ValueError(f"TrainingConfig.micro_batch_size must be an int >= 1, got {mbs!r}.")
-        gbs = self.global_batch_size
-        if gbs is not None:
-            if type(gbs) is not int or gbs < 1:
-                raise ValueError(
-                    f"TrainingConfig.global_batch_size must be an int >= 1, got {gbs!r}."
-                )
-            if gbs % (mbs * data_parallel_size):
-                raise ValueError(
-                    f"TrainingConfig.global_batch_size={gbs} is not divisible by micro_batch_size "
-                    f"({mbs}) x data-parallel size ({data_parallel_size}) = {mbs * data_parallel_size}; "
-                    "change one of them."
-                )
-        if self.train_iters is not None and (
-            type(self.train_iters) is not int or self.train_iters < 1
-        ):
+        # These have always raised ValueError for any bad value, a wrong type included.
+        owner = "TrainingConfig"
+        mbs = check_int(owner, "micro_batch_size", self.micro_batch_size, type_error=ValueError)
+        gbs = check_int(
+            owner,
+            "global_batch_size",
+            self.global_batch_size,
+            optional=True,
+            hint="None means micro_batch_size x data-parallel size.",
+            type_error=ValueError,
+        )
+        check_int(owner, "train_iters", self.train_iters, optional=True, type_error=ValueError)
+        if gbs is not None and gbs % (mbs * data_parallel_size):
             raise ValueError(
-                f"TrainingConfig.train_iters must be an int >= 1, got {self.train_iters!r}."
+                f"TrainingConfig.global_batch_size={gbs} is not divisible by micro_batch_size "
+                f"({mbs}) x data-parallel size ({data_parallel_size}) = {mbs * data_parallel_size}; "
+                "change one of them."
             )
 
 
@@ -165,9 +165,8 @@ class ConfigContainer:
 
 
 def _as_world_size(value: Any, origin: str) -> int:
-    if type(value) is not int or value < 1:
-        raise ValueError(f"World size from {origin} must be an int >= 1, got {value!r}.")
-    return value
+    # A bad world size has always been a ValueError, whatever its type.
+    return check_int("", f"World size from {origin}", value, type_error=ValueError)
 
 
 def resolve_world_size(world_size: int | None = None) -> int:
@@ -443,7 +442,7 @@ def resolve_config(
     cfg: ConfigContainer,
     *,
     world_size: int | None = None,
-    te: TEStatus | None = None,
+    te: TEStatus | TEMode | None = None,
     gpu: str | None = None,
 ) -> ResolvedConfig:
     """Resolve ``cfg`` for a job of ``world_size`` GPUs on copies: ``cfg`` is not changed.
@@ -451,8 +450,9 @@ def resolve_config(
     The steps of :func:`runtime_config_update` (mixed precision, data-parallel size, comm
     overlap, the layout checks, megatron-core's own validation), for consumers that plan
     without building: ``bridge-overlap explain --recipe`` and ``PerfEnvPlugin.from_config``.
-    ``te`` defaults to what this process sees (pass ``te_status("assume")`` to plan for a
-    cluster); ``gpu`` defaults to ``cfg.gpu``.
+    ``te`` defaults to what this process sees; ``"assume"`` plans as on a cluster where
+    Transformer Engine is installed (a laptop or a login node has none). ``gpu`` defaults to
+    ``cfg.gpu``.
     """
     if not isinstance(cfg, ConfigContainer):
         raise TypeError(
@@ -471,6 +471,8 @@ def resolve_config(
             f"cfg.comm_overlap must be a CommOverlapConfig or None, got {type(cfg.comm_overlap).__name__}."
         )
 
+    if isinstance(te, str):
+        te = te_status(te)
     gpu = cfg.gpu if gpu is None else gpu
     if gpu is not None:
         gpu = hardware.gpu_spec(gpu).name
@@ -556,7 +558,10 @@ class _Staged:
 
 
 def runtime_config_update(
-    cfg: ConfigContainer, world_size: int | None = None
+    cfg: ConfigContainer,
+    world_size: int | None = None,
+    *,
+    te: TEStatus | TEMode | None = None,
 ) -> OverlapPlan | None:
     """Resolve ``cfg`` for this job and write the result into its megatron-core configs.
 
@@ -564,6 +569,7 @@ def runtime_config_update(
     argument, else torch.distributed, else ``WORLD_SIZE``, else 1), comm overlap finalize and
     setup, validation (megatron-core's ``TransformerConfig`` checks among them). Returns the
     overlap plan (None without ``cfg.comm_overlap``). Running it twice gives the same result.
+    ``te="assume"`` resolves as on a cluster with Transformer Engine (default: this process's).
 
     All or nothing: every step runs on copies of ``cfg.model``, ``cfg.optimizer`` and
     ``cfg.ddp``; only when all of them succeeded are the results written back, attribute by
@@ -578,7 +584,7 @@ def runtime_config_update(
     last wrote was changed by the user since: that value is the user's new one and is kept. (A
     user value equal to the library's is indistinguishable from it.)
     """
-    resolved = resolve_config(cfg, world_size=world_size)
+    resolved = resolve_config(cfg, world_size=world_size, te=te)
     check_launch_environment(cfg, resolved)
 
     # Every step succeeded: from here on nothing raises.

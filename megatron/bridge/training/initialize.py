@@ -22,6 +22,7 @@ from typing import Any
 from megatron.bridge.training.comm_overlap import tp_overlap_buffer_rows
 from megatron.bridge.training.userbuffers import TransformerLayerTPOverlapCfg
 from megatron.bridge.training.userbuffers_file import load_tp_overlap_cfg
+from megatron.bridge.training.validators import check_int
 
 __all__ = [
     "UserbufferSettings",
@@ -104,12 +105,16 @@ def _import_te_base() -> Any:
 
 
 def _buffer_shape(model_config: Any, micro_batch_size: int) -> tuple[int, int]:
-    seq_length = getattr(model_config, "seq_length", None)
-    if type(seq_length) is not int or seq_length < 1:
-        raise ValueError(
-            "TP comm overlap sizes its buffers from model_config.seq_length, which is "
-            f"{seq_length!r}: use a model provider with seq_length set (e.g. GPTModelProvider)."
-        )
+    seq_length = check_int(
+        "model_config",
+        "seq_length",
+        getattr(model_config, "seq_length", None),
+        hint=(
+            "TP comm overlap sizes its buffers from it: use a model provider with seq_length "
+            "set (e.g. GPTModelProvider)."
+        ),
+        type_error=ValueError,
+    )
     rows = tp_overlap_buffer_rows(
         seq_length=seq_length,
         micro_batch_size=micro_batch_size,
@@ -135,8 +140,7 @@ def initialize_tp_communicators(model_config: Any, micro_batch_size: int) -> boo
     if not model_config.tp_comm_overlap:
         logger.debug("tp_comm_overlap is off: no TE userbuffers to initialize.")
         return False
-    if type(micro_batch_size) is not int or micro_batch_size < 1:
-        raise ValueError(f"micro_batch_size must be an int >= 1, got {micro_batch_size!r}.")
+    check_int("", "micro_batch_size", micro_batch_size, type_error=ValueError)
 
     shape = _buffer_shape(model_config, micro_batch_size)
     tp_size = model_config.tensor_model_parallel_size

@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Literal, get_args
+from typing import TYPE_CHECKING, Literal
+
+from megatron.bridge.training.validators import check_bool, check_choice, check_int
 
 if TYPE_CHECKING:
     from megatron.bridge.training.comm_overlap import LayoutFacts
@@ -72,74 +74,64 @@ NCCL_P2P_NET_CHUNKSIZE = "NCCL_P2P_NET_CHUNKSIZE"
 # --------------------------------------------------------------------------- validation
 
 
-def _is_int(value: object) -> bool:
-    # bool is a subclass of int, but `True` as a margin or a size is always a mistake.
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def validate_parallel_size(name: str, value: object) -> int:
     """Check that a parallel size (``tp_size``, ``dp_size``, ...) is an int >= 1."""
-    if not _is_int(value):
-        raise TypeError(f"{name} must be an int >= 1, got {value!r} ({type(value).__name__}).")
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {value}. Use 1 when that dimension is unused.")
-    return value
+    return check_int("", name, value, hint="Use 1 when that dimension is unused.")
 
 
 def validate_layernorm_sm_margin(value: object, *, name: str = "layernorm_sm_margin") -> int:
     """Check that a LayerNorm SM margin is a non-negative int (number of SMs left free)."""
-    if not _is_int(value):
-        raise TypeError(
-            f"{name} must be a non-negative int (number of SMs), got {value!r} "
-            f"({type(value).__name__}). The default is {DEFAULT_LAYERNORM_SM_MARGIN}."
-        )
-    if value < 0:
-        raise ValueError(
-            f"{name} must be >= 0, got {value}. Use 0 to leave no SMs free, or disable the "
-            "margin with enable_layernorm_sm_margin=False."
-        )
-    return value
+    return check_int(
+        "",
+        name,
+        value,
+        minimum=0,
+        unit="number of SMs",
+        hint=(
+            f"The default is {DEFAULT_LAYERNORM_SM_MARGIN}; use 0 to leave no SMs free, or "
+            "disable the margin with enable_layernorm_sm_margin=False."
+        ),
+    )
 
 
 def validate_nccl_pp_comm_chunksize(
     value: object, *, name: str = "nccl_pp_comm_chunksize"
 ) -> int | None:
     """Check that an NCCL P2P chunk size is None (not set) or an int > 1 (bytes)."""
-    if value is None:
-        return None
-    if not _is_int(value):
-        raise TypeError(
-            f"{name} must be None or an int > 1 (bytes), got {value!r} ({type(value).__name__})."
-        )
-    if value <= 1:
-        raise ValueError(
-            f"{name} must be > 1 (bytes), got {value}. Use None to keep NCCL's default chunk size."
-        )
-    return value
+    return check_int(
+        "",
+        name,
+        value,
+        minimum=2,
+        optional=True,
+        unit="bytes",
+        hint="Use None to keep NCCL's default chunk size.",
+    )
 
 
 def validate_manual_gc_interval(value: object, *, name: str = "manual_gc_interval") -> int:
     """Check that a manual GC interval is a non-negative int (0: no collection between steps)."""
-    if not _is_int(value):
-        raise TypeError(
-            f"{name} must be a non-negative int (training steps), got {value!r} "
-            f"({type(value).__name__})."
-        )
-    if value < 0:
-        raise ValueError(f"{name} must be >= 0, got {value}.")
-    return value
+    return check_int(
+        "",
+        name,
+        value,
+        minimum=0,
+        unit="training steps",
+        hint="Use 0 for no collection between steps.",
+    )
 
 
 def validate_moe_flex_dispatcher_backend(
     value: object, *, name: str = "moe_flex_dispatcher_backend"
 ) -> MoeFlexDispatcherBackend | None:
     """Check that a MoE flex dispatcher backend is None or one megatron-core accepts."""
-    valid = get_args(MoeFlexDispatcherBackend)
-    if value is None or value in valid:
-        return value  # type: ignore[return-value]
-    raise ValueError(
-        f"{name}={value!r} is not a known MoE flex dispatcher backend; valid values: "
-        f"{', '.join(repr(v) for v in valid)}, or None when the flex dispatcher is not used."
+    return check_choice(  # type: ignore[return-value]
+        "",
+        name,
+        value,
+        MoeFlexDispatcherBackend,
+        optional=True,
+        hint="None means the flex dispatcher is not used.",
     )
 
 
@@ -184,10 +176,8 @@ def cuda_device_max_connections(
     ):
         validate_parallel_size(name, value)
     backend = validate_moe_flex_dispatcher_backend(moe_flex_dispatcher_backend)
-    if not isinstance(gpu_sm100_or_newer, bool):
-        raise TypeError(f"gpu_sm100_or_newer must be a bool, got {gpu_sm100_or_newer!r}.")
-    if not isinstance(a2a_overlap, bool):
-        raise TypeError(f"a2a_overlap must be a bool, got {a2a_overlap!r}.")
+    check_bool("", "gpu_sm100_or_newer", gpu_sm100_or_newer)
+    check_bool("", "a2a_overlap", a2a_overlap)
 
     model_split = tp_size > 1 or cp_size > 1
     if backend in _MANY_QUEUE_FLEX_BACKENDS:
@@ -266,10 +256,7 @@ def plan_launch_env(
     nccl_pp_comm_chunksize: int | None = None,
 ) -> LaunchEnvPlan:
     """Decide the launch environment for a layout; pure, validates every input."""
-    if not isinstance(enable_layernorm_sm_margin, bool):
-        raise TypeError(
-            f"enable_layernorm_sm_margin must be a bool, got {enable_layernorm_sm_margin!r}."
-        )
+    check_bool("", "enable_layernorm_sm_margin", enable_layernorm_sm_margin)
     margin = validate_layernorm_sm_margin(layernorm_sm_margin)
     chunk = validate_nccl_pp_comm_chunksize(nccl_pp_comm_chunksize)
     connections, why = cuda_device_max_connections(

@@ -22,6 +22,8 @@ from typing import Any, Literal, get_args
 
 import torch
 
+from megatron.bridge.training.validators import check_bool, check_choice, check_int
+
 __all__ = [
     "MIXED_PRECISION_PRESETS",
     "Fp8AmaxComputeAlgo",
@@ -49,47 +51,14 @@ Fp8AmaxComputeAlgo = Literal["most_recent", "max"]
 
 _PARAM_DTYPES: tuple[torch.dtype, ...] = (torch.float32, torch.bfloat16, torch.float16)
 
-
-def _check_bool(name: str, value: object) -> None:
-    if type(value) is not bool:
-        raise TypeError(
-            f"MixedPrecisionConfig.{name} must be True or False, got {value!r} ({type(value).__name__})."
-        )
-
-
-def _check_choice(name: str, value: object, allowed: Any, *, optional: bool = False) -> None:
-    choices = get_args(allowed)
-    if optional and value is None:
-        return
-    if value not in choices:
-        listed = [*choices, None] if optional else list(choices)
-        raise ValueError(f"MixedPrecisionConfig.{name} must be one of {listed}, got {value!r}.")
-
-
-def _check_dtype(name: str, value: object, *, optional: bool = True) -> None:
-    if optional and value is None:
-        return
-    if value not in _PARAM_DTYPES:
-        raise ValueError(
-            f"MixedPrecisionConfig.{name} must be one of {list(_PARAM_DTYPES)}"
-            f"{' or None (derived from bf16/fp16)' if optional else ''}, got {value!r}."
-        )
-
-
-def _check_int(name: str, value: object, *, minimum: int) -> None:
-    if type(value) is not int:
-        raise TypeError(
-            f"MixedPrecisionConfig.{name} must be an int, got {value!r} ({type(value).__name__})."
-        )
-    if value < minimum:
-        raise ValueError(f"MixedPrecisionConfig.{name} must be >= {minimum}, got {value}.")
+_OWNER = "MixedPrecisionConfig"
 
 
 def _check_positive_number(name: str, value: object, *, optional: bool = False) -> None:
     if optional and value is None:
         return
     if type(value) not in (int, float) or not value > 0:
-        raise ValueError(f"MixedPrecisionConfig.{name} must be a positive number, got {value!r}.")
+        raise ValueError(f"{_OWNER}.{name} must be a positive number, got {value!r}.")
 
 
 @dataclass(kw_only=True)
@@ -165,18 +134,29 @@ class MixedPrecisionConfig:
             "reuse_grad_buf_for_mxfp8_param_ag",
             "first_last_layers_bf16",
         ):
-            _check_bool(name, getattr(self, name))
-        _check_dtype("params_dtype", self.params_dtype)
-        _check_dtype("pipeline_dtype", self.pipeline_dtype)
-        _check_dtype("autocast_dtype", self.autocast_dtype)
-        _check_choice("fp8", self.fp8, Fp8Format, optional=True)
-        _check_choice("fp8_recipe", self.fp8_recipe, Fp8Recipe)
-        _check_choice("fp8_amax_compute_algo", self.fp8_amax_compute_algo, Fp8AmaxComputeAlgo)
-        _check_int("fp8_margin", self.fp8_margin, minimum=0)
-        _check_int("fp8_amax_history_len", self.fp8_amax_history_len, minimum=1)
-        _check_int("num_layers_at_start_in_bf16", self.num_layers_at_start_in_bf16, minimum=0)
-        _check_int("num_layers_at_end_in_bf16", self.num_layers_at_end_in_bf16, minimum=0)
-        _check_int("hysteresis", self.hysteresis, minimum=1)
+            check_bool(_OWNER, name, getattr(self, name))
+        for name in ("params_dtype", "pipeline_dtype", "autocast_dtype"):
+            check_choice(
+                _OWNER,
+                name,
+                getattr(self, name),
+                _PARAM_DTYPES,
+                optional=True,
+                hint="None derives it from bf16/fp16.",
+            )
+        check_choice(_OWNER, "fp8", self.fp8, Fp8Format, optional=True)
+        check_choice(_OWNER, "fp8_recipe", self.fp8_recipe, Fp8Recipe)
+        check_choice(
+            _OWNER, "fp8_amax_compute_algo", self.fp8_amax_compute_algo, Fp8AmaxComputeAlgo
+        )
+        for name, minimum in (
+            ("fp8_margin", 0),
+            ("fp8_amax_history_len", 1),
+            ("num_layers_at_start_in_bf16", 0),
+            ("num_layers_at_end_in_bf16", 0),
+            ("hysteresis", 1),
+        ):
+            check_int(_OWNER, name, getattr(self, name), minimum=minimum)
         _check_positive_number("loss_scale", self.loss_scale, optional=True)
         _check_positive_number("initial_loss_scale", self.initial_loss_scale)
         _check_positive_number("min_loss_scale", self.min_loss_scale)

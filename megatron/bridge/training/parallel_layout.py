@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from megatron.bridge.training.launch_env import data_parallel_size, validate_parallel_size
+from megatron.bridge.training.validators import check_bool, check_int
 
 __all__ = ["ParallelSizes", "check_parallel_layout"]
 
@@ -33,28 +34,9 @@ class ParallelSizes:
     dense model (``num_moe_experts`` None), which has no expert layers to replicate."""
 
 
-def _check_bool(name: str, value: object) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be a bool, got {value!r} ({type(value).__name__}).")
-    return value
-
-
 def _optional_size(name: str, value: object) -> int | None:
     # None is "off" (VPP) or "same as TP" (ETP); anything else is a real parallel size.
     return None if value is None else validate_parallel_size(name, value)
-
-
-def _optional_count(name: str, value: object) -> int | None:
-    # A model-shape count (layers, heads, experts, tokens): None is "unknown here".
-    if value is None:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(
-            f"{name} must be an int >= 1 or None, got {value!r} ({type(value).__name__})."
-        )
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {value}; pass None when it is not known.")
-    return value
 
 
 def _divisors(n: int) -> list[int]:
@@ -151,14 +133,20 @@ def check_parallel_layout(
     validate_parallel_size("context_parallel_size (cp_size)", cp_size)
     validate_parallel_size("expert_model_parallel_size (ep_size)", ep_size)
     _optional_size("expert_tensor_parallel_size (etp_size)", etp_size)
-    _check_bool("sequence_parallel", sequence_parallel)
-    _check_bool("account_for_embedding_in_pipeline_split", account_for_embedding_in_pipeline_split)
-    _check_bool("account_for_loss_in_pipeline_split", account_for_loss_in_pipeline_split)
-    _optional_count("num_layers", num_layers)
-    _optional_count("num_attention_heads", num_attention_heads)
-    _optional_count("num_query_groups", num_query_groups)
-    _optional_count("num_moe_experts", num_moe_experts)
-    _optional_count("seq_length", seq_length)
+    check_bool("", "sequence_parallel", sequence_parallel)
+    check_bool(
+        "", "account_for_embedding_in_pipeline_split", account_for_embedding_in_pipeline_split
+    )
+    check_bool("", "account_for_loss_in_pipeline_split", account_for_loss_in_pipeline_split)
+    for name, count in (
+        ("num_layers", num_layers),
+        ("num_attention_heads", num_attention_heads),
+        ("num_query_groups", num_query_groups),
+        ("num_moe_experts", num_moe_experts),
+        ("seq_length", seq_length),
+    ):
+        # A model-shape count; None means it is not known here.
+        check_int("", name, count, optional=True, hint="Pass None when it is not known.")
 
     # Dense grid: initialize_model_parallel raises when TP * CP * PP does not tile the world.
     try:

@@ -17,9 +17,10 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Literal, get_args
+from typing import Literal
 
 from megatron.bridge.training.hardware import GPUS
+from megatron.bridge.training.validators import check_choice, check_int, check_optional_bool
 
 __all__ = [
     "GEMM_NAMES",
@@ -56,30 +57,6 @@ GEMM_NAMES: tuple[str, ...] = (
 )
 
 
-def _check_bool(owner: str, name: str, value: object) -> None:
-    if type(value) is not bool:
-        raise TypeError(
-            f"{owner}.{name} must be True or False, got {value!r} ({type(value).__name__})."
-        )
-
-
-def _check_optional_bool(owner: str, name: str, value: object) -> None:
-    if value is not None:
-        _check_bool(owner, name, value)
-
-
-def _check_optional_positive_int(owner: str, name: str, value: object) -> None:
-    if value is None:
-        return
-    if type(value) is not int:
-        raise TypeError(
-            f"{owner}.{name} must be a positive int or None (TE default), got {value!r} "
-            f"({type(value).__name__})."
-        )
-    if value < 1:
-        raise ValueError(f"{owner}.{name} must be >= 1, got {value}.")
-
-
 class _GemmOverlapCfg:
     """Shared behaviour of the per-GEMM configs: validation and the TE dict form."""
 
@@ -92,9 +69,9 @@ class _GemmOverlapCfg:
             if f.name == "method":
                 continue
             if f.name in ("num_sm", "cga_size", "num_splits"):
-                _check_optional_positive_int(owner, f.name, value)
+                check_int(owner, f.name, value, optional=True, hint="None means TE's default.")
             else:
-                _check_optional_bool(owner, f.name, value)
+                check_optional_bool(owner, f.name, value, none_means="TE's default")
 
     def to_te_dict(self) -> dict[str, object]:
         """The dict TE's ``initialize_ub(ub_cfgs=...)`` takes for one GEMM, None knobs left out."""
@@ -425,11 +402,9 @@ def find_userbuffers_preset(
     Raises ``ValueError`` listing the published presets when none matches, and for a
     precision or GPU name it does not know.
     """
-    if precision not in get_args(PresetPrecision):
-        raise ValueError(
-            f"precision must be one of {list(get_args(PresetPrecision))} for a userbuffers preset "
-            f"lookup, got {precision!r}."
-        )
+    check_choice(
+        "", "precision", precision, PresetPrecision, hint="Presets are published for these only."
+    )
     family = PRESET_GPU_FAMILIES.get(gpu.lower()) if isinstance(gpu, str) else None
     if family is None:
         raise ValueError(

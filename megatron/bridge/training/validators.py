@@ -1,6 +1,7 @@
 """Checks of user-given values, shared by every config and command of the library.
 
-Each raises ``TypeError`` for a value of the wrong type and ``ValueError`` for one out of range,
+Each raises ``TypeError`` for a value of the wrong type and ``ValueError`` for one out of range
+(``check_int(type_error=ValueError)`` keeps the few settings that always raised ``ValueError``),
 naming the setting (``owner.name``, or ``name`` alone when ``owner`` is empty) and what it
 accepts. ``bool`` is never accepted where an int is expected: ``bucket_size=True`` is a typo,
 not "one parameter". No ``assert``: these checks must hold under ``python -O``.
@@ -44,6 +45,14 @@ def check_optional_bool(
     return value
 
 
+def _bounds(minimum: int | None, maximum: int | None) -> str:
+    parts = [
+        f">= {minimum}" if minimum is not None else "",
+        f"<= {maximum}" if maximum is not None else "",
+    ]
+    return " and ".join(p for p in parts if p)
+
+
 def check_int(
     owner: str,
     name: str,
@@ -54,35 +63,42 @@ def check_int(
     optional: bool = False,
     unit: str = "",
     hint: str = "",
+    type_error: type[Exception] = TypeError,
 ) -> Any:
     """``value`` must be an int in ``[minimum, maximum]`` (or None when ``optional``).
 
-    ``unit`` names what it counts (shown in the type error); ``hint`` is appended to range errors.
+    ``unit`` names what it counts (shown in the type error); ``hint`` says how to fix it and ends
+    every error. ``type_error`` is what a value that is not an int raises: ``TypeError``, except
+    for the few settings whose API has always raised ``ValueError`` for any bad value.
     """
     if value is None and optional:
         return None
     label = _label(owner, name)
+    bounds = _bounds(minimum, maximum)
+    tail = f" {hint}" if hint else ""
     if not is_int(value):
-        what = f"an int ({unit})" if unit else "an int"
+        what = " ".join(p for p in ("an int", bounds, f"({unit})" if unit else "") if p)
         if optional:
             what += " or None"
-        raise TypeError(f"{label} must be {what}, got {value!r} ({type(value).__name__}).")
+        raise type_error(f"{label} must be {what}, got {value!r} ({type(value).__name__}).{tail}")
     if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
-        bounds = " and ".join(
-            b
-            for b in (
-                f">= {minimum}" if minimum is not None else "",
-                f"<= {maximum}" if maximum is not None else "",
-            )
-            if b
-        )
-        raise ValueError(f"{label} must be {bounds}, got {value}.{' ' + hint if hint else ''}")
+        raise ValueError(f"{label} must be {bounds}, got {value}.{tail}")
     return value
 
 
-def check_choice[T](owner: str, name: str, value: T, allowed: Any) -> T:
-    """``value`` must be one of ``allowed`` (a ``Literal`` type or an iterable); lists the choices."""
+def check_choice[T](
+    owner: str, name: str, value: T, allowed: Any, *, optional: bool = False, hint: str = ""
+) -> T:
+    """``value`` must be one of ``allowed`` (a ``Literal`` type or an iterable); lists the choices.
+
+    With ``optional`` None is accepted too (and listed); ``hint`` ends the error.
+    """
     choices = get_args(allowed) if get_args(allowed) else tuple(allowed)
+    if optional:
+        choices = (*choices, None)
     if value not in choices:
-        raise ValueError(f"{_label(owner, name)} must be one of {list(choices)}, got {value!r}.")
+        tail = f" {hint}" if hint else ""
+        raise ValueError(
+            f"{_label(owner, name)} must be one of {list(choices)}, got {value!r}.{tail}"
+        )
     return value

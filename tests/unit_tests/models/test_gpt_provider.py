@@ -99,9 +99,9 @@ def test_megatron_validation_errors_surface():
 @pytest.mark.parametrize(
     ("field_name", "value", "match"),
     [
-        ("seq_length", 0, "seq_length must be an int >= 1"),
-        ("vocab_size", -5, "vocab_size must be an int >= 1"),
-        ("make_vocab_size_divisible_by", 0, "make_vocab_size_divisible_by must be an int >= 1"),
+        ("seq_length", 0, "seq_length must be >= 1, got 0"),
+        ("vocab_size", -5, "vocab_size must be >= 1, got -5"),
+        ("make_vocab_size_divisible_by", 0, "make_vocab_size_divisible_by must be >= 1, got 0"),
         (
             "position_embedding_type",
             "alibi",

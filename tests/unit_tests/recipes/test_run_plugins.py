@@ -178,7 +178,7 @@ def test_no_chunk_size_by_default_even_with_pipeline():
         (
             {"nccl_pp_comm_chunksize": 0},
             ValueError,
-            r"PerfEnvPlugin\.nccl_pp_comm_chunksize must be > 1",
+            r"PerfEnvPlugin\.nccl_pp_comm_chunksize must be >= 2, got 0",
         ),
         ({"nccl_pp_comm_chunksize": 1.5e6}, TypeError, r"PerfEnvPlugin\.nccl_pp_comm_chunksize"),
         ({"nccl_pp_comm_chunksize": False}, TypeError, r"PerfEnvPlugin\.nccl_pp_comm_chunksize"),
@@ -189,7 +189,7 @@ def test_no_chunk_size_by_default_even_with_pipeline():
         (
             {"gpu_sm100_or_newer": "yes"},
             TypeError,
-            r"PerfEnvPlugin\.gpu_sm100_or_newer must be a bool",
+            r"PerfEnvPlugin\.gpu_sm100_or_newer must be True or False",
         ),
         ({"script_args_converter_fn": "hydra"}, TypeError, "script_args_converter_fn"),
     ],

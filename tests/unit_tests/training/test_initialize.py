@@ -249,7 +249,7 @@ def test_without_te_says_how_to_fix(monkeypatch):
             ValueError,
             "not divisible by context_parallel_size=2",
         ),
-        ({}, 0, ValueError, "micro_batch_size must be an int >= 1"),
+        ({}, 0, ValueError, "micro_batch_size must be >= 1, got 0"),
         ({"tp_comm_overlap_cfg": 42}, 1, TypeError, "tp_comm_overlap_cfg must be"),
         (
             {"tp_comm_overlap_cfg": {"qkv_fprpo": {"method": "ring_exchange"}}},

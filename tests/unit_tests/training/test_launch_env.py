@@ -126,22 +126,26 @@ def test_plan_entry_unknown_name_lists_names():
         (
             {"layernorm_sm_margin": True},
             TypeError,
-            "layernorm_sm_margin must be a non-negative int",
+            r"layernorm_sm_margin must be an int >= 0 \(number of SMs\)",
         ),
         ({"layernorm_sm_margin": 1.5}, TypeError, "layernorm_sm_margin"),
-        ({"nccl_pp_comm_chunksize": 1}, ValueError, "nccl_pp_comm_chunksize must be > 1"),
-        ({"nccl_pp_comm_chunksize": -4}, ValueError, "nccl_pp_comm_chunksize must be > 1"),
+        ({"nccl_pp_comm_chunksize": 1}, ValueError, "nccl_pp_comm_chunksize must be >= 2, got 1"),
+        ({"nccl_pp_comm_chunksize": -4}, ValueError, "nccl_pp_comm_chunksize must be >= 2, got -4"),
         (
             {"nccl_pp_comm_chunksize": True},
             TypeError,
-            "nccl_pp_comm_chunksize must be None or an int",
+            r"nccl_pp_comm_chunksize must be an int >= 2 \(bytes\) or None",
         ),
         ({"nccl_pp_comm_chunksize": "1024"}, TypeError, "nccl_pp_comm_chunksize"),
         ({"moe_flex_dispatcher_backend": "deepEP"}, ValueError, "'deepep', 'hybridep', 'ncclep'"),
         ({"tp_size": 0}, ValueError, "tp_size must be >= 1"),
         ({"dp_size": True}, TypeError, "dp_size must be an int"),
-        ({"enable_layernorm_sm_margin": 1}, TypeError, "enable_layernorm_sm_margin must be a bool"),
-        ({"a2a_overlap": None}, TypeError, "a2a_overlap must be a bool"),
+        (
+            {"enable_layernorm_sm_margin": 1},
+            TypeError,
+            "enable_layernorm_sm_margin must be True or False",
+        ),
+        ({"a2a_overlap": None}, TypeError, "a2a_overlap must be True or False"),
     ],
 )
 def test_plan_rejects_bad_input_naming_the_field(kwargs, error, match):
@@ -220,7 +224,11 @@ def test_check_non_integer_value():
 
 
 def test_check_rejects_unknown_backend():
-    with pytest.raises(ValueError, match="moe_flex_dispatcher_backend='nccl'"):
+    with pytest.raises(
+        ValueError,
+        match=r"moe_flex_dispatcher_backend must be one of "
+        r"\['deepep', 'hybridep', 'ncclep', None\], got 'nccl'",
+    ):
         _check({}, gpu=False, backend="nccl")
 
 

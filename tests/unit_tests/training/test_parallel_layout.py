@@ -195,10 +195,10 @@ def test_bad_layout_is_rejected_naming_the_field(layout, match):
         (layout_of("8"), r"world_size must be an int"),
         (layout_of(8, etp_size=1.0), r"expert_tensor_parallel_size \(etp_size\) must be an int"),
         (layout_of(8, seq_length=2048.0), r"seq_length must be an int"),
-        (layout_of(8, tp=2, sequence_parallel=1), r"sequence_parallel must be a bool"),
+        (layout_of(8, tp=2, sequence_parallel=1), r"sequence_parallel must be True or False"),
         (
             layout_of(8, account_for_loss_in_pipeline_split="yes"),
-            r"account_for_loss_in_pipeline_split must be a bool",
+            r"account_for_loss_in_pipeline_split must be True or False",
         ),
     ],
 )

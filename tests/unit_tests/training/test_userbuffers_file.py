@@ -147,7 +147,7 @@ def test_wrong_value_type_names_file_and_gemm(tmp_path):
     with pytest.raises(
         TypeError,
         match=r"ub\.yaml.*GEMM 'fc2_fprop' \(method 'pipeline'\): "
-        r"PipelineOverlapCfg\.num_sm must be a positive int",
+        r"PipelineOverlapCfg\.num_sm must be an int >= 1 or None, got '16' \(str\)",
     ) as info:
         load_tp_overlap_cfg(path)
     assert isinstance(info.value.__cause__, TypeError)

@@ -9,7 +9,6 @@ settings the user made straight on the config.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import functools
 import logging
@@ -172,6 +171,14 @@ def facts_from_configs(
     )
 
 
+def _fresh(value: Any) -> Any:
+    # Decision values are scalars, None, or the userbuffers dict of GEMM name -> knob dict (whose
+    # knobs are scalars): two levels of copying detach it, at a fraction of deepcopy's cost.
+    if isinstance(value, dict):
+        return {gemm: dict(knobs) for gemm, knobs in value.items()}
+    return value
+
+
 def apply_plan(
     plan: OverlapPlan, model_config: Any, optimizer_config: Any, ddp_config: Any
 ) -> None:
@@ -186,10 +193,8 @@ def apply_plan(
         "ddp": ddp_config if plan.facts.megatron_ddp else None,
     }
     for decision in plan.decisions:
-        value = decision.value
-        if decision.knob == "tp_comm_overlap_cfg" and value is not None:
-            # A fresh copy per config: editing it must never edit the plan or a preset.
-            value = {gemm: dict(knobs) for gemm, knobs in value.items()}
+        # A fresh copy: editing the config's value must never edit the plan or a preset.
+        value = _fresh(decision.value)
         for name in KNOBS[decision.knob].targets:
             config = configs[name]
             if config is None:
@@ -199,7 +204,7 @@ def apply_plan(
             written = dict(getattr(config, _WRITTEN_ATTR, {}))
             # A detached copy of what was written: an edit the user later makes in place (a key
             # of the userbuffers dict) then reads as the user's, as a new value would.
-            written[decision.knob] = (copy.deepcopy(value), replaced)
+            written[decision.knob] = (_fresh(value), replaced)
             # object.__setattr__: the record is ours, not a config field, and must not trip a
             # config's own __setattr__ checks.
             object.__setattr__(config, _WRITTEN_ATTR, written)

@@ -118,14 +118,15 @@ class _Planner:
             preset_names=self.preset_names,
         )
 
-    def _preset(self) -> TransformerLayerTPOverlapCfg | None:
+    def _preset(self) -> tuple[TransformerLayerTPOverlapCfg | None, str]:
+        """The userbuffers config in use and where it was set."""
         if self.user.preset is not None:
-            return self.user.preset
+            return self.user.preset, "set in CommOverlapConfig"
         found = self.facts.direct_setting("tp_comm_overlap_cfg")
         if found is None:
-            return None
+            return None, ""
         config, value = found
-        return load_preset(value, owner=f"cfg.{config}")
+        return load_preset(value, owner=f"cfg.{config}"), f"set on cfg.{config}.tp_comm_overlap_cfg"
 
     def _hardware_notes(self) -> None:
         f = self.facts
@@ -158,7 +159,7 @@ class _Planner:
 
     def _tp(self) -> None:
         f, user = self.facts, self.user
-        preset = self._preset()
+        preset, where = self._preset()
         backend = user.tp_comm_bootstrap_backend
         backend_source: Source = "default" if backend == "nccl" else "user"
         if not user.tp_comm_overlap:
@@ -218,7 +219,7 @@ class _Planner:
         else:
             self.preset_names = preset_names_of(preset)
             label = ", ".join(self.preset_names) if self.preset_names else "a custom preset"
-            self.set("tp_comm_overlap_cfg", preset.to_ub_cfgs(), "user", f"from {label}")
+            self.set("tp_comm_overlap_cfg", preset.to_ub_cfgs(), "user", f"{where}: {label}")
             self._check_preset_shape(preset)
         self.set(
             "tp_comm_bootstrap_backend",
