@@ -51,7 +51,7 @@ from megatron.bridge.training.mixed_precision import (
     MixedPrecisionConfig,
     get_mixed_precision_config,
 )
-from megatron.bridge.training.validators import check_int
+from megatron.bridge.training.validators import check_bool, check_int
 
 __all__ = [
     "ConfigContainer",
@@ -213,10 +213,7 @@ def _sync_distributed_optimizer(cfg: ConfigContainer) -> None:
     ddp_flag = cfg.ddp.use_distributed_optimizer
     opt_flag = cfg.optimizer.use_distributed_optimizer
     for name, value in (("ddp", ddp_flag), ("optimizer", opt_flag)):
-        if type(value) is not bool:
-            raise TypeError(
-                f"cfg.{name}.use_distributed_optimizer must be True or False, got {value!r}."
-            )
+        check_bool(f"cfg.{name}", "use_distributed_optimizer", value)
     if ddp_flag != opt_flag:
         source = "ddp" if ddp_flag else "optimizer"
         target = "optimizer" if ddp_flag else "ddp"

@@ -30,6 +30,7 @@ from megatron.bridge.training.userbuffers import (
     preset_names_of,
     preset_shapes_of,
 )
+from megatron.bridge.training.validators import check_int
 
 __all__ = [
     "EPDispatcher",
@@ -656,14 +657,17 @@ def resolve(user: CommOverlapConfig, facts: LayoutFacts) -> OverlapPlan:
 
 
 def _check_facts(facts: LayoutFacts) -> None:
+    # ValueError for a wrong type too: facts are built by the library, so a bad one is a bad
+    # layout value that reached it, not a programming error of the caller.
     for name in ("tp_size", "pp_size", "cp_size", "ep_size", "dp_size"):
-        value = getattr(facts, name)
-        if type(value) is not int or value < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {value!r}.")
-    if facts.vpp_size is not None and (type(facts.vpp_size) is not int or facts.vpp_size < 1):
-        raise ValueError(
-            f"virtual_pipeline_model_parallel_size must be None or an int >= 1, got {facts.vpp_size!r}."
-        )
+        check_int("", name, getattr(facts, name), type_error=ValueError)
+    check_int(
+        "",
+        "virtual_pipeline_model_parallel_size",
+        facts.vpp_size,
+        optional=True,
+        type_error=ValueError,
+    )
     if facts.gpu is not None:
         hardware.check_precision_on_gpu(gpu=facts.gpu, fp8=facts.fp8)
 
