@@ -134,6 +134,16 @@ def build_parser() -> argparse.ArgumentParser:
             "flags given here override its sizes"
         ),
     )
+    ex.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help=(
+            "with --recipe: overrides of the recipe's ConfigContainer, e.g. "
+            "model.tensor_model_parallel_size=8 comm_overlap.tp_comm_overlap=false "
+            "env_vars.CUDA_DEVICE_MAX_CONNECTIONS=8 (builds the container: imports torch)"
+        ),
+    )
     ex.add_argument("--tp", type=_positive_int, help="tensor-parallel size (default 4)")
     ex.add_argument("--pp", type=_positive_int, help="pipeline-parallel size (default 4)")
     ex.add_argument("--vpp", type=_positive_int, help="virtual pipeline size (default 2; 1 = none)")
@@ -382,11 +392,88 @@ def _plan_recipe(args: argparse.Namespace) -> tuple[OverlapPlan, dict[str, Any]]
     return plan, info
 
 
+def _flag_overrides(args: argparse.Namespace) -> list[str]:
+    """The container-level flags as override strings (the positional ones come after them)."""
+
+    def text(value: Any) -> str:
+        return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+    out = [
+        f"model.{field}={text(getattr(args, flag))}"
+        for flag, field in MODEL_FIELDS.items()
+        if getattr(args, flag) is not None
+    ]
+    if args.distributed_optimizer is not None:
+        flag = text(args.distributed_optimizer)
+        out += [
+            f"ddp.use_distributed_optimizer={flag}",
+            f"optimizer.use_distributed_optimizer={flag}",
+        ]
+    if args.preset not in (None, "auto"):
+        _named_preset(args.preset)  # an unknown name fails here, naming the flag
+        out.append(
+            f"comm_overlap.tp_comm_overlap_cfg={'null' if args.preset == 'none' else args.preset}"
+        )
+    if args.ep_overlap:
+        out.append("comm_overlap.overlap_moe_expert_parallel_comm=true")
+    out.append(f"comm_overlap.strict={text(args.strict)}")
+    return out
+
+
+def _plan_recipe_overrides(args: argparse.Namespace) -> tuple[OverlapPlan, dict[str, Any]]:
+    """Plan a recipe with KEY=VALUE overrides: build its container, override, resolve it."""
+    from megatron.bridge.recipes import get_recipe, recipe_spec
+    from megatron.bridge.training.config import check_launch_environment, resolve_config
+    from megatron.bridge.training.overrides import apply_overrides
+
+    keywords = {
+        kw: getattr(args, flag)
+        for flag, kw in RECIPE_KEYWORDS.items()
+        if getattr(args, flag) is not None
+    }
+    world = args.world_size
+    if world is None:
+        spec = recipe_spec(args.recipe, **keywords)
+        if spec is None:
+            raise ValueError(
+                f"Recipe {args.recipe!r} returns a ConfigContainer, which does not say its GPU "
+                "count: pass the world size (--world-size)."
+            )
+        world = spec.num_gpus
+    cfg = get_recipe(args.recipe, **keywords)
+    if cfg.comm_overlap is None:
+        raise ValueError(f"Recipe {args.recipe!r} has no comm_overlap request: there is no plan.")
+    apply_overrides(cfg, [*_flag_overrides(args), *args.overrides])
+    resolved = resolve_config(cfg, world_size=world, te=te_status(args.te))
+    # The environment the job gets from the container (the launcher may add to it): a value
+    # contradicting the layout warns, or is refused with --strict, as at model-build time.
+    env = {name: str(value) for name, value in cfg.env_vars.items()}
+    problems = check_launch_environment(cfg, resolved, env=env)
+    info = {"source": "recipe", "detail": "picked by the recipe"}
+    if args.preset == "none":
+        info = {"source": "none", "detail": "--preset none"}
+    elif args.preset not in (None, "auto"):
+        info = {"source": "user", "detail": f"--preset {args.preset}"}
+    elif any(o.startswith("comm_overlap.tp_comm_overlap_cfg=") for o in args.overrides):
+        info = {"source": "user", "detail": "comm_overlap.tp_comm_overlap_cfg override"}
+    args._env_problems = [f"launch environment (cfg.env_vars): {p}" for p in problems]
+    return resolved.plan, info
+
+
 def explain(
     args: argparse.Namespace,
 ) -> tuple[dict[str, Any], OverlapPlan, launch_env.LaunchEnvPlan]:
     """Build the explanation document, the overlap plan and the launch-environment plan."""
-    plan, preset_info = _plan_recipe(args) if args.recipe else _plan_flags(args)
+    overrides = getattr(args, "overrides", None) or []
+    if overrides and not args.recipe:
+        raise ValueError(
+            f"KEY=VALUE overrides ({overrides[0]!r}, ...) apply to a recipe's container: "
+            "give --recipe NAME."
+        )
+    if overrides:
+        plan, preset_info = _plan_recipe_overrides(args)
+    else:
+        plan, preset_info = _plan_recipe(args) if args.recipe else _plan_flags(args)
     env_plan = launch_env.plan_launch_env_for(
         plan.facts,
         a2a_overlap=bool(plan.value("overlap_moe_expert_parallel_comm")),
@@ -394,6 +481,7 @@ def explain(
         nccl_pp_comm_chunksize=args.nccl_pp_chunksize,
     )
     doc = document(plan, env_plan, recipe=args.recipe, te_mode=args.te, preset_info=preset_info)
+    doc["warnings"].extend(getattr(args, "_env_problems", []))
     return doc, plan, env_plan
 
 
@@ -500,6 +588,8 @@ def _render(doc: dict[str, Any], plan: OverlapPlan, env_plan: launch_env.LaunchE
     lines.append("")
     lines.append("Launch environment (PerfEnvPlugin):")
     lines.extend(f"  {line}" for line in env_plan.explain())
+    extra = [w for w in doc["warnings"] if w not in plan.warnings]
+    lines.extend(f"WARNING: {w}" for w in extra)
     return "\n".join(lines)
 
 

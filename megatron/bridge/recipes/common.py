@@ -98,6 +98,12 @@ def assemble(*, model: GPTModelProvider, spec: RecipeSpec) -> ConfigContainer:
     overlap fields only; PP, DP and the other knobs stay ``None`` so the rules derive them from
     the layout at model-build time (a recipe that wants another value sets it on
     ``cfg.comm_overlap`` afterwards).
+
+    ``cfg.env_vars`` is the spec's launch environment at its published GPU count and GPU
+    (:meth:`RecipeSpec.launch_env`, the plan ``PerfEnvPlugin.from_recipe`` exports), so the
+    plugin and the container never disagree for the same recipe. A config changed afterwards
+    (another world size, TP, GPU) keeps these values; ``runtime_config_update`` warns when they
+    contradict the layout it resolves.
     """
     set_parallelism(
         model,
@@ -138,6 +144,7 @@ def assemble(*, model: GPTModelProvider, spec: RecipeSpec) -> ConfigContainer:
             **dict(spec.overlap),
         ),
         gpu=spec.gpu,
+        env_vars=dict(spec.launch_env().env),
     )
 
 

@@ -32,7 +32,14 @@ except ImportError as exc:  # pragma: no cover - exercised in a test by hiding n
 from megatron.bridge.training import launch_env
 from megatron.bridge.training.validators import check_bool, check_int, check_optional_bool
 
-__all__ = ["VBOOST_SETUP_LINE", "NsysPlugin", "PerfEnvPlugin", "to_hydra_overrides"]
+__all__ = [
+    "VBOOST_SETUP_LINE",
+    "NsysPlugin",
+    "NsysPluginScriptArgs",
+    "PerfEnvPlugin",
+    "PerfEnvPluginScriptArgs",
+    "to_hydra_overrides",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +49,46 @@ VBOOST_SETUP_LINE = (
 )
 """Slurm setup line raising the GPU clock boost slider once on every node of the job."""
 
-ScriptArgsConverter = Callable[[dict[str, Any]], list[str]]
+
+@dataclasses.dataclass
+class PerfEnvPluginScriptArgs:
+    """What PerfEnvPlugin passes to a ``run.Script`` task, given to ``script_args_converter_fn``.
+
+    Same fields as upstream Megatron-Bridge's, so a converter written for it works here.
+    """
+
+    enable_manual_gc: bool
+    """Whether the training loop runs Python's garbage collector manually."""
+    manual_gc_interval: int
+    """Training steps between manual GC runs (0: none between steps)."""
+
+
+@dataclasses.dataclass
+class NsysPluginScriptArgs:
+    """What NsysPlugin passes to a ``run.Script`` task, given to ``script_args_converter_fn``.
+
+    The first four fields are upstream Megatron-Bridge's, with its types, so a converter written
+    for it works here; the last two are this plugin's and have defaults.
+    """
+
+    profile_step_start: int
+    """First profiled training step."""
+    profile_step_end: int
+    """Step at which profiling stops (exclusive)."""
+    profile_ranks: list[int]
+    """Global ranks that start the capture."""
+    record_shapes: bool
+    """Record operator input shapes (False when the plugin's record_shapes is None)."""
+    record_memory_history: bool | None = None
+    """Record the PyTorch CUDA memory history in the window; None: not passed."""
+    record_shapes_set: bool = True
+    """Whether the plugin's record_shapes was set (not None); the default converter passes
+    ``profiling.record_shapes`` only then."""
+
+
+ScriptArgs = PerfEnvPluginScriptArgs | NsysPluginScriptArgs
+ScriptArgsConverter = Callable[[Any], list[str]]
+"""Takes the plugin's ``*ScriptArgs`` dataclass, returns the script arguments to append."""
 
 # An explicit CUDA_DEVICE_MAX_CONNECTIONS on the executor is kept (user's value wins, as for
 # every variable), but it is the one that silently costs overlap, so a mismatch warns.
@@ -62,53 +108,97 @@ def to_hydra_overrides(overrides: dict[str, Any]) -> list[str]:
     return [f"{key}={_format_override_value(value)}" for key, value in overrides.items()]
 
 
+def _perf_env_hydra_overrides(args: PerfEnvPluginScriptArgs) -> list[str]:
+    # Default PerfEnvPlugin converter: train.manual_gc=true train.manual_gc_interval=N.
+    return to_hydra_overrides(
+        {
+            "train.manual_gc": args.enable_manual_gc,
+            "train.manual_gc_interval": args.manual_gc_interval,
+        }
+    )
+
+
+def _nsys_hydra_overrides(args: NsysPluginScriptArgs) -> list[str]:
+    # Default NsysPlugin converter: the profile window as profiling.* overrides, leaving out
+    # the optional settings the plugin did not set.
+    overrides: dict[str, Any] = {
+        "profiling.use_nsys_profiler": True,
+        "profiling.profile_step_start": args.profile_step_start,
+        "profiling.profile_step_end": args.profile_step_end,
+        "profiling.profile_ranks": list(args.profile_ranks),
+    }
+    if args.record_memory_history is not None:
+        overrides["profiling.record_memory_history"] = args.record_memory_history
+    if args.record_shapes_set:
+        overrides["profiling.record_shapes"] = args.record_shapes
+    return to_hydra_overrides(overrides)
+
+
 def _arg_name(token: str) -> str:
     # "key=value", "--flag=value" and "--flag" (followed by its value) all name the same knob.
     return token.split("=", 1)[0]
 
 
+def _starts_arg(token: str) -> bool:
+    # A hydra "key=value" or an argparse "--flag"/"-f" starts an argument; anything else (a
+    # number, a negative number, a bare word) is the value of the flag before it.
+    if token.startswith("-"):
+        return not token[1:2].isdigit() and token[1:2] != "."
+    return "=" in token
+
+
+def _group_args(tokens: list[str]) -> list[list[str]]:
+    groups: list[list[str]] = []
+    for token in tokens:
+        if groups and not _starts_arg(token):
+            groups[-1].append(token)
+        else:
+            groups.append([token])
+    return groups
+
+
 def _add_script_overrides(
     task: run.Script,
-    overrides: dict[str, Any],
+    args: ScriptArgs,
     converter: ScriptArgsConverter | None,
+    default: Callable[[Any], list[str]],
     *,
     owner: str,
 ) -> None:
-    """Append overrides to ``task.args`` one knob at a time; a knob already named there wins."""
+    """Convert ``args`` once and append the result to ``task.args``; a knob already there wins."""
     if task.inline:
         logger.warning(
             "%s: run.Script(inline=...) takes no args, so %s were not passed; put them in the "
             "inline script yourself.",
             owner,
-            sorted(overrides),
+            args,
         )
         return
-    convert = converter or to_hydra_overrides
-    for key, value in overrides.items():
-        tokens = convert({key: value})
-        if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
-            raise TypeError(
-                f"{owner}.script_args_converter_fn must return a list of str, got {tokens!r} "
-                f"for {{{key!r}: {value!r}}}."
-            )
-        if not tokens:
-            continue
-        existing = {_arg_name(arg) for arg in task.args}
-        if _arg_name(tokens[0]) in existing:
-            current = next(arg for arg in task.args if _arg_name(arg) == _arg_name(tokens[0]))
+    tokens = (converter or default)(args)
+    if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
+        raise TypeError(
+            f"{owner}.script_args_converter_fn must return a list of str, got {tokens!r} for "
+            f"{args!r}."
+        )
+    existing = {_arg_name(arg) for arg in task.args}
+    for group in _group_args(tokens):
+        name = _arg_name(group[0])
+        if name in existing:
+            current = next(arg for arg in task.args if _arg_name(arg) == name)
             logger.info(
-                "%s: script already has %r; not adding %s.", owner, current, " ".join(tokens)
+                "%s: script already has %r; not adding %s.", owner, current, " ".join(group)
             )
             continue
-        task.args.extend(tokens)
-        logger.info("%s: script arg %s added.", owner, " ".join(tokens))
+        task.args.extend(group)
+        existing.add(name)
+        logger.info("%s: script arg %s added.", owner, " ".join(group))
 
 
 def _check_converter(owner: str, value: object) -> None:
     if value is not None and not callable(value):
         raise TypeError(
-            f"{owner}.script_args_converter_fn must be None or a callable taking a dict of "
-            f"overrides and returning a list of str, got {value!r}."
+            f"{owner}.script_args_converter_fn must be None or a callable taking the plugin's "
+            f"*ScriptArgs dataclass and returning a list of str, got {value!r}."
         )
 
 
@@ -147,8 +237,8 @@ class PerfEnvPlugin(run.Plugin):
     """MoE flex dispatcher backend in use ("deepep", "hybridep", "ncclep"), or None."""
     a2a_overlap: bool = False
     """Whether EP all-to-all communication overlap is on."""
-    script_args_converter_fn: ScriptArgsConverter | None = None
-    """Turns ``{"train.manual_gc": True, ...}`` into script args; default is hydra style."""
+    script_args_converter_fn: Callable[[PerfEnvPluginScriptArgs], list[str]] | None = None
+    """Turns a PerfEnvPluginScriptArgs into script args (called once); default is hydra style."""
 
     def __post_init__(self) -> None:
         self._validate()
@@ -292,6 +382,12 @@ class PerfEnvPlugin(run.Plugin):
             nccl_pp_comm_chunksize=self.nccl_pp_comm_chunksize,
         )
 
+    def script_args(self) -> PerfEnvPluginScriptArgs:
+        """What ``setup`` hands the converter for a ``run.Script`` task."""
+        return PerfEnvPluginScriptArgs(
+            enable_manual_gc=self.enable_manual_gc, manual_gc_interval=self.manual_gc_interval
+        )
+
     def manual_gc_overrides(self) -> dict[str, Any]:
         """Script overrides for manual GC (empty when ``enable_manual_gc`` is False)."""
         if not self.enable_manual_gc:
@@ -339,7 +435,11 @@ class PerfEnvPlugin(run.Plugin):
             return
         if isinstance(task, run.Script):
             _add_script_overrides(
-                task, overrides, self.script_args_converter_fn, owner="PerfEnvPlugin"
+                task,
+                self.script_args(),
+                self.script_args_converter_fn,
+                _perf_env_hydra_overrides,
+                owner="PerfEnvPlugin",
             )
         else:
             logger.warning(
@@ -404,8 +504,8 @@ class NsysPlugin(run.Plugin):
     """Also record the PyTorch CUDA memory history in the window (None: do not pass)."""
     record_shapes: bool | None = None
     """Also record operator input shapes (None: do not pass)."""
-    script_args_converter_fn: ScriptArgsConverter | None = None
-    """Turns ``{"profiling.profile_step_start": 10, ...}`` into script args; default hydra style."""
+    script_args_converter_fn: Callable[[NsysPluginScriptArgs], list[str]] | None = None
+    """Turns an NsysPluginScriptArgs into script args (called once); default is hydra style."""
 
     def __post_init__(self) -> None:
         self._validate()
@@ -438,6 +538,17 @@ class NsysPlugin(run.Plugin):
         for name in ("record_memory_history", "record_shapes"):
             check_optional_bool(owner, name, getattr(self, name), none_means="not passed")
         _check_converter(owner, self.script_args_converter_fn)
+
+    def script_args(self) -> NsysPluginScriptArgs:
+        """What ``setup`` hands the converter for a ``run.Script`` task."""
+        return NsysPluginScriptArgs(
+            profile_step_start=self.profile_step_start,
+            profile_step_end=self.profile_step_end,
+            profile_ranks=list(self.profile_ranks),
+            record_shapes=bool(self.record_shapes),
+            record_memory_history=self.record_memory_history,
+            record_shapes_set=self.record_shapes is not None,
+        )
 
     def profiling_overrides(self) -> dict[str, Any]:
         """What the training loop needs to know, as ``profiling.*`` overrides."""
@@ -476,13 +587,16 @@ class NsysPlugin(run.Plugin):
             self.profile_step_end,
             self.profile_ranks,
         )
-        overrides = self.profiling_overrides()
         if isinstance(task, run.Script):
             _add_script_overrides(
-                task, overrides, self.script_args_converter_fn, owner="NsysPlugin"
+                task,
+                self.script_args(),
+                self.script_args_converter_fn,
+                _nsys_hydra_overrides,
+                owner="NsysPlugin",
             )
         else:
-            self._apply_to_partial(task, overrides)
+            self._apply_to_partial(task, self.profiling_overrides())
 
     def _apply_to_partial(self, task: run.Partial, overrides: Mapping[str, Any]) -> None:
         fn = task.__fn_or_cls__

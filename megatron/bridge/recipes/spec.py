@@ -268,6 +268,25 @@ class RecipeSpec:
         check_layout(facts)
         return plan_comm_overlap(self.request(), facts)
 
+    def launch_env(
+        self, *, world_size: int | None = None, te: TEStatus | str = "assume", **options: Any
+    ) -> launch_env.LaunchEnvPlan:
+        """The launch environment of this recipe on ``world_size`` GPUs (default: published).
+
+        The plan's facts through ``launch_env.plan_launch_env_for``, EP all-to-all overlap as the
+        plan decided it: what ``PerfEnvPlugin.from_recipe`` exports and what :meth:`build` puts
+        in ``cfg.env_vars``. ``options`` are ``plan_launch_env_for``'s (``layernorm_sm_margin``,
+        ``nccl_pp_comm_chunksize``, ...).
+        """
+        # The layout errors are plan()'s and the resolver's to raise (a container is built
+        # before it is checked); the environment only needs the facts and the EP decision.
+        plan = plan_comm_overlap(self.request(), self.facts(world_size=world_size, te=te))
+        return launch_env.plan_launch_env_for(
+            plan.facts,
+            a2a_overlap=bool(plan.value("overlap_moe_expert_parallel_comm")),
+            **options,
+        )
+
     # --- the full container ------------------------------------------------------------------
 
     def build(self) -> ConfigContainer:

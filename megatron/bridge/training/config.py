@@ -26,6 +26,8 @@ import copy
 import dataclasses
 import logging
 import os
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,18 +47,24 @@ from megatron.bridge.training.comm_overlap import (
     facts_from_configs,
     te_status,
 )
-from megatron.bridge.training.comm_overlap.megatron_io import undo_plan
+from megatron.bridge.training.comm_overlap.megatron_io import (
+    sync_distributed_optimizer,
+    undo_plan,
+)
 from megatron.bridge.training.hardware import live_gpu_sm100_or_newer as gpu_sm100_or_newer
 from megatron.bridge.training.mixed_precision import (
     MixedPrecisionConfig,
     get_mixed_precision_config,
 )
-from megatron.bridge.training.validators import check_bool, check_int
+from megatron.bridge.training.validators import check_int
 
 __all__ = [
+    "AppliedEnvVars",
     "ConfigContainer",
+    "EnvValue",
     "ResolvedConfig",
     "TrainingConfig",
+    "check_env_vars",
     "check_launch_environment",
     "gpu_sm100_or_newer",
     "resolve_config",
@@ -113,6 +121,97 @@ class TrainingConfig:
             )
 
 
+EnvValue = str | int | float | bool
+"""A value ``ConfigContainer.env_vars`` may hold: a scalar, exported as ``str(value)``."""
+
+#: Names that look like credentials. Configs are serialized (``to_yaml``, ``write_run_config``)
+#: and shared with the run's results, so a secret has no place in one: pass it on the launcher.
+_SECRET_NAME = re.compile(r"(_API_KEY$|TOKEN|SECRET|PASSWORD)", re.IGNORECASE)
+
+
+def env_var_text(value: EnvValue) -> str:
+    """The string a scalar ``env_vars`` value is exported as.
+
+    ``str(value)``, as upstream Megatron-Bridge's ``apply_environment_variables`` writes it: a
+    bool is spelled ``"True"`` / ``"False"`` (Python's spelling, not ``"1"`` / ``"true"``), an int
+    ``"8"``, a float its ``repr`` (``"0.5"``). A variable whose reader wants ``1``/``0`` gets an
+    int in the recipe.
+    """
+    return str(value)
+
+
+def check_env_vars(env_vars: object, *, owner: str = "ConfigContainer.env_vars") -> dict[str, str]:
+    """Check a recipe's environment variables; return them as the strings that would be exported.
+
+    ``TypeError`` for a non-mapping, a non-str name or a non-scalar value (naming the key);
+    ``ValueError`` for an empty name, a name with ``=`` or a NUL (the OS refuses them), a value
+    with a NUL, and a name that looks like a secret (``*_API_KEY``, ``*TOKEN*``, ``*SECRET*``,
+    ``*PASSWORD*``, any case): configs are serialized and shared, so secrets go on the launcher.
+    """
+    if not isinstance(env_vars, Mapping):
+        raise TypeError(
+            f"{owner} must be a dict of variable name to str/int/float/bool, got "
+            f"{type(env_vars).__name__}."
+        )
+    out: dict[str, str] = {}
+    for name, value in env_vars.items():
+        if not isinstance(name, str):
+            raise TypeError(
+                f"{owner} key {name!r} is a {type(name).__name__}; variable names are str."
+            )
+        if not name or "=" in name or "\0" in name:
+            raise ValueError(
+                f"{owner} key {name!r} is not a valid environment variable name (empty, or "
+                "holds '=' or NUL)."
+            )
+        if _SECRET_NAME.search(name):
+            raise ValueError(
+                f"{owner}[{name!r}] looks like a secret (*_API_KEY, *TOKEN*, *SECRET*, "
+                "*PASSWORD*): configs are serialized and shared, so set it on the launcher "
+                "(executor env, shell) instead of in the config."
+            )
+        if not isinstance(value, str | int | float | bool):
+            raise TypeError(
+                f"{owner}[{name!r}] must be a str, int, float or bool, got "
+                f"{type(value).__name__} ({value!r})."
+            )
+        text = env_var_text(value)
+        if "\0" in text:
+            raise ValueError(f"{owner}[{name!r}] holds a NUL character; the OS refuses it.")
+        out[name] = text
+    return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class AppliedEnvVars:
+    """What the last ``runtime_config_update`` did with ``cfg.env_vars``."""
+
+    from_recipe: dict[str, str]
+    """Variables this update exported, from ``cfg.env_vars`` (they were not set before)."""
+    kept_from_environment: dict[str, str]
+    """Variables ``cfg.env_vars`` names that were already set: the environment's value won
+    (launcher and shell values beat recipe defaults). Name -> the value kept."""
+    recipe_values: dict[str, str]
+    """Every ``cfg.env_vars`` entry as the string the recipe asked for."""
+
+    def overridden(self) -> dict[str, tuple[str, str]]:
+        """Kept variables whose value differs from the recipe's: name -> (kept, recipe's)."""
+        return {
+            name: (live, self.recipe_values[name])
+            for name, live in self.kept_from_environment.items()
+            if live != self.recipe_values[name]
+        }
+
+
+def _plan_env_vars(env_vars: object, environ: Mapping[str, str]) -> AppliedEnvVars:
+    wanted = check_env_vars(env_vars)
+    return AppliedEnvVars(
+        from_recipe={n: v for n, v in wanted.items() if n not in environ},
+        kept_from_environment={n: environ[n] for n in wanted if n in environ},
+        recipe_values=wanted,
+    )
+
+
 @dataclass(kw_only=True)
 class ConfigContainer:
     """Everything a recipe sets for one training run.
@@ -137,16 +236,43 @@ class ConfigContainer:
     gpu: str | None = None
     """GPU model the run targets (a name from the GPU catalogue, e.g. "h100"); recipes set it.
     None: unknown until the job runs (the build-time check then reads the visible GPU)."""
+    env_vars: dict[str, EnvValue] = field(default_factory=dict)
+    """Environment defaults of the run, exported by ``runtime_config_update`` where the process
+    environment does not already set them (launcher and shell values win). Values are exported
+    as ``str(value)`` (a bool as "True"/"False", as upstream Megatron-Bridge). Recipes fill it
+    from their launch plan (what ``PerfEnvPlugin`` exports). No secrets: see ``check_env_vars``."""
 
     _data_parallel_size: int | None = field(default=None, init=False, repr=False, compare=False)
     _overlap_plan: OverlapPlan | None = field(default=None, init=False, repr=False, compare=False)
     _resolved_mixed_precision: MixedPrecisionConfig | None = field(
         default=None, init=False, repr=False, compare=False
     )
+    _applied_env_vars: AppliedEnvVars | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         if isinstance(self.mixed_precision, str):
             self.mixed_precision = get_mixed_precision_config(self.mixed_precision)
+        check_env_vars(self.env_vars)
+
+    @property
+    def applied_env_vars(self) -> AppliedEnvVars | None:
+        """What the last runtime_config_update exported from ``env_vars`` and what it kept."""
+        return self._applied_env_vars
+
+    def to_yaml(self) -> str:
+        """This config as YAML text (see ``megatron.bridge.training.serialization``)."""
+        from megatron.bridge.training.serialization import to_yaml
+
+        return to_yaml(self)
+
+    @classmethod
+    def from_yaml(cls, source: str | os.PathLike[str]) -> ConfigContainer:
+        """A config from :meth:`to_yaml` text or a file holding it."""
+        from megatron.bridge.training.serialization import from_yaml
+
+        return from_yaml(source)
 
     @property
     def data_parallel_size(self) -> int | None:
@@ -210,21 +336,9 @@ def _data_parallel_size(model: Any, world_size: int) -> int:
 def _sync_distributed_optimizer(cfg: ConfigContainer) -> None:
     # Recipes usually set the flag on the DDP config only; megatron-core reads it from both
     # configs, and their defaults are False, so a True on either side is the user's request.
-    ddp_flag = cfg.ddp.use_distributed_optimizer
-    opt_flag = cfg.optimizer.use_distributed_optimizer
-    for name, value in (("ddp", ddp_flag), ("optimizer", opt_flag)):
-        check_bool(f"cfg.{name}", "use_distributed_optimizer", value)
-    if ddp_flag != opt_flag:
-        source = "ddp" if ddp_flag else "optimizer"
-        target = "optimizer" if ddp_flag else "ddp"
-        logger.info(
-            "cfg.%s.use_distributed_optimizer=True: setting cfg.%s.use_distributed_optimizer=True "
-            "to match (megatron-core reads both).",
-            source,
-            target,
-        )
-        cfg.ddp.use_distributed_optimizer = True
-        cfg.optimizer.use_distributed_optimizer = True
+    note = sync_distributed_optimizer(cfg.optimizer, cfg.ddp)
+    if note is not None:
+        logger.info(note)
 
 
 def _validate_precision_consistency(cfg: ConfigContainer) -> None:
@@ -403,8 +517,10 @@ class ResolvedConfig:
         return launch_env.plan_launch_env_for(self.facts, a2a_overlap=self.a2a_overlap, **options)
 
 
-def check_launch_environment(cfg: ConfigContainer, resolved: ResolvedConfig) -> list[str]:
-    """Compare the live environment with what the resolved layout needs.
+def check_launch_environment(
+    cfg: ConfigContainer, resolved: ResolvedConfig, *, env: Mapping[str, str] | None = None
+) -> list[str]:
+    """Compare the live environment (``env``, default ``os.environ``) with what the layout needs.
 
     ``CUDA_DEVICE_MAX_CONNECTIONS`` must be set before CUDA starts, so a wrong value can only be
     reported here, not fixed: each problem is logged as a warning, or raised as
@@ -426,7 +542,7 @@ def check_launch_environment(cfg: ConfigContainer, resolved: ResolvedConfig) -> 
         a2a_overlap=resolved.a2a_overlap,
         moe_flex_dispatcher_backend=f.moe_flex_dispatcher_backend,
         gpu_sm100_or_newer=live,
-        env=os.environ,
+        env=os.environ if env is None else env,
     )
     if problems and cfg.comm_overlap is not None and cfg.comm_overlap.strict:
         raise OverlapRefusedError("launch environment: " + " | ".join(problems))
@@ -543,6 +659,23 @@ def resolve_config(
     )
 
 
+def _export_env_vars(applied: AppliedEnvVars) -> None:
+    for name, value in applied.from_recipe.items():
+        os.environ.setdefault(name, value)
+    if not applied.recipe_values:
+        return
+    kept = ", ".join(
+        f"{n}={v}"
+        + (f" (recipe: {applied.recipe_values[n]})" if v != applied.recipe_values[n] else "")
+        for n, v in applied.kept_from_environment.items()
+    )
+    logger.info(
+        "cfg.env_vars: set from the recipe: %s; kept from the environment: %s.",
+        ", ".join(f"{n}={v}" for n, v in applied.from_recipe.items()) or "none",
+        kept or "none",
+    )
+
+
 @dataclass(frozen=True)
 class _Staged:
     work: dict[str, Any]
@@ -580,11 +713,26 @@ def runtime_config_update(
     puts them back (``undo_plan``). A field whose current value differs from what the library
     last wrote was changed by the user since: that value is the user's new one and is kept. (A
     user value equal to the library's is indistinguishable from it.)
+
+    Environment (``cfg.env_vars``): each variable the process environment does not set yet is
+    exported (``os.environ.setdefault`` semantics: launcher and shell values win), recorded on
+    ``cfg.applied_env_vars`` and logged at INFO with those kept from the environment. Upstream
+    Megatron-Bridge exports them first thing; here they are checked first (names, values, no
+    secrets, and, through :func:`check_launch_environment`, the environment they would give
+    against the resolved layout: a contradiction warns, or raises ``OverlapRefusedError`` with
+    ``strict``) and exported last, once every step succeeded, so a failed update leaves
+    ``os.environ`` as it was too. No step of the update reads these variables (CUDA starts
+    later, at model build), so they are still in place before anything reads them.
     """
+    # The environment this job will have: the live one, plus the recipe's defaults where it has
+    # none. Computed and checked first, exported only once every step succeeded.
+    env_plan = _plan_env_vars(cfg.env_vars, os.environ)
     resolved = resolve_config(cfg, world_size=world_size, te=te)
-    check_launch_environment(cfg, resolved)
+    check_launch_environment(cfg, resolved, env={**os.environ, **env_plan.from_recipe})
 
     # Every step succeeded: from here on nothing raises.
+    _export_env_vars(env_plan)
+    cfg._applied_env_vars = env_plan
     staged = resolved._staged
     for name, config in staged.work.items():
         _commit(getattr(cfg, name), config, staged.memo)

@@ -6,6 +6,8 @@ import logging
 
 import torch
 
+from megatron.bridge.training.comm_overlap.megatron_io import model_config_drift
+from megatron.bridge.training.comm_overlap.plan import OverlapPlan, OverlapRefusedError
 from megatron.bridge.training.config import ConfigContainer, runtime_config_update
 from megatron.bridge.training.initialize import initialize_tp_communicators
 
@@ -23,8 +25,13 @@ def build_model(cfg: ConfigContainer, world_size: int | None = None) -> list[tor
     megatron-core's ``Float16Module`` for bf16/fp16, and in its ``DistributedDataParallel``
     with ``cfg.ddp``; without CUDA the bare modules are returned (megatron-core's DDP needs
     CUDA). megatron-core's model-parallel state must be initialized first.
+
+    After the build, the overlap knobs on ``cfg.model`` are compared with the plan: a knob that
+    megatron-core or Transformer Engine changed during the build (TE turns ``tp_comm_overlap``
+    off for layers whose userbuffers are not in the preset, e.g. MTP layers) warns, or raises
+    ``OverlapRefusedError`` with ``cfg.comm_overlap.strict``.
     """
-    runtime_config_update(cfg, world_size)
+    plan = runtime_config_update(cfg, world_size)
     model_config = cfg.model
     if model_config.tp_comm_overlap:
         initialize_tp_communicators(model_config, cfg.train.micro_batch_size)
@@ -34,6 +41,8 @@ def build_model(cfg: ConfigContainer, world_size: int | None = None) -> list[tor
         chunks = [model_config.provide(vp_stage=stage) for stage in range(vpp)]
     else:
         chunks = [model_config.provide()]
+    if plan is not None:
+        _check_overlap_survived_build(plan, model_config, strict=cfg.comm_overlap.strict)
 
     if not torch.cuda.is_available():
         logger.info(
@@ -62,3 +71,28 @@ def build_model(cfg: ConfigContainer, world_size: int | None = None) -> list[tor
             )
         )
     return wrapped
+
+
+def _check_overlap_survived_build(plan: OverlapPlan, model_config: object, *, strict: bool) -> None:
+    drifted = model_config_drift(plan, model_config)
+    if not drifted:
+        return
+    message = (
+        "comm overlap changed during the model build: "
+        + "; ".join(drifted)
+        + ". Something downstream (megatron-core or Transformer Engine) wrote it back into the "
+        "shared model config, so layers built afterwards run without the planned overlap."
+    )
+    if (
+        plan.value("tp_comm_overlap")
+        and not model_config.tp_comm_overlap
+        and plan.facts.mtp_num_layers
+    ):
+        message += (
+            f" With mtp_num_layers={plan.facts.mtp_num_layers} the MTP layers' userbuffers are "
+            "not in the preset (Megatron-Bridge issue #4227): set mtp_num_layers=None or "
+            "tp_comm_overlap=False."
+        )
+    if strict:
+        raise OverlapRefusedError(message + " (strict=True turns this into an error)")
+    logger.warning(message)

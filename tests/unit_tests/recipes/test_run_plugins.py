@@ -36,13 +36,10 @@ def _slurm(tmp_path, **kwargs):
     )
 
 
-def argparse_style(overrides):
-    """A converter a Megatron-LM style argparse script would want."""
-    args = []
-    for key, value in overrides.items():
-        flag = "--" + key.split(".")[-1].replace("_", "-")
-        args.extend([flag] if value is True else [flag, str(value)])
-    return args
+def argparse_style(args):
+    """A PerfEnvPlugin converter a Megatron-LM style argparse script would want."""
+    flags = ["--manual-gc"] if args.enable_manual_gc else []
+    return [*flags, "--manual-gc-interval", str(args.manual_gc_interval)]
 
 
 def train_with_profiling(
@@ -207,7 +204,9 @@ def test_fields_changed_after_construction_are_checked_in_setup():
 
 
 def test_converter_must_return_strings():
-    plugin = PerfEnvPlugin(script_args_converter_fn=lambda overrides: list(overrides.values()))
+    plugin = PerfEnvPlugin(
+        script_args_converter_fn=lambda args: [args.enable_manual_gc, args.manual_gc_interval]
+    )
     with pytest.raises(TypeError, match="must return a list of str"):
         plugin.setup(_script(), run.LocalExecutor())
 
@@ -630,7 +629,9 @@ def test_slurm_dry_run_blackwell_with_nsys_and_converter(tmp_path, devnull_stdin
 def test_module_exports():
     assert set(run_plugins.__all__) == {
         "NsysPlugin",
+        "NsysPluginScriptArgs",
         "PerfEnvPlugin",
+        "PerfEnvPluginScriptArgs",
         "VBOOST_SETUP_LINE",
         "to_hydra_overrides",
     }

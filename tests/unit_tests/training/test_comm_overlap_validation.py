@@ -252,11 +252,12 @@ def _triple(cfgs):
     return cfgs.model, cfgs.optimizer, cfgs.ddp
 
 
-def test_distributed_optimizer_flags_must_agree():
+def test_distributed_optimizer_flags_are_reconciled():
     cfgs = make_configs()
     cfgs.optimizer.use_distributed_optimizer = False
-    with pytest.raises(ValueError, match="use_distributed_optimizer"):
-        _setup(CommOverlapConfig(tp_comm_overlap=False), cfgs, dp=8)
+    plan = _setup(CommOverlapConfig(tp_comm_overlap=False), cfgs, dp=8)
+    assert cfgs.optimizer.use_distributed_optimizer is True
+    assert any("cfg.optimizer.use_distributed_optimizer is set to True" in n for n in plan.notes)
 
 
 def test_non_megatron_ddp_config_is_left_alone_with_a_note():

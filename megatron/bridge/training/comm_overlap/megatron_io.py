@@ -19,11 +19,21 @@ from megatron.bridge.training.comm_overlap.plan import LayoutFacts, OverlapPlan
 from megatron.bridge.training.comm_overlap.request import load_preset
 from megatron.bridge.training.comm_overlap.rules import resolve
 from megatron.bridge.training.comm_overlap.te import TEStatus, current_te_status
+from megatron.bridge.training.validators import check_bool
 
 if TYPE_CHECKING:
     from megatron.bridge.training.comm_overlap.request import CommOverlapConfig
 
-__all__ = ["apply_plan", "facts_from_configs", "log_plan", "setup_configs", "undo_plan"]
+__all__ = [
+    "apply_plan",
+    "distributed_optimizer_to_turn_on",
+    "facts_from_configs",
+    "log_plan",
+    "model_config_drift",
+    "setup_configs",
+    "sync_distributed_optimizer",
+    "undo_plan",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +104,71 @@ def _direct_settings(configs: dict[ConfigName, Any]) -> tuple[tuple[str, str, An
     return tuple(found)
 
 
+def distributed_optimizer_to_turn_on(ddp_flag: bool, optimizer_flag: bool) -> ConfigName | None:
+    """Which config must turn the distributed optimizer on so both agree, or None.
+
+    megatron-core reads ``use_distributed_optimizer`` from both the DDP and the optimizer config,
+    and both default to False, so a True on either side is the user's request: the other side
+    is turned on to match (recipes usually set it on the DDP config only).
+    """
+    if ddp_flag == optimizer_flag:
+        return None
+    return "optimizer" if ddp_flag else "ddp"
+
+
+def sync_distributed_optimizer(optimizer_config: Any, ddp_config: Any) -> str | None:
+    """Turn ``use_distributed_optimizer`` on in both configs when either has it on.
+
+    Returns a sentence naming the config that was changed, or None when they already agreed.
+    A non-bool flag is a ``TypeError`` naming the field.
+    """
+    flags = {}
+    for name, config in (("ddp", ddp_config), ("optimizer", optimizer_config)):
+        flags[name] = check_bool(
+            f"cfg.{name}", "use_distributed_optimizer", config.use_distributed_optimizer
+        )
+    target = distributed_optimizer_to_turn_on(flags["ddp"], flags["optimizer"])
+    if target is None:
+        return None
+    ddp_config.use_distributed_optimizer = True
+    optimizer_config.use_distributed_optimizer = True
+    return _turned_on_note(target)
+
+
+def _turned_on_note(target: ConfigName) -> str:
+    source = "optimizer" if target == "ddp" else "ddp"
+    return (
+        f"cfg.{source}.use_distributed_optimizer=True but cfg.{target}.use_distributed_optimizer="
+        f"False: cfg.{target}.use_distributed_optimizer set to True to match (megatron-core reads "
+        "both)."
+    )
+
+
+def _users_flag(config: Any, field: str) -> bool:
+    # The user's bool, seen through our own earlier write of it (a second setup must see the
+    # same request as the first).
+    value = _users_value(config, field)
+    return False if value is _NOTHING else bool(value)
+
+
+def _cuda_graph_modules(model_config: Any) -> tuple[str, ...]:
+    # megatron-core 0.19 normalizes cuda_graph_modules to CudaGraphModule members in
+    # __post_init__ and migrates the deprecated cuda_graph_scope into it; a value set after
+    # construction may still be a string or a list of strings. "full" (and an empty list) mean
+    # the whole layer, which names no module.
+    names: list[str] = []
+    for raw in (
+        getattr(model_config, "cuda_graph_modules", None),
+        getattr(model_config, "cuda_graph_scope", None),
+    ):
+        items = raw if isinstance(raw, list | tuple) else [] if raw is None else [raw]
+        for item in items:
+            name = getattr(item, "name", item)
+            if isinstance(name, str) and name != "full" and name not in names:
+                names.append(name)
+    return tuple(names)
+
+
 def facts_from_configs(
     model_config: Any,
     optimizer_config: Any,
@@ -107,21 +182,28 @@ def facts_from_configs(
     """Read the layout facts from megatron-core's configs (model, optimizer, DDP).
 
     ``gpu`` names the GPU model when it is known (a recipe's, or the CLI's); ``te_status``
-    defaults to what this process sees (``current_te_status``).
+    defaults to what this process sees (``current_te_status``). ``use_distributed_optimizer``
+    True on either the DDP or the optimizer config counts for both
+    (:func:`distributed_optimizer_to_turn_on`); the facts name the config to turn on.
     """
     te = te_status or current_te_status()
     megatron_ddp = _is_megatron_ddp_config(ddp_config)
-    dist_opt = bool(ddp_config.use_distributed_optimizer) if megatron_ddp else False
-    if optimizer_config is not None:
-        opt_dist = bool(optimizer_config.use_distributed_optimizer)
-        if megatron_ddp and opt_dist != dist_opt:
-            raise ValueError(
-                f"use_distributed_optimizer is {dist_opt} on the DDP config but {opt_dist} on the "
-                "optimizer config: set both cfg.ddp.use_distributed_optimizer and "
-                "cfg.optimizer.use_distributed_optimizer to the same value."
-            )
-        dist_opt = dist_opt or opt_dist
+    ddp_flag = _users_flag(ddp_config, "use_distributed_optimizer") if megatron_ddp else False
+    opt_flag = (
+        _users_flag(optimizer_config, "use_distributed_optimizer")
+        if optimizer_config is not None
+        else False
+    )
+    dist_opt = ddp_flag or opt_flag
+    turned_on = (
+        distributed_optimizer_to_turn_on(ddp_flag, opt_flag)
+        if megatron_ddp and optimizer_config is not None
+        else None
+    )
 
+    graph_impl = getattr(model_config, "cuda_graph_impl", "none") or "none"
+    graph_modules = _cuda_graph_modules(model_config) if graph_impl != "none" else ()
+    graphed_attn = graph_impl in ("local", "transformer_engine") and "attn" in graph_modules
     configs: dict[ConfigName, Any] = {"model": model_config, "optimizer": optimizer_config}
     if megatron_ddp:
         configs["ddp"] = ddp_config
@@ -167,6 +249,22 @@ def facts_from_configs(
         recompute_modules=tuple(m.recompute_modules or ()),
         mtp_num_layers=m.mtp_num_layers,
         gradient_accumulation_fusion=bool(m.gradient_accumulation_fusion),
+        distributed_optimizer_turned_on=turned_on,
+        cuda_graph_impl=graph_impl,
+        # cuda_graph_modules has no effect without a CUDA graph implementation.
+        cuda_graph_modules=graph_modules,
+        # megatron-core defaults add_bias_linear to True; the bias matters only to graphed
+        # attention, so elsewhere it stays out of the facts (a torch-free spec plans the same).
+        attention_bias=graphed_attn and bool(m.add_bias_linear or m.add_qkv_bias),
+        moe_shared_expert_intermediate_size=m.moe_shared_expert_intermediate_size,
+        overlap_dispatch_backward_with_experts_wgrad=bool(
+            getattr(m, "overlap_dispatch_backward_with_experts_wgrad", False)
+        ),
+        ep_overlap_early_attn_memory_release=bool(
+            getattr(m, "ep_overlap_early_attn_memory_release", False)
+        ),
+        overlap_p2p_comm_warmup_flush=bool(getattr(m, "overlap_p2p_comm_warmup_flush", False)),
+        num_buckets=ddp_config.num_buckets if megatron_ddp else None,
         direct_settings=_direct_settings(configs),
     )
 
@@ -193,21 +291,50 @@ def apply_plan(
         "ddp": ddp_config if plan.facts.megatron_ddp else None,
     }
     for decision in plan.decisions:
-        # A fresh copy: editing the config's value must never edit the plan or a preset.
-        value = _fresh(decision.value)
         for name in KNOBS[decision.knob].targets:
-            config = configs[name]
-            if config is None:
-                continue
-            replaced = _users_value(config, decision.knob)
-            setattr(config, decision.knob, value)
-            written = dict(getattr(config, _WRITTEN_ATTR, {}))
-            # A detached copy of what was written: an edit the user later makes in place (a key
-            # of the userbuffers dict) then reads as the user's, as a new value would.
-            written[decision.knob] = (_fresh(value), replaced)
-            # object.__setattr__: the record is ours, not a config field, and must not trip a
-            # config's own __setattr__ checks.
-            object.__setattr__(config, _WRITTEN_ATTR, written)
+            if configs[name] is not None:
+                # A fresh copy: editing the config's value must never edit the plan or a preset.
+                _write(configs[name], decision.knob, _fresh(decision.value))
+    turned_on = plan.facts.distributed_optimizer_turned_on
+    if turned_on is not None and configs[turned_on] is not None:
+        _write(configs[turned_on], "use_distributed_optimizer", True)
+
+
+def _write(config: Any, field: str, value: Any) -> None:
+    replaced = _users_value(config, field)
+    setattr(config, field, value)
+    written = dict(getattr(config, _WRITTEN_ATTR, {}))
+    # A detached copy of what was written: an edit the user later makes in place (a key of the
+    # userbuffers dict) then reads as the user's, as a new value would.
+    written[field] = (_fresh(value), replaced)
+    # object.__setattr__: the record is ours, not a config field, and must not trip a config's
+    # own __setattr__ checks.
+    object.__setattr__(config, _WRITTEN_ATTR, written)
+
+
+def model_config_drift(plan: OverlapPlan, model_config: Any) -> tuple[str, ...]:
+    """The overlap knobs whose live value on ``model_config`` differs from ``plan``, one line each.
+
+    Run after the model is built: megatron-core and Transformer Engine write some knobs back into
+    the shared config (TE turns ``tp_comm_overlap`` off when a layer's userbuffer name is not in
+    the preset, e.g. the MTP layers), which silently changes what every layer built afterwards
+    does. Only knobs the knob table writes to the model config are compared.
+    """
+    drifted: list[str] = []
+    for decision in plan.decisions:
+        if "model" not in KNOBS[decision.knob].targets:
+            continue
+        live = getattr(model_config, decision.knob, None)
+        if live != decision.value:
+            drifted.append(
+                f"cfg.model.{decision.knob} is {_short(live)} after the model build but the plan "
+                f"set {_short(decision.value)} ({decision.reason})"
+            )
+    return tuple(drifted)
+
+
+def _short(value: Any) -> str:
+    return f"a dict of {len(value)} GEMMs" if isinstance(value, dict) else repr(value)
 
 
 def setup_configs(

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
-from megatron.bridge.training.comm_overlap.knobs import KNOBS, Area
+from megatron.bridge.training.comm_overlap.knobs import KNOBS, Area, ConfigName
 
 __all__ = ["Decision", "LayoutFacts", "OverlapPlan", "OverlapRefusedError", "Source"]
 
@@ -104,6 +104,25 @@ class LayoutFacts:
     """Multi-token-prediction layers."""
     gradient_accumulation_fusion: bool = False
     """Whether wgrad GEMMs accumulate into main_grad directly."""
+    distributed_optimizer_turned_on: ConfigName | None = None
+    """The config (ddp or optimizer) whose use_distributed_optimizer was False while the other's
+    was True; the plan turns it on there too (megatron-core reads both). None when they agree."""
+    cuda_graph_impl: str = "none"
+    """megatron-core's CUDA graph implementation: none, local, transformer_engine, full_iteration."""
+    cuda_graph_modules: tuple[str, ...] = ()
+    """Per-layer CUDA graph capture regions (attn, mlp, moe, moe_router, ...); empty: whole layer."""
+    attention_bias: bool = False
+    """Whether the attention projections have biases (add_bias_linear or add_qkv_bias)."""
+    moe_shared_expert_intermediate_size: int | None = None
+    """FFN size of the MoE shared experts; None when the model has none."""
+    overlap_dispatch_backward_with_experts_wgrad: bool = False
+    """megatron-core's alternative to EP overlap: the dispatch backward overlaps expert wgrad."""
+    ep_overlap_early_attn_memory_release: bool = False
+    """Release attention memory early under EP overlap (needs overlap_moe_expert_parallel_comm)."""
+    overlap_p2p_comm_warmup_flush: bool = False
+    """Overlap pipeline p2p also in warmup and flush (needs overlap_p2p_comm, not batch_p2p_comm)."""
+    num_buckets: int | None = None
+    """DDP bucket count set on cfg.ddp (exclusive with bucket_size in megatron-core)."""
     direct_settings: tuple[tuple[str, str, Any], ...] = ()
     """Overlap knobs the user wrote straight onto a megatron-core config, as (config, knob, value)."""
 
@@ -145,6 +164,7 @@ class LayoutFacts:
         """The facts as JSON-ready values (tuples as lists)."""
         facts = dataclasses.asdict(self)
         facts["recompute_modules"] = list(self.recompute_modules)
+        facts["cuda_graph_modules"] = list(self.cuda_graph_modules)
         facts["direct_settings"] = [list(t) for t in self.direct_settings]
         return facts
 
@@ -153,6 +173,8 @@ class LayoutFacts:
         """Rebuild facts from :meth:`to_dict` output."""
         facts = dict(data)
         facts["recompute_modules"] = tuple(facts["recompute_modules"])
+        if "cuda_graph_modules" in facts:
+            facts["cuda_graph_modules"] = tuple(facts["cuda_graph_modules"])
         facts["direct_settings"] = tuple(tuple(t) for t in facts["direct_settings"])
         return cls(**facts)
 

@@ -203,6 +203,16 @@ class _Planner:
             return
 
         self._check_tp_token_divisibility()
+        if f.mtp_num_layers:
+            self.warnings.append(
+                f"TP overlap with mtp_num_layers={f.mtp_num_layers}: the multi-token-prediction "
+                "layers' userbuffer names are not in the userbuffers preset, and when they are "
+                "built megatron-core/Transformer Engine write tp_comm_overlap=False back into the "
+                "shared model config, silently turning TP overlap off for every decoder layer "
+                "(Megatron-Bridge issue #4227). Set mtp_num_layers=None, or tp_comm_overlap=False "
+                "to run MTP knowingly without TP overlap; build_model checks the config after the "
+                "build and reports such a flip."
+            )
         self.set(
             "tp_comm_overlap",
             True,
@@ -313,6 +323,17 @@ class _Planner:
             )
         if f.pp_size == 1 and (overlap or batch):
             self.notes.append("p2p settings have no effect without pipeline parallelism (PP=1).")
+        if f.overlap_p2p_comm_warmup_flush and (
+            not self.value("overlap_p2p_comm") or self.value("batch_p2p_comm")
+        ):
+            raise ValueError(
+                "overlap_p2p_comm_warmup_flush=True on cfg.model needs overlap_p2p_comm=True and "
+                f"batch_p2p_comm=False, but the plan has overlap_p2p_comm="
+                f"{self.value('overlap_p2p_comm')}, batch_p2p_comm={self.value('batch_p2p_comm')} "
+                f"({self.decisions['overlap_p2p_comm'].reason}); megatron-core rejects that. Set "
+                "cfg.model.overlap_p2p_comm_warmup_flush=False, or use an interleaved pipeline with "
+                "overlap_p2p_comm."
+            )
 
     # --- DP -----------------------------------------------------------------------------------
 
@@ -321,6 +342,14 @@ class _Planner:
         dist_opt = f.use_distributed_optimizer
         many = f.dp_size > 1
         why_dp = f"DP={f.dp_size}"
+        if f.distributed_optimizer_turned_on is not None:
+            target = f.distributed_optimizer_turned_on
+            source = "optimizer" if target == "ddp" else "ddp"
+            self.notes.append(
+                f"cfg.{source}.use_distributed_optimizer=True but cfg.{target}."
+                f"use_distributed_optimizer=False: cfg.{target}.use_distributed_optimizer is set "
+                "to True to match (megatron-core reads both)."
+            )
 
         grad, where = self.user_value("overlap_grad_reduce")
         if grad is not None:
@@ -403,12 +432,25 @@ class _Planner:
             )
 
         size, where = self.user_value("bucket_size")
+        if size is not None and f.num_buckets is not None:
+            raise ValueError(
+                f"bucket_size={size!r} ({where}) and cfg.ddp.num_buckets={f.num_buckets} are both "
+                "set; megatron-core's DistributedDataParallelConfig takes one: choose one (drop "
+                "bucket_size or set cfg.ddp.num_buckets=None)."
+            )
         if size is not None:
             if type(size) is not int or size < 1:
                 raise TypeError(
                     f"bucket_size must be a positive int (parameters), got {size!r} ({where})."
                 )
             self.set("bucket_size", size, "user", f"{where} (parameters, not bytes)")
+        elif f.num_buckets is not None:
+            self.set(
+                "bucket_size",
+                None,
+                "derived",
+                f"cfg.ddp.num_buckets={f.num_buckets} sets the bucketing (exclusive with bucket_size)",
+            )
         elif many:
             self.set(
                 "bucket_size",
@@ -513,6 +555,15 @@ class _Planner:
                 )
                 if bad
             ]
+            if f.overlap_dispatch_backward_with_experts_wgrad:
+                failed.append("overlap_dispatch_backward_with_experts_wgrad=False on cfg.model")
+            if f.cuda_graph_impl == "transformer_engine":
+                graphed = [m for m in ("moe", "mlp") if m in f.cuda_graph_modules]
+                if graphed:
+                    failed.append(
+                        f"no {' or '.join(graphed)} in cuda_graph_modules with "
+                        "cuda_graph_impl='transformer_engine'"
+                    )
             if failed:
                 raise ValueError(
                     "overlap_moe_expert_parallel_comm=True needs: " + "; ".join(failed) + ". Fix "
@@ -529,12 +580,22 @@ class _Planner:
         else:
             self.set("overlap_moe_expert_parallel_comm", False, "default", "off unless requested")
 
+        if f.ep_overlap_early_attn_memory_release and not self.value(
+            "overlap_moe_expert_parallel_comm"
+        ):
+            raise ValueError(
+                "ep_overlap_early_attn_memory_release=True on cfg.model needs "
+                "overlap_moe_expert_parallel_comm=True: request EP overlap in CommOverlapConfig or "
+                "set cfg.model.ep_overlap_early_attn_memory_release=False."
+            )
+
         delay = user.delay_wgrad_compute
         if delay:
             if not self.value("overlap_moe_expert_parallel_comm"):
                 raise ValueError(
                     "delay_wgrad_compute=True needs overlap_moe_expert_parallel_comm=True."
                 )
+            self._check_delayed_wgrad_with_cuda_graphs()
             needs_recent_te = self.value("overlap_grad_reduce") or f.gradient_accumulation_fusion
             te_version = f.te_version if f.te_available else None
             if needs_recent_te and not _version_at_least(te_version, (2, 7)):
@@ -548,6 +609,50 @@ class _Planner:
             self.set("delay_wgrad_compute", False, "user", "set in CommOverlapConfig")
         else:
             self.set("delay_wgrad_compute", False, "default", "off unless requested")
+
+    def _check_delayed_wgrad_with_cuda_graphs(self) -> None:
+        f = self.facts
+        te_version = f.te_version if f.te_available else None
+        if f.cuda_graph_impl == "transformer_engine" and not _version_at_least(te_version, (2, 10)):
+            raise ValueError(
+                "delay_wgrad_compute=True with cuda_graph_impl='transformer_engine' needs "
+                f"Transformer Engine >= 2.10 (found {te_version or 'none'}): upgrade TE, or set "
+                "cuda_graph_impl='none' or delay_wgrad_compute=False."
+            )
+        # The per-layer graph implementations capture the delayed wgrad too when the captured
+        # region holds weights whose wgrad is delayed: attention, or the router region when it
+        # runs non-overlapped shared experts (megatron-core's TECudaGraphHelper condition).
+        attn = "attn" in f.cuda_graph_modules
+        shared_experts_in_router = (
+            "moe_router" in f.cuda_graph_modules
+            and f.moe_shared_expert_intermediate_size is not None
+            and not f.moe_shared_expert_overlap
+        )
+        if f.cuda_graph_impl not in ("local", "transformer_engine") or not (
+            attn or shared_experts_in_router
+        ):
+            return
+        scope = "attn" if attn else "moe_router with shared experts"
+        if not _version_at_least(te_version, (2, 12)):
+            raise ValueError(
+                f"delay_wgrad_compute=True with a CUDA graph scope covering {scope} needs "
+                f"Transformer Engine >= 2.12 (found {te_version or 'none'}): upgrade TE, or drop "
+                f"{scope.split()[0]} from cuda_graph_modules."
+            )
+        if not f.gradient_accumulation_fusion:
+            raise ValueError(
+                f"delay_wgrad_compute=True with a CUDA graph scope covering {scope} needs "
+                "gradient_accumulation_fusion=True on cfg.model: without it the delayed wgrad "
+                "accumulates into buffers whose addresses change, which a CUDA graph cannot "
+                f"replay. Set cfg.model.gradient_accumulation_fusion=True or drop "
+                f"{scope.split()[0]} from cuda_graph_modules."
+            )
+        if attn and f.attention_bias:
+            raise ValueError(
+                "delay_wgrad_compute=True with 'attn' in cuda_graph_modules does not support "
+                "attention bias: set cfg.model.add_bias_linear=False and "
+                "cfg.model.add_qkv_bias=False, or drop 'attn' from cuda_graph_modules."
+            )
 
     # --- embedding wgrad deferral ----------------------------------------------------------------
 

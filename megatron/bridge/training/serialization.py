@@ -1,0 +1,443 @@
+"""A ``ConfigContainer`` as YAML, and the resolved plan written beside it.
+
+:func:`to_yaml` writes every section of the container as the user wrote it (``model``,
+``train``, ``optimizer``, ``ddp``, ``mixed_precision``, ``comm_overlap``, ``gpu``,
+``env_vars``); :func:`from_yaml` reads it back; :func:`write_run_config` writes
+``config.yaml`` (the container) and ``plan.json`` (what it resolves to: layout facts, overlap
+plan, launch environment) into a run directory, so a run's results carry both.
+
+What is written is what round-trips, nothing else:
+
+- plain values (None, bool, int, float, str) and lists as they are; tuples as ``{_tuple_: [...]}``;
+- ``torch.dtype`` by name: ``{_dtype_: bfloat16}``;
+- enums by class and member: ``{_enum_: "module:Class", name: MEMBER}``;
+- functions and classes by import path: ``{_callable_: "module:qualname"}``, only when that
+  path imports back to the very same object (``torch.nn.functional:gelu``); a lambda, a
+  ``functools.partial`` or a bound method is refused with ``TypeError`` naming the field (set
+  it in code after :func:`from_yaml`);
+- each dataclass section as ``_target_: "module:Class"`` plus its init fields, so a provider
+  subclass comes back as itself;
+- ``comm_overlap.tp_comm_overlap_cfg``: a published userbuffers preset by its NAME, a custom
+  preset as its GEMM -> knobs mapping (the layout ``load_tp_overlap_cfg`` reads), a file path
+  as the path.
+
+Anything else is refused with ``TypeError`` naming the field. A container that
+``runtime_config_update`` already resolved is written with the derived fields and the overlap
+writes taken back (on copies); the precision fields mixed precision wrote stay, as it writes
+the same values again. Either way the file resolves to the same plan.
+
+``from_yaml`` imports the modules the file names (``_target_``, ``_callable_``, ``_enum_``):
+treat a config file like code and load only files you trust; a ``_target_`` must be a subclass
+of the section's type.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import enum
+import importlib
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+if TYPE_CHECKING:
+    from megatron.bridge.training.comm_overlap import TEMode, TEStatus
+    from megatron.bridge.training.config import ConfigContainer
+
+__all__ = [
+    "CONFIG_FILE",
+    "FORMAT_VERSION",
+    "PLAN_FILE",
+    "from_yaml",
+    "to_yaml",
+    "write_run_config",
+]
+
+FORMAT_VERSION = 1
+"""Version of the YAML layout; bumped when a key changes meaning."""
+
+CONFIG_FILE = "config.yaml"
+"""Name of the container file :func:`write_run_config` writes."""
+
+PLAN_FILE = "plan.json"
+"""Name of the resolved-plan file :func:`write_run_config` writes."""
+
+_SECTIONS = ("model", "train", "optimizer", "ddp")
+_TOP_KEYS = (
+    "format_version",
+    *_SECTIONS,
+    "mixed_precision",
+    "comm_overlap",
+    "gpu",
+    "env_vars",
+)
+_TAGS = ("_dtype_", "_enum_", "_callable_", "_tuple_")
+
+
+# --------------------------------------------------------------------------- values
+
+
+def _import_path(path: str, where: str) -> Any:
+    module_name, sep, qualname = path.partition(":")
+    if not sep or not module_name or not qualname:
+        raise ValueError(f"{where}: {path!r} is not 'module:qualname'.")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"{where}: cannot import {module_name!r} ({exc}).") from None
+    for part in qualname.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ValueError(f"{where}: {module_name} has no {qualname!r}.") from None
+    return obj
+
+
+def callable_path(fn: Any) -> str | None:
+    """``"module:qualname"`` that imports back to ``fn`` itself, or None when there is none.
+
+    Tries ``torch.nn.functional`` and ``torch`` first (torch's C functions name private modules
+    such as ``torch._C._nn``), then the object's own module.
+    """
+    qualname = getattr(fn, "__qualname__", None)
+    if not isinstance(qualname, str) or "<" in qualname:  # lambdas, locals
+        return None
+    candidates = ["torch.nn.functional", "torch", getattr(fn, "__module__", None)]
+    for module_name in candidates:
+        if not module_name:
+            continue
+        try:
+            if _import_path(f"{module_name}:{qualname}", "") is fn:
+                return f"{module_name}:{qualname}"
+        except ValueError:
+            continue
+    return None
+
+
+def _encode(value: Any, where: str) -> Any:
+    import torch
+
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, torch.dtype):
+        return {"_dtype_": str(value).removeprefix("torch.")}
+    if isinstance(value, enum.Enum):
+        cls = type(value)
+        return {"_enum_": f"{cls.__module__}:{cls.__qualname__}", "name": value.name}
+    if isinstance(value, list):
+        return [_encode(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, tuple):
+        return {"_tuple_": [_encode(v, f"{where}[{i}]") for i, v in enumerate(value)]}
+    if isinstance(value, Mapping):
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise TypeError(f"{where}: key {k!r} is not a str; YAML keys here must be.")
+            out[k] = _encode(v, f"{where}.{k}")
+        return out
+    if callable(value):
+        path = callable_path(value)
+        if path is None:
+            raise TypeError(
+                f"{where} = {value!r} cannot be written to YAML: only functions and classes "
+                "importable as 'module:qualname' can (not lambdas, functools.partial or bound "
+                "methods). Set it in code after from_yaml."
+            )
+        return {"_callable_": path}
+    raise TypeError(
+        f"{where} = {type(value).__name__} ({value!r:.80}) cannot be written to YAML; only "
+        "plain values, dtypes, enums and importable functions can. Set it in code after "
+        "from_yaml."
+    )
+
+
+def _decode(value: Any, where: str) -> Any:
+    if isinstance(value, list):
+        return [_decode(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if not isinstance(value, Mapping):
+        return value
+    tags = [t for t in _TAGS if t in value]
+    if not tags:
+        return {k: _decode(v, f"{where}.{k}") for k, v in value.items()}
+    tag = tags[0]
+    if tag == "_dtype_":
+        import torch
+
+        dtype = getattr(torch, str(value["_dtype_"]), None)
+        if not isinstance(dtype, torch.dtype):
+            raise ValueError(f"{where}: {value['_dtype_']!r} is not a torch dtype name.")
+        return dtype
+    if tag == "_enum_":
+        cls = _import_path(value["_enum_"], where)
+        if not (isinstance(cls, type) and issubclass(cls, enum.Enum)):
+            raise ValueError(f"{where}: {value['_enum_']!r} is not an Enum class.")
+        try:
+            return cls[value["name"]]
+        except KeyError:
+            raise ValueError(
+                f"{where}: {cls.__name__} has no member {value.get('name')!r}; it has "
+                f"{[m.name for m in cls]}."
+            ) from None
+    if tag == "_callable_":
+        return _import_path(value["_callable_"], where)
+    return tuple(_decode(v, f"{where}[{i}]") for i, v in enumerate(value["_tuple_"]))
+
+
+def _did_you_mean(word: str, choices: list[str] | tuple[str, ...]) -> str:
+    close = difflib.get_close_matches(word, choices, n=3)
+    return f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+
+
+def _encode_dataclass(obj: Any, where: str) -> dict[str, Any]:
+    cls = type(obj)
+    out: dict[str, Any] = {"_target_": f"{cls.__module__}:{cls.__qualname__}"}
+    for f in dataclasses.fields(obj):
+        if f.init and not f.name.startswith("_"):
+            out[f.name] = _encode(getattr(obj, f.name), f"{where}.{f.name}")
+    return out
+
+
+def _decode_dataclass(data: Any, base: type, where: str) -> Any:
+    if not isinstance(data, Mapping):
+        raise TypeError(f"{where} must be a mapping of field values, got {type(data).__name__}.")
+    target = data.get("_target_")
+    cls = base if target is None else _import_path(str(target), f"{where}._target_")
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        raise ValueError(f"{where}._target_ {target!r} is not a {base.__name__}.")
+    names = [f.name for f in dataclasses.fields(cls) if f.init and not f.name.startswith("_")]
+    kwargs = {}
+    for key, raw in data.items():
+        if key == "_target_":
+            continue
+        if key not in names:
+            raise ValueError(
+                f"{where}.{key} is not a field of {cls.__name__}.{_did_you_mean(key, names)}"
+            )
+        kwargs[key] = _decode(raw, f"{where}.{key}")
+    return cls(**kwargs)
+
+
+# --------------------------------------------------------------------------- comm overlap
+
+
+def _encode_preset(preset: Any, where: str) -> Any:
+    from megatron.bridge.training.userbuffers import (
+        GEMM_NAMES,
+        TransformerLayerTPOverlapCfg,
+        preset_names_of,
+    )
+
+    if preset is None or isinstance(preset, str | os.PathLike):
+        return None if preset is None else os.fspath(preset)
+    if isinstance(preset, Mapping):
+        return _encode(dict(preset), where)
+    if not isinstance(preset, TransformerLayerTPOverlapCfg):
+        raise TypeError(f"{where}: a {type(preset).__name__} cannot be written to YAML.")
+    names = preset_names_of(preset)
+    if names:
+        return names[0]
+    out: dict[str, Any] = {}
+    for gemm in GEMM_NAMES:
+        cfg = getattr(preset, gemm)
+        if cfg is not None:
+            out[gemm] = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
+    return out
+
+
+def _decode_preset(value: Any, where: str) -> Any:
+    from megatron.bridge.training.userbuffers import PUBLISHED_PRESETS
+    from megatron.bridge.training.userbuffers_file import load_tp_overlap_cfg
+
+    if value is None:
+        return None
+    if isinstance(value, str):
+        if value in PUBLISHED_PRESETS:
+            return PUBLISHED_PRESETS[value]
+        return value  # a file path, loaded and checked by CommOverlapConfig.finalize
+    if isinstance(value, Mapping):
+        return load_tp_overlap_cfg(value, origin=where)
+    raise TypeError(f"{where} must be a preset name, a mapping or a path, got {value!r}.")
+
+
+# --------------------------------------------------------------------------- container
+
+
+def _as_written(cfg: ConfigContainer) -> dict[str, Any]:
+    """cfg's megatron-core configs as the user wrote them (derived fields and overlap writes
+    taken back, on copies)."""
+    from megatron.bridge.training.comm_overlap.megatron_io import undo_plan
+    from megatron.bridge.training.config import _working_copies
+
+    work, _ = _working_copies(cfg)
+    work["model"].clear_derived()
+    undo_plan(work["model"], work["optimizer"], work["ddp"])
+    return work
+
+
+def to_dict(cfg: ConfigContainer) -> dict[str, Any]:
+    """The plain-value document :func:`to_yaml` writes (see the module docstring)."""
+    from megatron.bridge.training.config import ConfigContainer, check_env_vars
+
+    if not isinstance(cfg, ConfigContainer):
+        raise TypeError(f"to_yaml expects a ConfigContainer, got {type(cfg).__name__}.")
+    check_env_vars(cfg.env_vars)
+    work = _as_written(cfg)
+    doc: dict[str, Any] = {"format_version": FORMAT_VERSION}
+    for name in _SECTIONS:
+        obj = work.get(name, getattr(cfg, name))
+        doc[name] = _encode_dataclass(obj, f"cfg.{name}")
+    mixed = cfg.mixed_precision
+    doc["mixed_precision"] = (
+        mixed
+        if mixed is None or isinstance(mixed, str)
+        else _encode_dataclass(mixed, "cfg.mixed_precision")
+    )
+    overlap = cfg.comm_overlap
+    if overlap is None:
+        doc["comm_overlap"] = None
+    else:
+        section = _encode_dataclass(
+            dataclasses.replace(overlap, tp_comm_overlap_cfg=None), "cfg.comm_overlap"
+        )
+        section["tp_comm_overlap_cfg"] = _encode_preset(
+            overlap.tp_comm_overlap_cfg, "cfg.comm_overlap.tp_comm_overlap_cfg"
+        )
+        doc["comm_overlap"] = section
+    doc["gpu"] = cfg.gpu
+    doc["env_vars"] = dict(cfg.env_vars)
+    return doc
+
+
+def to_yaml(cfg: ConfigContainer) -> str:
+    """``cfg`` as YAML text; :func:`from_yaml` reads it back. ``TypeError`` names a field that
+    cannot be written (see the module docstring)."""
+    return yaml.safe_dump(to_dict(cfg), sort_keys=False, default_flow_style=False)
+
+
+def from_dict(doc: Mapping[str, Any]) -> ConfigContainer:
+    """The container of a :func:`to_dict` document."""
+    from megatron.core.distributed import DistributedDataParallelConfig
+    from megatron.core.optimizer import OptimizerConfig
+
+    from megatron.bridge.models.gpt_provider import GPTModelProvider
+    from megatron.bridge.training.comm_overlap import CommOverlapConfig
+    from megatron.bridge.training.config import ConfigContainer, TrainingConfig
+    from megatron.bridge.training.mixed_precision import MixedPrecisionConfig
+
+    if not isinstance(doc, Mapping):
+        raise TypeError(f"A ConfigContainer document is a mapping, got {type(doc).__name__}.")
+    for key in doc:
+        if key not in _TOP_KEYS:
+            raise ValueError(
+                f"{key!r} is not a ConfigContainer section.{_did_you_mean(str(key), _TOP_KEYS)}"
+            )
+    version = doc.get("format_version", FORMAT_VERSION)
+    if version != FORMAT_VERSION:
+        raise ValueError(
+            f"format_version {version!r} is not supported (this library writes {FORMAT_VERSION})."
+        )
+    if "model" not in doc:
+        raise ValueError("The document has no 'model' section; a ConfigContainer needs one.")
+    kwargs: dict[str, Any] = {
+        "model": _decode_dataclass(doc["model"], GPTModelProvider, "model"),
+    }
+    bases = {
+        "train": TrainingConfig,
+        "optimizer": OptimizerConfig,
+        "ddp": DistributedDataParallelConfig,
+    }
+    for name, base in bases.items():
+        if name in doc:
+            kwargs[name] = _decode_dataclass(doc[name], base, name)
+    mixed = doc.get("mixed_precision")
+    if isinstance(mixed, Mapping):
+        mixed = _decode_dataclass(mixed, MixedPrecisionConfig, "mixed_precision")
+    kwargs["mixed_precision"] = mixed
+    overlap = doc.get("comm_overlap")
+    if overlap is not None:
+        if not isinstance(overlap, Mapping):
+            raise TypeError(f"comm_overlap must be a mapping or null, got {overlap!r}.")
+        preset = _decode_preset(
+            overlap.get("tp_comm_overlap_cfg"), "comm_overlap.tp_comm_overlap_cfg"
+        )
+        rest = {k: v for k, v in overlap.items() if k != "tp_comm_overlap_cfg"}
+        overlap = dataclasses.replace(
+            _decode_dataclass(rest, CommOverlapConfig, "comm_overlap"), tp_comm_overlap_cfg=preset
+        )
+    kwargs["comm_overlap"] = overlap
+    kwargs["gpu"] = doc.get("gpu")
+    kwargs["env_vars"] = dict(doc.get("env_vars") or {})
+    return ConfigContainer(**kwargs)
+
+
+def from_yaml(source: str | os.PathLike[str]) -> ConfigContainer:
+    """The container of :func:`to_yaml` text, or of a file holding it (a path)."""
+    if isinstance(source, os.PathLike) or (
+        isinstance(source, str) and "\n" not in source and os.path.isfile(source)
+    ):
+        text = Path(source).read_text()
+        origin = os.fspath(source)
+    elif isinstance(source, str):
+        text, origin = source, "YAML text"
+    else:
+        raise TypeError(f"from_yaml takes YAML text or a path, got {type(source).__name__}.")
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{origin} is not valid YAML: {exc}") from None
+    if not isinstance(doc, Mapping):
+        raise ValueError(
+            f"{origin} does not hold a ConfigContainer document (a mapping of sections); a path "
+            "that does not exist is read as YAML text."
+        )
+    return from_dict(doc)
+
+
+def write_run_config(
+    cfg: ConfigContainer,
+    directory: str | os.PathLike[str],
+    *,
+    world_size: int | None = None,
+    te: TEStatus | TEMode | None = "assume",
+) -> tuple[Path, Path]:
+    """Write ``config.yaml`` (:func:`to_yaml`) and ``plan.json`` into ``directory``.
+
+    ``plan.json`` is what ``cfg`` resolves to on ``world_size`` GPUs (``resolve_config``, on
+    copies: ``cfg`` is not changed): ``world_size``, ``data_parallel_size``, ``gpu``, ``facts``
+    (``LayoutFacts.to_dict``), ``overlap_plan`` (``OverlapPlan.to_dict``, null without
+    comm_overlap), ``env_vars`` (as exported strings) and ``launch_env`` (the launch environment
+    the layout needs, null when the GPU is unknown). ``te`` defaults to "assume". Both files are
+    written only after both documents were built. Returns their paths.
+    """
+    from megatron.bridge.training.config import check_env_vars, resolve_config
+
+    text = to_yaml(cfg)
+    resolved = resolve_config(cfg, world_size=world_size, te=te)
+    launch = None
+    if resolved.gpu is not None:
+        launch = [
+            {"name": e.name, "value": e.value, "reason": e.reason}
+            for e in resolved.launch_env().entries
+        ]
+    plan = {
+        "format_version": FORMAT_VERSION,
+        "world_size": resolved.facts.world_size,
+        "data_parallel_size": resolved.data_parallel_size,
+        "gpu": resolved.gpu,
+        "facts": resolved.facts.to_dict(),
+        "overlap_plan": None if resolved.plan is None else resolved.plan.to_dict(),
+        "env_vars": check_env_vars(cfg.env_vars),
+        "launch_env": launch,
+    }
+    plan_text = json.dumps(plan, indent=2)
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    config_path, plan_path = out / CONFIG_FILE, out / PLAN_FILE
+    config_path.write_text(text)
+    plan_path.write_text(plan_text + "\n")
+    return config_path, plan_path

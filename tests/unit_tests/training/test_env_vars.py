@@ -1,0 +1,125 @@
+"""ConfigContainer.env_vars: checks, export by runtime_config_update, recipes vs PerfEnvPlugin."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import pytest
+
+from megatron.bridge.recipes import RECIPES, get_recipe, recipe_spec
+from megatron.bridge.training.comm_overlap import OverlapRefusedError
+from megatron.bridge.training.config import check_env_vars, runtime_config_update
+
+_NAMES = (
+    "CUDA_DEVICE_MAX_CONNECTIONS",
+    "NVTE_FWD_LAYERNORM_SM_MARGIN",
+    "NVTE_BWD_LAYERNORM_SM_MARGIN",
+)
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch):
+    for name in (*_NAMES, "MY_FLAG", "MY_RATIO"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.mark.parametrize(
+    ("env", "error", "match"),
+    [
+        ({"WANDB_API_KEY": "x"}, ValueError, "looks like a secret"),
+        ({"hf_token": "x"}, ValueError, "looks like a secret"),
+        ({"MY_SECRET_THING": "x"}, ValueError, "looks like a secret"),
+        ({"DB_Password": "x"}, ValueError, "looks like a secret"),
+        ({"": "x"}, ValueError, "not a valid environment variable name"),
+        ({"A=B": "x"}, ValueError, "not a valid environment variable name"),
+        ({1: "x"}, TypeError, "key 1 is a int"),
+        ({"NCCL_IB": ["a"]}, TypeError, r"\['NCCL_IB'\] must be a str, int, float or bool"),
+        ({"NCCL_IB": None}, TypeError, "NCCL_IB"),
+    ],
+)
+def test_bad_env_vars_are_refused(env, error, match):
+    with pytest.raises(error, match=match):
+        check_env_vars(env)
+
+
+def test_scalars_are_exported_as_upstream_spells_them():
+    assert check_env_vars({"A": True, "B": False, "C": 8, "D": 0.5, "E": "x"}) == {
+        "A": "True",
+        "B": "False",
+        "C": "8",
+        "D": "0.5",
+        "E": "x",
+    }
+
+
+def test_a_secret_is_refused_at_construction():
+    cfg = get_recipe("gpt3_175b")
+    with pytest.raises(ValueError, match="looks like a secret"):
+        type(cfg)(model=cfg.model, env_vars={"OPENAI_API_KEY": "sk"})
+
+
+def test_runtime_update_exports_recipe_values_and_keeps_the_environment(monkeypatch, caplog):
+    cfg = get_recipe("gpt3_175b")
+    cfg.env_vars["MY_FLAG"] = True
+    monkeypatch.setenv("NVTE_FWD_LAYERNORM_SM_MARGIN", "8")
+    with caplog.at_level(logging.INFO, logger="megatron.bridge.training.config"):
+        runtime_config_update(cfg, 1024, te="assume")
+    assert os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"
+    assert os.environ["MY_FLAG"] == "True"
+    assert os.environ["NVTE_FWD_LAYERNORM_SM_MARGIN"] == "8"  # the launcher's value wins
+    applied = cfg.applied_env_vars
+    assert set(applied.from_recipe) == {
+        "CUDA_DEVICE_MAX_CONNECTIONS",
+        "NVTE_BWD_LAYERNORM_SM_MARGIN",
+        "MY_FLAG",
+    }
+    assert applied.kept_from_environment == {"NVTE_FWD_LAYERNORM_SM_MARGIN": "8"}
+    assert applied.overridden() == {"NVTE_FWD_LAYERNORM_SM_MARGIN": ("8", "16")}
+    assert "kept from the environment: NVTE_FWD_LAYERNORM_SM_MARGIN=8 (recipe: 16)" in caplog.text
+
+
+def test_a_failed_update_exports_nothing():
+    cfg = get_recipe("gpt3_175b")
+    with pytest.raises(ValueError, match="does not split"):
+        runtime_config_update(cfg, 1000, te="assume")
+    assert not any(name in os.environ for name in _NAMES)
+    assert cfg.applied_env_vars is None
+
+
+def test_a_recipe_value_contradicting_the_plan_warns_naming_the_rule(caplog):
+    cfg = get_recipe("gpt3_175b")  # H100, TP4 + TP overlap: needs 1
+    cfg.env_vars["CUDA_DEVICE_MAX_CONNECTIONS"] = 8
+    with caplog.at_level(logging.WARNING):
+        runtime_config_update(cfg, 1024, te="assume")
+    assert (
+        "CUDA_DEVICE_MAX_CONNECTIONS is 8 but this layout needs 1 (Hopper or older" in caplog.text
+    )
+
+
+def test_strict_refuses_the_contradiction_before_exporting_anything():
+    cfg = get_recipe("gpt3_175b")
+    cfg.env_vars["CUDA_DEVICE_MAX_CONNECTIONS"] = 8
+    cfg.comm_overlap.strict = True
+    with pytest.raises(OverlapRefusedError, match="needs 1"):
+        runtime_config_update(cfg, 1024, te="assume")
+    assert not any(name in os.environ for name in _NAMES)
+
+
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_recipe_env_vars_are_what_perf_env_plugin_exports(name):
+    pytest.importorskip("nemo_run")
+    from megatron.bridge.recipes.run_plugins import PerfEnvPlugin
+
+    cfg = get_recipe(name)
+    print(name, cfg.env_vars)
+    assert cfg.env_vars  # every shipped recipe has a launch environment
+    assert PerfEnvPlugin.from_recipe(name).launch_env_plan().env == cfg.env_vars
+    num_gpus = recipe_spec(name).num_gpus
+    assert PerfEnvPlugin.from_config(cfg, num_gpus=num_gpus).launch_env_plan().env == cfg.env_vars
+
+
+def test_recipe_env_vars_follow_the_gpu():
+    # B200 with TP and DP splits needs 32 queues, H100 one.
+    assert get_recipe("llama3_70b", gpu="b200").env_vars["CUDA_DEVICE_MAX_CONNECTIONS"] == "32"
+    assert get_recipe("llama3_70b").env_vars["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"
