@@ -21,7 +21,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from typing import Any, get_args
+from typing import Any, NamedTuple, get_args
 
 from megatron.bridge.training import hardware, launch_env
 from megatron.bridge.training.comm_overlap import (
@@ -34,6 +34,7 @@ from megatron.bridge.training.comm_overlap import (
     plan_comm_overlap,
     te_status,
 )
+from megatron.bridge.training.estimate import Estimate, ModelDims, estimate_step
 from megatron.bridge.training.userbuffers import (
     choose_userbuffers_preset,
     preset_fits_model,
@@ -44,6 +45,17 @@ from megatron.bridge.training.userbuffers import (
 JSON_SCHEMA_VERSION = 2
 
 EXIT_OK, EXIT_REFUSED, EXIT_INVALID = 0, 1, 2
+
+
+class StepInputs(NamedTuple):
+    """What a step estimate needs beyond the plan."""
+
+    dims: ModelDims | None
+    """The model's dimensions (None when unknown)."""
+    global_batch_size: int | None
+    """Samples per optimizer step (None: micro-batch x DP x PP)."""
+    grad_reduce_in_fp32: bool
+    """Whether gradients are reduced in fp32."""
 
 
 class UsageError(ValueError):
@@ -217,6 +229,29 @@ def build_parser() -> argparse.ArgumentParser:
         help="LayerNorm SM margin for the launch environment (default 16)",
     )
     ex.add_argument("--nccl-pp-chunksize", type=int, help="NCCL_P2P_NET_CHUNKSIZE when PP > 1")
+    ex.add_argument(
+        "--ffn-hidden-size",
+        type=_positive_int,
+        help="MLP width for the estimate (default 4 x hidden)",
+    )
+    ex.add_argument(
+        "--vocab-size", type=_positive_int, default=51200, help="vocabulary (default 51200)"
+    )
+    ex.add_argument("--swiglu", action="store_true", help="gated (SwiGLU) MLP, for the estimate")
+    ex.add_argument(
+        "--gpus-per-node", type=_positive_int, default=8, help="GPUs per node (default 8)"
+    )
+    ex.add_argument(
+        "--nvlink-domain",
+        type=_positive_int,
+        help="GPUs sharing NVLink (default: the GPU's, e.g. one node; 72 on GB200 NVL72)",
+    )
+    ex.add_argument(
+        "--plot",
+        metavar="PATH",
+        help="draw one step as lanes, with the plan's overlap and with none (PNG or SVG; needs "
+        "the 'plot' extra)",
+    )
     ex.add_argument("--strict", action="store_true", help="exit 1 instead of falling back")
     ex.add_argument("--json", action="store_true", help="print the plan as one JSON object")
     ls = sub.add_parser(
@@ -284,7 +319,7 @@ def _named_preset(name: str) -> Any:
     return PUBLISHED_PRESETS[name]
 
 
-def _plan_flags(args: argparse.Namespace) -> tuple[OverlapPlan, dict[str, Any]]:
+def _plan_flags(args: argparse.Namespace) -> tuple[OverlapPlan, dict[str, Any], StepInputs]:
     """Plan a layout given as flags (reference values for the flags not given)."""
     given = {k: getattr(args, k) for k in REFERENCE if getattr(args, k, None) is not None}
     lay = {**REFERENCE, **given}
@@ -350,10 +385,22 @@ def _plan_flags(args: argparse.Namespace) -> tuple[OverlapPlan, dict[str, Any]]:
         overlap_moe_expert_parallel_comm=True if args.ep_overlap else None,
         strict=args.strict,
     )
-    return plan_comm_overlap(request, facts), info
+    dims = ModelDims(
+        num_layers=lay["num_layers"],
+        hidden_size=lay["hidden_size"],
+        num_attention_heads=lay["num_attention_heads"],
+        num_query_groups=args.num_query_groups,
+        ffn_hidden_size=args.ffn_hidden_size or 4 * lay["hidden_size"],
+        vocab_size=args.vocab_size,
+        seq_length=lay["seq_length"],
+        gated_linear_unit=args.swiglu,
+        num_moe_experts=args.num_moe_experts,
+    )
+    # The bf16 and fp8 mixed-precision presets both reduce gradients in fp32.
+    return plan_comm_overlap(request, facts), info, StepInputs(dims, None, True)
 
 
-def _plan_recipe(args: argparse.Namespace) -> tuple[OverlapPlan, dict[str, Any]]:
+def _plan_recipe(args: argparse.Namespace) -> tuple[OverlapPlan, dict[str, Any], StepInputs]:
     """Plan a recipe the way the job will: build it, apply the flags, resolve it."""
     # Imports megatron-core only for a recipe that has no torch-free spec.
     from megatron.bridge.recipes import plan_recipe
@@ -373,7 +420,7 @@ def _plan_recipe(args: argparse.Namespace) -> tuple[OverlapPlan, dict[str, Any]]
         request_fields["overlap_moe_expert_parallel_comm"] = True
     if args.preset not in (None, "auto"):
         _named_preset(args.preset)  # an unknown name fails here, naming the flag
-    plan = plan_recipe(
+    planned = plan_recipe(
         args.recipe,
         world_size=args.world_size,
         te=args.te,
@@ -383,13 +430,19 @@ def _plan_recipe(args: argparse.Namespace) -> tuple[OverlapPlan, dict[str, Any]]
         request_fields=request_fields,
         **keywords,
     )
-    if args.preset in (None, "auto"):
-        info = {"source": "recipe", "detail": "picked by the recipe"}
-    elif args.preset == "none":
-        info = {"source": "none", "detail": "--preset none"}
-    else:
-        info = {"source": "user", "detail": f"--preset {args.preset}"}
-    return plan, info
+    inputs = StepInputs(planned.dims, planned.global_batch_size, planned.grad_reduce_in_fp32)
+    return planned.plan, _recipe_preset_info(args), inputs
+
+
+def _recipe_preset_info(args: argparse.Namespace) -> dict[str, Any]:
+    """Where a recipe's preset came from: the recipe, --preset, or an override."""
+    if args.preset == "none":
+        return {"source": "none", "detail": "--preset none"}
+    if args.preset not in (None, "auto"):
+        return {"source": "user", "detail": f"--preset {args.preset}"}
+    if any(o.startswith("comm_overlap.tp_comm_overlap_cfg=") for o in args.overrides or ()):
+        return {"source": "user", "detail": "comm_overlap.tp_comm_overlap_cfg override"}
+    return {"source": "recipe", "detail": "picked by the recipe"}
 
 
 def _flag_overrides(args: argparse.Namespace) -> list[str]:
@@ -420,7 +473,9 @@ def _flag_overrides(args: argparse.Namespace) -> list[str]:
     return out
 
 
-def _plan_recipe_overrides(args: argparse.Namespace) -> tuple[OverlapPlan, dict[str, Any]]:
+def _plan_recipe_overrides(
+    args: argparse.Namespace,
+) -> tuple[OverlapPlan, dict[str, Any], StepInputs]:
     """Plan a recipe with KEY=VALUE overrides: build its container, override, resolve it."""
     from megatron.bridge.recipes import get_recipe, recipe_spec
     from megatron.bridge.training.config import check_launch_environment, resolve_config
@@ -449,15 +504,13 @@ def _plan_recipe_overrides(args: argparse.Namespace) -> tuple[OverlapPlan, dict[
     # contradicting the layout warns, or is refused with --strict, as at model-build time.
     env = {name: str(value) for name, value in cfg.env_vars.items()}
     problems = check_launch_environment(cfg, resolved, env=env)
-    info = {"source": "recipe", "detail": "picked by the recipe"}
-    if args.preset == "none":
-        info = {"source": "none", "detail": "--preset none"}
-    elif args.preset not in (None, "auto"):
-        info = {"source": "user", "detail": f"--preset {args.preset}"}
-    elif any(o.startswith("comm_overlap.tp_comm_overlap_cfg=") for o in args.overrides):
-        info = {"source": "user", "detail": "comm_overlap.tp_comm_overlap_cfg override"}
     args._env_problems = [f"launch environment (cfg.env_vars): {p}" for p in problems]
-    return resolved.plan, info
+    mixed = resolved.mixed_precision
+    fp32 = mixed.grad_reduce_in_fp32 if mixed is not None else cfg.ddp.grad_reduce_in_fp32
+    inputs = StepInputs(
+        ModelDims.from_model_config(cfg.model), cfg.train.global_batch_size, bool(fp32)
+    )
+    return resolved.plan, _recipe_preset_info(args), inputs
 
 
 def explain(
@@ -471,17 +524,37 @@ def explain(
             "give --recipe NAME."
         )
     if overrides:
-        plan, preset_info = _plan_recipe_overrides(args)
+        plan, preset_info, inputs = _plan_recipe_overrides(args)
     else:
-        plan, preset_info = _plan_recipe(args) if args.recipe else _plan_flags(args)
+        plan, preset_info, inputs = _plan_recipe(args) if args.recipe else _plan_flags(args)
     env_plan = launch_env.plan_launch_env_for(
         plan.facts,
         a2a_overlap=bool(plan.value("overlap_moe_expert_parallel_comm")),
         layernorm_sm_margin=args.layernorm_sm_margin,
         nccl_pp_comm_chunksize=args.nccl_pp_chunksize,
     )
+    estimate = None
+    if inputs.dims is not None:
+        estimate = estimate_step(
+            plan,
+            inputs.dims,
+            gpus_per_node=args.gpus_per_node,
+            nvlink_domain=args.nvlink_domain,
+            global_batch_size=inputs.global_batch_size,
+            grad_reduce_in_fp32=inputs.grad_reduce_in_fp32,
+        )
     doc = document(plan, env_plan, recipe=args.recipe, te_mode=args.te, preset_info=preset_info)
     doc["warnings"].extend(getattr(args, "_env_problems", []))
+    doc["estimate"] = None if estimate is None else estimate.to_dict()
+    args._estimate = estimate
+    if args.plot is not None:
+        if estimate is None:
+            raise ValueError(
+                "--plot needs the model's dimensions, which this recipe does not give."
+            )
+        from megatron.bridge.training.estimate_plot import plot_step  # matplotlib: only here
+
+        plot_step(estimate, args.plot, title=args.recipe)
     return doc, plan, env_plan
 
 
@@ -554,7 +627,12 @@ def document(
     }
 
 
-def _render(doc: dict[str, Any], plan: OverlapPlan, env_plan: launch_env.LaunchEnvPlan) -> str:
+def _render(
+    doc: dict[str, Any],
+    plan: OverlapPlan,
+    env_plan: launch_env.LaunchEnvPlan,
+    estimate: Estimate | None = None,
+) -> str:
     lay = doc["layout"]
     head = (
         f"Layout: {lay['world_size']} x {(lay['gpu'] or 'GPU').upper()}  TP{lay['tp']} "
@@ -588,6 +666,10 @@ def _render(doc: dict[str, Any], plan: OverlapPlan, env_plan: launch_env.LaunchE
     lines.append("")
     lines.append("Launch environment (PerfEnvPlugin):")
     lines.extend(f"  {line}" for line in env_plan.explain())
+    if estimate is not None:
+        lines.append("")
+        lines.append("One step, per GPU of the busiest pipeline stage (lower bounds at peak):")
+        lines.extend(f"  {line}" for line in estimate.render().splitlines())
     extra = [w for w in doc["warnings"] if w not in plan.warnings]
     lines.extend(f"WARNING: {w}" for w in extra)
     return "\n".join(lines)
@@ -627,7 +709,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         print(json.dumps(doc, indent=2))
     else:
-        print(_render(doc, plan, env_plan))
+        print(_render(doc, plan, env_plan, args._estimate))
     return EXIT_OK
 
 

@@ -36,6 +36,7 @@ def test_json_document_has_stable_keys_and_the_resolved_values(capsys):
         "overlap",
         "launch_env",
         "warnings",
+        "estimate",
     }
     assert doc["schema_version"] == JSON_SCHEMA_VERSION
     values = {d["knob"]: d["value"] for d in doc["overlap"]["decisions"]}

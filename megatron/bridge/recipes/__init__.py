@@ -30,7 +30,9 @@ import importlib
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from megatron.bridge.training.estimate import ModelDims
 
 if TYPE_CHECKING:
     from megatron.bridge.recipes.spec import RecipeSpec
@@ -40,6 +42,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ENTRY_POINT_GROUP",
     "RECIPES",
+    "RecipePlan",
     "available_recipes",
     "get_recipe",
     "plan_recipe",
@@ -159,6 +162,19 @@ def get_recipe(name: str, **overrides: Any) -> ConfigContainer:
     return result
 
 
+class RecipePlan(NamedTuple):
+    """A recipe's plan, and what a step estimate needs beyond it."""
+
+    plan: OverlapPlan
+    """The overlap plan the job will resolve to."""
+    dims: ModelDims | None
+    """The model's dimensions (None for a spec whose provider's architecture is unknown)."""
+    global_batch_size: int | None
+    """Samples per optimizer step."""
+    grad_reduce_in_fp32: bool
+    """Whether gradients are reduced in fp32 (from mixed precision)."""
+
+
 #: Model fields a planning caller may change on a recipe, and where each lives in a spec.
 _SPEC_MODEL_FIELDS = {
     "expert_model_parallel_size": ("spec", "ep_size"),
@@ -189,7 +205,7 @@ def plan_recipe(
     preset: str | None = None,
     request_fields: Mapping[str, Any] | None = None,
     **overrides: Any,
-) -> OverlapPlan:
+) -> RecipePlan:
     """The overlap plan of recipe ``name`` on ``world_size`` GPUs, as the job will resolve it.
 
     ``overrides`` are the recipe's keywords (``gpu``, ``precision``, ``tp_size``, ...);
@@ -218,7 +234,14 @@ def plan_recipe(
         spec = dataclasses.replace(
             spec, model=dataclasses.replace(spec.model, **model_changes), **changes
         )
-        return spec.plan(world_size=world_size, te=te)
+        try:
+            dims = ModelDims.from_shape(spec.model)
+        except ValueError:  # a provider whose architecture (gated MLP or not) is not known
+            dims = None
+        # Both recipe precisions use a mixed-precision preset that reduces gradients in fp32.
+        return RecipePlan(
+            spec.plan(world_size=world_size, te=te), dims, spec.global_batch_size, True
+        )
     return _plan_container(
         name,
         spec,
@@ -241,7 +264,7 @@ def _plan_container(
     distributed_optimizer: bool | None,
     preset: str | None,
     request_fields: Mapping[str, Any] | None,
-) -> OverlapPlan:
+) -> RecipePlan:
     if world_size is None:
         raise ValueError(
             f"Recipe {name!r} returns a ConfigContainer, which does not say its GPU count: "
@@ -265,7 +288,14 @@ def _plan_container(
     resolved = resolve_config(cfg, world_size=world_size, te=te_status(te))
     if resolved.plan is None:
         raise ValueError(f"Recipe {name!r} has no comm_overlap request: there is no plan.")
-    return resolved.plan
+    mixed = resolved.mixed_precision
+    fp32 = mixed.grad_reduce_in_fp32 if mixed is not None else cfg.ddp.grad_reduce_in_fp32
+    return RecipePlan(
+        resolved.plan,
+        ModelDims.from_model_config(cfg.model),
+        cfg.train.global_batch_size,
+        bool(fp32),
+    )
 
 
 def recipe_layout(name: str, **overrides: Any) -> dict[str, Any]:
@@ -280,7 +310,7 @@ def recipe_layout(name: str, **overrides: Any) -> dict[str, Any]:
     """
     from megatron.bridge.training.userbuffers import published_name_for
 
-    plan = plan_recipe(name, **overrides)
+    plan = plan_recipe(name, **overrides).plan
     f = plan.facts
     precision = "fp8" if f.fp8 else "bf16"
     preset = None

@@ -150,6 +150,36 @@ class ModelDims:
         fields.update(overrides)
         return cls(**fields)
 
+    @classmethod
+    def from_model_config(cls, model: Any) -> ModelDims:
+        """The dimensions of a megatron-core ``TransformerConfig`` (a GPT provider), read as they are.
+
+        Reads attributes only, so it needs no torch; the config need not be finalized.
+        """
+        experts = getattr(model, "num_moe_experts", None)
+        return cls(
+            num_layers=model.num_layers,
+            hidden_size=model.hidden_size,
+            num_attention_heads=model.num_attention_heads,
+            num_query_groups=model.num_query_groups,
+            kv_channels=model.kv_channels,
+            ffn_hidden_size=model.ffn_hidden_size or 4 * model.hidden_size,
+            vocab_size=model.vocab_size,
+            seq_length=model.seq_length,
+            gated_linear_unit=bool(model.gated_linear_unit),
+            add_bias_linear=bool(model.add_bias_linear),
+            normalization="RMSNorm" if model.normalization == "RMSNorm" else "LayerNorm",
+            learned_position_embedding=model.position_embedding_type == "learned_absolute",
+            tied_embeddings=bool(model.share_embeddings_and_output_weights),
+            make_vocab_size_divisible_by=model.make_vocab_size_divisible_by,
+            num_moe_experts=experts,
+            moe_router_topk=model.moe_router_topk if experts else 2,
+            moe_ffn_hidden_size=model.moe_ffn_hidden_size if experts else None,
+            moe_shared_expert_intermediate_size=(
+                model.moe_shared_expert_intermediate_size if experts else None
+            ),
+        )
+
     # --- derived dimensions ------------------------------------------------------------------
 
     @property

@@ -173,7 +173,7 @@ def test_entry_point_recipe_is_listed_and_planned(user_recipes, capsys):
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)["recipes"]}
     assert set(RECIPES) < set(rows)
     assert rows["tiny_gpt"]["layout"]["tp"] == 2 and rows["tiny_gpt"]["layout"]["world_size"] == 16
-    plan = plan_recipe("tiny_gpt", precision="fp8")
+    plan = plan_recipe("tiny_gpt", precision="fp8").plan
     assert plan.facts.fp8 is True and plan.facts.dp_size == 4
 
 
