@@ -2,15 +2,20 @@
 
 Builds the recipe, derives the launch environment from it (the plugin reads the parallel sizes
 from the config; nothing is repeated here), and asks NeMo-Run for the sbatch script it would
-submit, without a cluster:
+submit, without a cluster. The task is this repository's own entry point,
+``python -m megatron.bridge.check --recipe gpt3_175b``: on the cluster it builds every rank's
+model chunks, checks that all ranks resolve the same plan and environment, and times a few
+steps with the plan's overlap on and off (see ``examples/launch_check.py`` for a real 4-process
+run on a laptop):
 
     uv run python examples/launch_gpt3_175b.py              # 1024 x H100, published layout
     uv run python examples/launch_gpt3_175b.py --gpu b200   # Blackwell: 32 connections, B200 preset
     uv run python examples/launch_gpt3_175b.py --nsys       # also profile steps 10-11 on rank 0
 
-It prints an excerpt of the generated sbatch script: node count, exports, the srun line. For a real launch,
-replace the LocalTunnel by ``run.SSHTunnel(...)`` for your login node, point TRAIN_SCRIPT at
-your training entry point and call ``exp.run()`` instead of ``exp.dryrun()``.
+It prints an excerpt of the generated sbatch script: node count, exports, the srun line. For a
+real launch, replace the LocalTunnel by ``run.SSHTunnel(...)`` for your login node, swap the
+task for your training entry point if you like, and call ``exp.run()`` instead of
+``exp.dryrun()``.
 """
 
 from __future__ import annotations
@@ -25,11 +30,11 @@ from pathlib import Path
 import nemo_run as run
 
 from megatron.bridge.recipes import gpt3_175b
-from megatron.bridge.recipes.run_plugins import NsysPlugin
+from megatron.bridge.recipes.run_plugins import NsysPlugin, no_script_args
 from megatron.bridge.utils.root_logger import root_logger_preserved
 
-#: The training entry point on the cluster (the dry run never executes it).
-TRAIN_SCRIPT = "/opt/megatron-bridge/scripts/pretrain.py"
+#: The entry point the job runs: the multi-process check of this repository.
+CHECK_MODULE = "megatron.bridge.check"
 GPUS_PER_NODE = 8
 
 
@@ -39,9 +44,18 @@ def sbatch_for(
     """Dry-run the launch into ``job_dir`` and return the sbatch script NeMo-Run wrote."""
     cfg = gpt3_175b.gpt3_175b(gpu=gpu)
     num_gpus = gpt3_175b.PUBLISHED.num_gpus
-    plugins: list[run.Plugin] = [gpt3_175b.perf_env_plugin(cfg, num_gpus=num_gpus, gpu=gpu)]
+    # The check runs no training loop, so it takes no manual-GC overrides.
+    plugins: list[run.Plugin] = [
+        gpt3_175b.perf_env_plugin(cfg, num_gpus=num_gpus, gpu=gpu, enable_manual_gc=False)
+    ]
     if nsys:
-        plugins.append(NsysPlugin(profile_step_start=10, profile_step_end=11))
+        # nsys wraps every rank; the check takes no step-window arguments (it times its few
+        # steps whole), so the converter passes none.
+        plugins.append(
+            NsysPlugin(
+                profile_step_start=10, profile_step_end=11, script_args_converter_fn=no_script_args
+            )
+        )
 
     executor = run.SlurmExecutor(
         account=account,
@@ -54,7 +68,9 @@ def sbatch_for(
         tunnel=run.LocalTunnel(job_dir=str(job_dir / "jobs")),
         packager=run.Packager(),
     )
-    task = run.Script(path=TRAIN_SCRIPT, entrypoint="python", args=["--recipe", "gpt3_175b"])
+    task = run.Script(
+        path=CHECK_MODULE, m=True, entrypoint="python", args=["--recipe", "gpt3_175b", "--json"]
+    )
 
     # LocalTunnel runs shell commands through invoke, which forwards our stdin; a dry run needs
     # none, and an interactive or closed stdin would otherwise get in the way.

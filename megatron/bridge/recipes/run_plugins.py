@@ -38,6 +38,7 @@ __all__ = [
     "NsysPluginScriptArgs",
     "PerfEnvPlugin",
     "PerfEnvPluginScriptArgs",
+    "no_script_args",
     "to_hydra_overrides",
 ]
 
@@ -101,6 +102,14 @@ def _format_override_value(value: Any) -> str:
     if isinstance(value, list | tuple):
         return "[" + ",".join(_format_override_value(v) for v in value) + "]"
     return str(value)
+
+
+def no_script_args(_script_args: Any) -> list[str]:
+    """A ``script_args_converter_fn`` for tasks that take no overrides: passes nothing.
+
+    For entry points such as ``python -m megatron.bridge.check``, which run no training loop.
+    """
+    return []
 
 
 def to_hydra_overrides(overrides: dict[str, Any]) -> list[str]:

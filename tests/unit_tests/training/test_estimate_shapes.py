@@ -1,0 +1,71 @@
+"""Pipeline message volumes of the step estimate against megatron-core's own p2p tensor shapes.
+
+``megatron.core.pipeline_parallel.schedules.get_tensor_shapes`` is what the schedules allocate
+for every send and receive between stages. Its TP and CP groups are only asked for their size,
+so stand-ins with ``size()`` take the place of process groups of that size, which a
+single-process test cannot create.
+"""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+from megatron.core.pipeline_parallel.schedules import get_tensor_shapes
+
+from megatron.bridge.training.comm_overlap import CommOverlapConfig, LayoutFacts, plan_comm_overlap
+from megatron.bridge.training.estimate import ModelDims, estimate_step
+
+DIMS = ModelDims(
+    num_layers=8,
+    hidden_size=1024,
+    num_attention_heads=16,
+    ffn_hidden_size=4096,
+    vocab_size=1024,
+    seq_length=2048,
+)
+
+
+def _group(size: int) -> SimpleNamespace:
+    return SimpleNamespace(size=lambda: size)
+
+
+@pytest.mark.parametrize("sp", [True, False])
+@pytest.mark.parametrize("cp", [1, 2])
+@pytest.mark.parametrize("mbs", [1, 2])
+def test_pp_message_is_megatron_cores_p2p_tensor(sp, cp, mbs):
+    tp, pp, dp, gbs = 4, 2, 2, 16
+    facts = LayoutFacts(
+        tp_size=tp,
+        pp_size=pp,
+        cp_size=cp,
+        dp_size=dp,
+        sequence_parallel=sp,
+        gpu="h100",
+        seq_length=DIMS.seq_length,
+        micro_batch_size=mbs,
+        bf16=True,
+        num_layers=DIMS.num_layers,
+        hidden_size=DIMS.hidden_size,
+        num_attention_heads=DIMS.num_attention_heads,
+    )
+    plan = plan_comm_overlap(CommOverlapConfig(tp_comm_overlap=False), facts)
+    estimate = estimate_step(plan, DIMS, global_batch_size=gbs)
+    (pp_entry,) = [c for c in estimate.communication if c.mode == "pp"]
+    config = SimpleNamespace(
+        variable_seq_lengths=False, sequence_parallel=sp, hidden_size=DIMS.hidden_size
+    )
+    (shape,) = get_tensor_shapes(
+        seq_length=DIMS.seq_length,
+        micro_batch_size=mbs,
+        decoder_seq_length=None,
+        config=config,
+        tp_group=_group(tp),
+        cp_group=_group(cp),
+    )
+    micro_batches = gbs // (mbs * dp)
+    # Without interleaving, an edge stage (the busiest here) sends one message per micro-batch:
+    # activations forward from the first stage, or gradients backward from the last.
+    bf16_bytes = 2
+    assert pp_entry.bytes_per_gpu_per_step == micro_batches * math.prod(shape) * bf16_bytes
