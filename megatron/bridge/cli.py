@@ -38,7 +38,6 @@ from megatron.bridge.training.estimate import Estimate, ModelDims, estimate_step
 from megatron.bridge.training.userbuffers import (
     choose_userbuffers_preset,
     preset_fits_model,
-    published_name_for,
 )
 
 #: Version of the ``--json`` document layout; bumped when a key changes meaning or goes away.
@@ -568,18 +567,10 @@ def document(
 ) -> dict[str, Any]:
     """The ``--json`` document of a plan (its JSON Schema is ``explain.schema.json`` here)."""
     f = plan.facts
-    precision = "fp8" if f.fp8 else ("fp16" if f.fp16 else "bf16")
     on = bool(plan.value("tp_comm_overlap"))
-    name = None
+    name = plan.preset_name
     matches = None
     if on and plan.preset_names:
-        name = published_name_for(
-            plan.preset_names,
-            gpu=f.gpu,
-            precision=precision,
-            hidden_size=f.hidden_size,
-            tp_size=f.tp_size,
-        )
         matches = preset_fits_model(plan.preset_names, hidden_size=f.hidden_size, tp_size=f.tp_size)
     elif on and plan.value("tp_comm_overlap_cfg") is not None:
         preset_info = {**preset_info, "detail": "a custom userbuffers config"}
@@ -603,7 +594,7 @@ def document(
             "sequence_parallel": f.sequence_parallel,
             "distributed_optimizer": f.use_distributed_optimizer,
             "gpu": f.gpu,
-            "precision": precision,
+            "precision": f.precision,
             "num_layers": f.num_layers,
             "hidden_size": f.hidden_size,
             "num_attention_heads": f.num_attention_heads,

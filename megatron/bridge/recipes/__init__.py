@@ -308,20 +308,8 @@ def recipe_layout(name: str, **overrides: Any) -> dict[str, Any]:
     ``moe_token_dispatcher`` (None for dense models), and ``preset``: the published name of the
     userbuffers preset in use, or ``"none"``.
     """
-    from megatron.bridge.training.userbuffers import published_name_for
-
     plan = plan_recipe(name, **overrides).plan
     f = plan.facts
-    precision = "fp8" if f.fp8 else "bf16"
-    preset = None
-    if plan.value("tp_comm_overlap"):
-        preset = published_name_for(
-            plan.preset_names,
-            gpu=f.gpu,
-            precision=precision,
-            hidden_size=f.hidden_size,
-            tp_size=f.tp_size,
-        )
     return {
         "tp": f.tp_size,
         "pp": f.pp_size,
@@ -331,7 +319,7 @@ def recipe_layout(name: str, **overrides: Any) -> dict[str, Any]:
         "dp": f.dp_size,
         "world_size": f.world_size,
         "gpu": f.gpu,
-        "precision": precision,
+        "precision": f.precision,
         "seq_length": f.seq_length,
         "micro_batch_size": f.micro_batch_size,
         "hidden_size": f.hidden_size,
@@ -339,5 +327,5 @@ def recipe_layout(name: str, **overrides: Any) -> dict[str, Any]:
         "distributed_optimizer": f.use_distributed_optimizer,
         "num_moe_experts": f.num_moe_experts,
         "moe_token_dispatcher": f.moe_token_dispatcher_type,
-        "preset": preset or "none",
+        "preset": plan.preset_name or "none",
     }

@@ -306,25 +306,10 @@ class PerfEnvPlugin(run.Plugin):
         cls._refuse_layout_overrides("from_config", overrides)
         from megatron.bridge.training.comm_overlap import te_status
         from megatron.bridge.training.config import resolve_config
-        from megatron.bridge.training.hardware import gpu_spec
 
         resolved = resolve_config(cfg, world_size=num_gpus, te=te_status("assume"), gpu=gpu)
-        gpu = resolved.gpu
-        if gpu is not None:
-            if "gpu_sm100_or_newer" in overrides:
-                raise TypeError(
-                    "PerfEnvPlugin.from_config derives gpu_sm100_or_newer from the gpu "
-                    f"({gpu!r}); pass the GPU name only."
-                )
-            overrides["gpu_sm100_or_newer"] = gpu_spec(gpu).sm100_or_newer
-        return cls(
-            tp_size=resolved.tp_size,
-            cp_size=resolved.cp_size,
-            pp_size=resolved.pp_size,
-            moe_flex_dispatcher_backend=resolved.moe_flex_dispatcher_backend,
-            a2a_overlap=resolved.a2a_overlap,
-            num_gpus=num_gpus,
-            **overrides,
+        return cls._from_facts(
+            resolved.facts, a2a_overlap=resolved.a2a_overlap, num_gpus=num_gpus, **overrides
         )
 
     @classmethod
@@ -341,7 +326,6 @@ class PerfEnvPlugin(run.Plugin):
         """
         from megatron.bridge.recipes import recipe_spec
         from megatron.bridge.recipes.spec import RecipeSpec
-        from megatron.bridge.training.hardware import gpu_spec
 
         spec = recipe if isinstance(recipe, RecipeSpec) else recipe_spec(recipe)
         if spec is None:
@@ -352,14 +336,34 @@ class PerfEnvPlugin(run.Plugin):
         cls._refuse_layout_overrides("from_recipe", overrides)
         world = spec.num_gpus if num_gpus is None else num_gpus
         plan = spec.plan(world_size=world)
-        return cls(
-            tp_size=plan.facts.tp_size,
-            cp_size=plan.facts.cp_size,
-            pp_size=plan.facts.pp_size,
-            moe_flex_dispatcher_backend=plan.facts.moe_flex_dispatcher_backend,
+        return cls._from_facts(
+            plan.facts,
             a2a_overlap=bool(plan.value("overlap_moe_expert_parallel_comm")),
             num_gpus=world,
-            gpu_sm100_or_newer=gpu_spec(spec.gpu).sm100_or_newer,
+            **overrides,
+        )
+
+    @classmethod
+    def _from_facts(
+        cls, facts: Any, *, a2a_overlap: bool, num_gpus: int, **overrides: Any
+    ) -> PerfEnvPlugin:
+        """The plugin for resolved layout facts: what both constructors from a plan share."""
+        from megatron.bridge.training.hardware import gpu_spec
+
+        if facts.gpu is not None:
+            if "gpu_sm100_or_newer" in overrides:
+                raise TypeError(
+                    "PerfEnvPlugin derives gpu_sm100_or_newer from the gpu "
+                    f"({facts.gpu!r}); pass the GPU name only."
+                )
+            overrides["gpu_sm100_or_newer"] = gpu_spec(facts.gpu).sm100_or_newer
+        return cls(
+            tp_size=facts.tp_size,
+            cp_size=facts.cp_size,
+            pp_size=facts.pp_size,
+            moe_flex_dispatcher_backend=facts.moe_flex_dispatcher_backend,
+            a2a_overlap=a2a_overlap,
+            num_gpus=num_gpus,
             **overrides,
         )
 
@@ -367,8 +371,6 @@ class PerfEnvPlugin(run.Plugin):
     def _refuse_layout_overrides(source: str, overrides: Mapping[str, Any]) -> None:
         derived = ("tp_size", "cp_size", "pp_size", "moe_flex_dispatcher_backend", "a2a_overlap")
         clashing = sorted(set(overrides) & set(derived))
-        if source == "from_recipe" and "gpu_sm100_or_newer" in overrides:
-            clashing.append("gpu_sm100_or_newer")
         if clashing:
             raise TypeError(
                 f"PerfEnvPlugin.{source} reads {clashing} from cfg; set them on cfg.model / "

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
 from megatron.bridge.training.comm_overlap.knobs import KNOBS, Area, ConfigName
+from megatron.bridge.training.userbuffers import published_name_for
 
 __all__ = ["Decision", "LayoutFacts", "OverlapPlan", "OverlapRefusedError", "Source"]
 
@@ -132,6 +133,11 @@ class LayoutFacts:
         return self.pp_size > 1 and self.vpp_size is not None and self.vpp_size > 1
 
     @property
+    def precision(self) -> str:
+        """ "fp8", "fp16" or "bf16": the training precision, as preset names spell it."""
+        return "fp8" if self.fp8 else ("fp16" if self.fp16 else "bf16")
+
+    @property
     def world_size(self) -> int:
         """GPUs in the job: TP x CP x PP x DP."""
         return self.tp_size * self.cp_size * self.pp_size * self.dp_size
@@ -222,6 +228,25 @@ class OverlapPlan:
     def value(self, knob: str) -> Any:
         """The resolved value of ``knob``."""
         return self.decision(knob).value
+
+    @property
+    def preset_name(self) -> str | None:
+        """The published name of the userbuffers preset in use that describes this run.
+
+        Presets with equal values are published under several names; the one whose GPU family,
+        precision, hidden size and TP size fit the facts is chosen. None when TP overlap is off
+        or the preset is custom (or TE's defaults).
+        """
+        if not self.value("tp_comm_overlap") or not self.preset_names:
+            return None
+        f = self.facts
+        return published_name_for(
+            self.preset_names,
+            gpu=f.gpu,
+            precision=f.precision,
+            hidden_size=f.hidden_size,
+            tp_size=f.tp_size,
+        )
 
     @property
     def refused(self) -> tuple[Decision, ...]:
