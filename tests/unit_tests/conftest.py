@@ -7,6 +7,7 @@ Transformer Engine cannot be built or imported on these CPU-only machines, so te
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from unittest import mock
 
@@ -83,6 +84,20 @@ def root_logger_untouched():
     )
 
 
+@pytest.fixture(autouse=True)
+def environment_restored():
+    """Put ``os.environ`` back after each test.
+
+    ``runtime_config_update`` exports a recipe's ``env_vars`` into the process environment (its
+    job); without this, a variable one test's update exported would change what a later test's
+    launch-environment check sees, and the outcome would depend on the order of the tests.
+    """
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
 @pytest.fixture
 def te_available():
     """Pretend Transformer Engine imports (it cannot exist on a CPU-only machine)."""
@@ -104,8 +119,6 @@ try:
 except ImportError:  # hypothesis is a dev dependency; only the property tests need it
     pass
 else:
-    import os
-
     settings.register_profile(
         "ci", max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow]
     )
