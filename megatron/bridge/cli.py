@@ -2,14 +2,16 @@
 
 ``bridge-overlap explain`` prints, for plain parallel sizes (or a recipe), every overlap
 decision with its source and reason, the userbuffers preset and whether it fits the model, the
-launch environment the NeMo-Run plugin would set, and the warnings with their fixes. It needs
-no GPU and no cluster, and imports neither torch, megatron-core nor Transformer Engine unless a
-recipe is asked for.
+launch environment the NeMo-Run plugin would set, what each overlap hides in a step, and the
+warnings with their fixes. It needs no GPU and no cluster, and imports neither torch,
+megatron-core nor Transformer Engine (only a recipe that builds a container, or KEY=VALUE
+overrides, need megatron-core).
 
-Flags and recipes reach the same plan: flags describe the layout as :class:`LayoutFacts`, a
-recipe is resolved the way ``runtime_config_update`` resolves it at model-build time; both are
-then checked by :func:`check_layout` (the errors megatron-core would raise at cluster start),
-planned by the same rules and given a launch environment by the same function.
+Flags and recipes reach the same plan: flags become a :class:`RecipeSpec` (:func:`flags_spec`),
+a shipped recipe has one, and ``RecipeSpec.plan`` checks the layout (the errors megatron-core
+would raise at cluster start) and runs the rules; a recipe that builds a container is resolved
+the way ``runtime_config_update`` resolves it. The launch environment comes from one function
+for all of them.
 
 Exit codes: 0 the plan is valid; 1 ``--strict`` refused a requested overlap; 2 invalid input.
 With ``--json``, an error is a JSON document too (``{"error": ..., "exit_code": ...}``).
@@ -23,20 +25,16 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NamedTuple, get_args
 
+from megatron.bridge.recipes.spec import ModelShape, RecipeSpec
 from megatron.bridge.training import hardware, launch_env
 from megatron.bridge.training.comm_overlap import (
     PUBLISHED_PRESETS,
-    CommOverlapConfig,
-    LayoutFacts,
     OverlapPlan,
     OverlapRefusedError,
-    check_layout,
-    plan_comm_overlap,
     te_status,
 )
 from megatron.bridge.training.estimate import Estimate, ModelDims, estimate_step
 from megatron.bridge.training.userbuffers import (
-    choose_userbuffers_preset,
     preset_fits_model,
 )
 
@@ -318,85 +316,81 @@ def _named_preset(name: str) -> Any:
     return PUBLISHED_PRESETS[name]
 
 
-def _plan_flags(args: argparse.Namespace) -> tuple[OverlapPlan, dict[str, Any], StepInputs]:
-    """Plan a layout given as flags (reference values for the flags not given)."""
+#: The provider a layout given as flags is built with: the GPT-3 architecture, or Llama-3's
+#: with --swiglu (what the step estimate needs to know about the MLP, norms and embeddings).
+FLAG_PROVIDERS = {
+    False: "megatron.bridge.recipes.gpt3_175b:gpt3_provider",
+    True: "megatron.bridge.recipes.llama:llama3_provider",
+}
+
+
+def flags_spec(args: argparse.Namespace) -> RecipeSpec:
+    """A layout given as flags, as a recipe spec (reference values for the flags not given).
+
+    Flags and recipes are then planned by the same code (``RecipeSpec.plan``).
+    """
     given = {k: getattr(args, k) for k in REFERENCE if getattr(args, k, None) is not None}
     lay = {**REFERENCE, **given}
-    tp = lay["tp"]
     try:
-        dp = launch_env.data_parallel_size(
-            num_gpus=lay["world_size"], tp_size=tp, cp_size=lay["cp"], pp_size=lay["pp"]
+        launch_env.data_parallel_size(
+            num_gpus=lay["world_size"], tp_size=lay["tp"], cp_size=lay["cp"], pp_size=lay["pp"]
         )
     except ValueError as exc:
         raise ValueError(f"--world-size {lay['world_size']}: {exc}") from None
-    te = te_status(args.te)
-    tp_comm_overlap = True if args.tp_comm_overlap is None else args.tp_comm_overlap
-    facts = LayoutFacts(
-        tp_size=tp,
+    if args.preset not in (None, "auto"):
+        _named_preset(args.preset)  # an unknown name fails here, naming the flag
+    experts = args.num_moe_experts
+    overlap: tuple[tuple[str, Any], ...] = (("strict", args.strict),)
+    if args.ep_overlap:
+        overlap += (("overlap_moe_expert_parallel_comm", True),)
+    return RecipeSpec(
+        name="flags",
+        model=ModelShape(
+            provider=FLAG_PROVIDERS[args.swiglu],
+            num_layers=lay["num_layers"],
+            hidden_size=lay["hidden_size"],
+            num_attention_heads=lay["num_attention_heads"],
+            num_query_groups=args.num_query_groups,
+            ffn_hidden_size=args.ffn_hidden_size or 4 * lay["hidden_size"],
+            vocab_size=args.vocab_size,
+            seq_length=lay["seq_length"],
+            account_for_embedding_in_pipeline_split=bool(args.embedding_in_pipeline_split),
+            account_for_loss_in_pipeline_split=bool(args.loss_in_pipeline_split),
+            num_moe_experts=experts,
+            moe_token_dispatcher_type=args.moe_token_dispatcher if experts else None,
+            moe_flex_dispatcher_backend=args.moe_flex_backend if experts else None,
+        ),
+        num_gpus=lay["world_size"],
+        gpu=lay["gpu"],
+        precision=lay["precision"],
+        tp_size=lay["tp"],
         pp_size=lay["pp"],
-        vpp_size=None if lay["vpp"] == 1 else lay["vpp"],
+        vpp_size=lay["vpp"],
         cp_size=lay["cp"],
         ep_size=lay["ep"],
         etp_size=args.etp,
-        dp_size=dp,
-        sequence_parallel=tp > 1 if args.sequence_parallel is None else args.sequence_parallel,
-        gpu=lay["gpu"],
-        te_available=te.available,
-        te_reason=te.reason,
-        te_version=te.version,
-        use_distributed_optimizer=lay["distributed_optimizer"],
-        num_layers=lay["num_layers"],
-        hidden_size=lay["hidden_size"],
-        num_attention_heads=lay["num_attention_heads"],
-        num_query_groups=args.num_query_groups,
-        account_for_embedding_in_pipeline_split=bool(args.embedding_in_pipeline_split),
-        account_for_loss_in_pipeline_split=bool(args.loss_in_pipeline_split),
-        seq_length=lay["seq_length"],
+        sequence_parallel=args.sequence_parallel,
         micro_batch_size=lay["micro_batch_size"],
-        bf16=True,
-        fp8=lay["precision"] == "fp8",
-        num_moe_experts=args.num_moe_experts,
-        moe_token_dispatcher_type=args.moe_token_dispatcher if args.num_moe_experts else None,
-        moe_flex_dispatcher_backend=(
-            args.moe_flex_backend if args.moe_token_dispatcher == "flex" else None
-        ),
+        distributed_optimizer=lay["distributed_optimizer"],
+        tp_comm_overlap=True if args.tp_comm_overlap is None else args.tp_comm_overlap,
+        preset=args.preset or "auto",
+        overlap=overlap,
     )
-    check_layout(facts)
-    if args.preset in (None, "auto"):
-        choice = choose_userbuffers_preset(
-            tp_comm_overlap=tp_comm_overlap,
-            precision=lay["precision"],
-            gpu=lay["gpu"],
-            hidden_size=lay["hidden_size"],
-            tp_size=tp,
-            cp_size=lay["cp"],
-            micro_batch_size=lay["micro_batch_size"],
-            seq_length=lay["seq_length"],
-        )
-        preset, info = choice.preset, {"source": "auto", "detail": choice.detail}
+
+
+def _plan_flags(args: argparse.Namespace) -> tuple[OverlapPlan, dict[str, Any], StepInputs]:
+    """Plan a layout given as flags, through its spec."""
+    spec = flags_spec(args)
+    if spec.preset == "auto":
+        info = {"source": "auto", "detail": spec.preset_choice().detail}
     else:
-        preset = _named_preset(args.preset)
-        source = "none" if preset is None else "user"
-        info = {"source": source, "detail": f"--preset {args.preset}"}
-    request = CommOverlapConfig(
-        tp_comm_overlap=tp_comm_overlap,
-        tp_comm_overlap_cfg=preset,
-        overlap_moe_expert_parallel_comm=True if args.ep_overlap else None,
-        strict=args.strict,
-    )
-    dims = ModelDims(
-        num_layers=lay["num_layers"],
-        hidden_size=lay["hidden_size"],
-        num_attention_heads=lay["num_attention_heads"],
-        num_query_groups=args.num_query_groups,
-        ffn_hidden_size=args.ffn_hidden_size or 4 * lay["hidden_size"],
-        vocab_size=args.vocab_size,
-        seq_length=lay["seq_length"],
-        gated_linear_unit=args.swiglu,
-        num_moe_experts=args.num_moe_experts,
-    )
+        info = {
+            "source": spec.preset if spec.preset == "none" else "user",
+            "detail": f"--preset {spec.preset}",
+        }
     # The bf16 and fp8 mixed-precision presets both reduce gradients in fp32.
-    return plan_comm_overlap(request, facts), info, StepInputs(dims, None, True)
+    inputs = StepInputs(ModelDims.from_shape(spec.model), None, True)
+    return spec.plan(te=args.te), info, inputs
 
 
 def _plan_recipe(args: argparse.Namespace) -> tuple[OverlapPlan, dict[str, Any], StepInputs]:

@@ -69,3 +69,49 @@ def test_pp_message_is_megatron_cores_p2p_tensor(sp, cp, mbs):
     # activations forward from the first stage, or gradients backward from the last.
     bf16_bytes = 2
     assert pp_entry.bytes_per_gpu_per_step == micro_batches * math.prod(shape) * bf16_bytes
+
+
+@pytest.mark.parametrize("cp", [1, 2])
+@pytest.mark.parametrize("tp", [2, 4])
+def test_tp_collectives_move_megatron_cores_full_sequence_tensor(tp, cp):
+    # With sequence parallelism every TP all-gather produces, and every reduce-scatter consumes,
+    # the full-sequence activation: the p2p tensor megatron-core would use without SP. A ring
+    # collective over TP ranks sends (TP-1)/TP of it from each GPU.
+    pp, dp, mbs, gbs = 2, 2, 1, 8
+    facts = LayoutFacts(
+        tp_size=tp,
+        pp_size=pp,
+        cp_size=cp,
+        dp_size=dp,
+        sequence_parallel=True,
+        gpu="h100",
+        seq_length=DIMS.seq_length,
+        micro_batch_size=mbs,
+        bf16=True,
+        num_layers=DIMS.num_layers,
+        hidden_size=DIMS.hidden_size,
+        num_attention_heads=DIMS.num_attention_heads,
+    )
+    plan = plan_comm_overlap(CommOverlapConfig(tp_comm_overlap=False), facts)
+    estimate = estimate_step(plan, DIMS, global_batch_size=gbs)
+    (tp_entry,) = [c for c in estimate.communication if c.mode == "tp"]
+    config = SimpleNamespace(
+        variable_seq_lengths=False, sequence_parallel=False, hidden_size=DIMS.hidden_size
+    )
+    (full,) = get_tensor_shapes(
+        seq_length=DIMS.seq_length,
+        micro_batch_size=mbs,
+        decoder_seq_length=None,
+        config=config,
+        tp_group=_group(tp),
+        cp_group=_group(cp),
+    )
+    per_collective = (tp - 1) / tp * math.prod(full) * 2
+    collectives = tp_entry.bytes_per_gpu_per_step / per_collective
+    micro_batches = gbs // (mbs * dp)
+    layers_per_stage = DIMS.num_layers // pp
+    # Whole collectives only: 10 per layer (attention and MLP: gather and scatter forward;
+    # scatter, gather and the wgrad re-gather backward) plus the edge stage's extra ones.
+    assert collectives == round(collectives)
+    per_micro_batch = collectives / micro_batches
+    assert 10 * layers_per_stage <= per_micro_batch <= 10 * layers_per_stage + 3
