@@ -25,10 +25,10 @@ from megatron.core.optimizer import OptimizerConfig
 from megatron.bridge.models.gpt_provider import GPTModelProvider
 from megatron.bridge.recipes.spec import RecipeSpec
 from megatron.bridge.training import hardware
-from megatron.bridge.training.comm_overlap import CommOverlapConfig, preset_names_of
+from megatron.bridge.training.comm_overlap import CommOverlapConfig
 from megatron.bridge.training.config import ConfigContainer, TrainingConfig
 from megatron.bridge.training.mixed_precision import get_mixed_precision_config
-from megatron.bridge.training.userbuffers import PresetChoice, published_name_for
+from megatron.bridge.training.userbuffers import PresetChoice
 
 if TYPE_CHECKING:
     from megatron.bridge.recipes.run_plugins import PerfEnvPlugin
@@ -39,8 +39,6 @@ __all__ = [
     "gpu_of",
     "log_preset_choice",
     "perf_env_plugin",
-    "picked_preset_name",
-    "precision_of",
     "set_parallelism",
 ]
 
@@ -67,21 +65,6 @@ def log_preset_choice(choice: PresetChoice, *, tp_comm_overlap: bool) -> None:
         )
     elif choice.name is not None:
         logger.info("Userbuffers preset %s: %s.", choice.name, choice.detail)
-
-
-def picked_preset_name(cfg: ConfigContainer, *, gpu: str) -> str | None:
-    """The published name of the preset ``cfg`` carries, as the recipe picked it for ``gpu``."""
-    overlap = cfg.comm_overlap
-    preset = overlap.tp_comm_overlap_cfg if overlap is not None else None
-    if preset is None:
-        return None
-    return published_name_for(
-        preset_names_of(preset),
-        gpu=gpu,
-        precision=precision_of(cfg),
-        hidden_size=cfg.model.hidden_size,
-        tp_size=cfg.model.tensor_model_parallel_size,
-    )
 
 
 def gpu_of(gpu: str) -> str:
@@ -188,12 +171,3 @@ def perf_env_plugin(
     from megatron.bridge.recipes.run_plugins import PerfEnvPlugin
 
     return PerfEnvPlugin.from_config(cfg, num_gpus=num_gpus, gpu=gpu, **overrides)
-
-
-def precision_of(cfg: ConfigContainer) -> str:
-    """``"fp8"`` when ``cfg`` trains with FP8 GEMMs, else ``"bf16"`` (the preset families)."""
-    mixed = cfg.mixed_precision
-    if isinstance(mixed, str):
-        mixed = get_mixed_precision_config(mixed)
-    fp8 = cfg.model.fp8 if mixed is None else mixed.fp8
-    return "fp8" if fp8 is not None else "bf16"
