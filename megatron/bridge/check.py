@@ -50,6 +50,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from megatron.bridge.training.validators import positive_int_argument
+
 if TYPE_CHECKING:
     from megatron.bridge.training.comm_overlap import CommOverlapConfig
     from megatron.bridge.training.config import ConfigContainer
@@ -804,16 +806,6 @@ def _render(document: Mapping[str, Any], plan_text: str | None) -> str:
     return "\n".join(lines)
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``bridge-overlap-check``."""
     parser = argparse.ArgumentParser(
@@ -830,14 +822,16 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="fit the recipe's parallel shape to the world and shrink the model to build anywhere",
     )
-    parser.add_argument("--tp", type=_positive_int, help="tensor-parallel size (exact)")
-    parser.add_argument("--pp", type=_positive_int, help="pipeline-parallel size (exact)")
-    parser.add_argument("--vpp", type=_positive_int, help="virtual pipeline size (1 = none)")
-    parser.add_argument("--cp", type=_positive_int, help="context-parallel size (exact)")
+    parser.add_argument("--tp", type=positive_int_argument, help="tensor-parallel size (exact)")
+    parser.add_argument("--pp", type=positive_int_argument, help="pipeline-parallel size (exact)")
+    parser.add_argument(
+        "--vpp", type=positive_int_argument, help="virtual pipeline size (1 = none)"
+    )
+    parser.add_argument("--cp", type=positive_int_argument, help="context-parallel size (exact)")
     parser.add_argument("--json", action="store_true", help="rank 0 prints one JSON document")
     parser.add_argument(
         "--timeout",
-        type=_positive_int,
+        type=positive_int_argument,
         default=600,
         help="seconds a collective may wait for the other ranks before failing (default 600)",
     )

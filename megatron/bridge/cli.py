@@ -37,6 +37,7 @@ from megatron.bridge.training.estimate import Estimate, ModelDims, estimate_step
 from megatron.bridge.training.userbuffers import (
     preset_fits_model,
 )
+from megatron.bridge.training.validators import positive_int_argument
 
 #: Version of the ``--json`` document layout; bumped when a key changes meaning or goes away.
 JSON_SCHEMA_VERSION = 2
@@ -63,16 +64,6 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:
         # Raised rather than printed, so that --json can answer with a JSON error document.
         raise UsageError(f"{self.prog}: error: {message}")
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
 
 
 #: The reference layout ``explain`` shows without flags: GPT-3 175B's shape on 128 H100 GPUs.
@@ -153,13 +144,17 @@ def build_parser() -> argparse.ArgumentParser:
             "env_vars.CUDA_DEVICE_MAX_CONNECTIONS=8 (builds the container: imports torch)"
         ),
     )
-    ex.add_argument("--tp", type=_positive_int, help="tensor-parallel size (default 4)")
-    ex.add_argument("--pp", type=_positive_int, help="pipeline-parallel size (default 4)")
-    ex.add_argument("--vpp", type=_positive_int, help="virtual pipeline size (default 2; 1 = none)")
-    ex.add_argument("--cp", type=_positive_int, help="context-parallel size (default 1)")
-    ex.add_argument("--ep", type=_positive_int, help="expert-parallel size (default 1)")
-    ex.add_argument("--etp", type=_positive_int, help="expert tensor-parallel size (default: TP)")
-    ex.add_argument("--world-size", type=_positive_int, help="number of GPUs (default 128)")
+    ex.add_argument("--tp", type=positive_int_argument, help="tensor-parallel size (default 4)")
+    ex.add_argument("--pp", type=positive_int_argument, help="pipeline-parallel size (default 4)")
+    ex.add_argument(
+        "--vpp", type=positive_int_argument, help="virtual pipeline size (default 2; 1 = none)"
+    )
+    ex.add_argument("--cp", type=positive_int_argument, help="context-parallel size (default 1)")
+    ex.add_argument("--ep", type=positive_int_argument, help="expert-parallel size (default 1)")
+    ex.add_argument(
+        "--etp", type=positive_int_argument, help="expert tensor-parallel size (default: TP)"
+    )
+    ex.add_argument("--world-size", type=positive_int_argument, help="number of GPUs (default 128)")
     ex.add_argument(
         "--sequence-parallel",
         action=argparse.BooleanOptionalAction,
@@ -182,15 +177,23 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument(
         "--precision", choices=["bf16", "fp8"], help="training precision (default bf16)"
     )
-    ex.add_argument("--seq-length", type=_positive_int, help="sequence length (default 2048)")
-    ex.add_argument("--micro-batch-size", type=_positive_int, help="micro-batch size (default 1)")
-    ex.add_argument("--hidden-size", type=_positive_int, help="model hidden size (default 12288)")
-    ex.add_argument("--num-layers", type=_positive_int, help="transformer layers (default 96)")
     ex.add_argument(
-        "--num-attention-heads", type=_positive_int, help="attention heads (default 96)"
+        "--seq-length", type=positive_int_argument, help="sequence length (default 2048)"
     )
     ex.add_argument(
-        "--num-query-groups", type=_positive_int, help="GQA query groups (default: MHA)"
+        "--micro-batch-size", type=positive_int_argument, help="micro-batch size (default 1)"
+    )
+    ex.add_argument(
+        "--hidden-size", type=positive_int_argument, help="model hidden size (default 12288)"
+    )
+    ex.add_argument(
+        "--num-layers", type=positive_int_argument, help="transformer layers (default 96)"
+    )
+    ex.add_argument(
+        "--num-attention-heads", type=positive_int_argument, help="attention heads (default 96)"
+    )
+    ex.add_argument(
+        "--num-query-groups", type=positive_int_argument, help="GQA query groups (default: MHA)"
     )
     for part in ("embedding", "loss"):
         ex.add_argument(
@@ -199,7 +202,9 @@ def build_parser() -> argparse.ArgumentParser:
             default=None,
             help=f"count the {part} as a layer when splitting layers over pipeline stages",
         )
-    ex.add_argument("--num-moe-experts", type=_positive_int, help="MoE experts (default: dense)")
+    ex.add_argument(
+        "--num-moe-experts", type=positive_int_argument, help="MoE experts (default: dense)"
+    )
     ex.add_argument(
         "--moe-token-dispatcher", choices=["allgather", "alltoall", "flex"], help="MoE dispatcher"
     )
@@ -228,19 +233,19 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--nccl-pp-chunksize", type=int, help="NCCL_P2P_NET_CHUNKSIZE when PP > 1")
     ex.add_argument(
         "--ffn-hidden-size",
-        type=_positive_int,
+        type=positive_int_argument,
         help="MLP width for the estimate (default 4 x hidden)",
     )
     ex.add_argument(
-        "--vocab-size", type=_positive_int, default=51200, help="vocabulary (default 51200)"
+        "--vocab-size", type=positive_int_argument, default=51200, help="vocabulary (default 51200)"
     )
     ex.add_argument("--swiglu", action="store_true", help="gated (SwiGLU) MLP, for the estimate")
     ex.add_argument(
-        "--gpus-per-node", type=_positive_int, default=8, help="GPUs per node (default 8)"
+        "--gpus-per-node", type=positive_int_argument, default=8, help="GPUs per node (default 8)"
     )
     ex.add_argument(
         "--nvlink-domain",
-        type=_positive_int,
+        type=positive_int_argument,
         help="GPUs sharing NVLink (default: the GPU's, e.g. one node; 72 on GB200 NVL72)",
     )
     ex.add_argument(

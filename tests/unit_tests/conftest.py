@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 from dataclasses import dataclass
 from unittest import mock
 
@@ -96,6 +97,29 @@ def environment_restored():
     yield
     os.environ.clear()
     os.environ.update(saved)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def one_rank_group():
+    """A 1-rank gloo world with megatron-core's model-parallel state (all sizes 1)."""
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+
+    dist.init_process_group(
+        "gloo", rank=0, world_size=1, init_method=f"tcp://127.0.0.1:{_free_port()}"
+    )
+    parallel_state.initialize_model_parallel()
+    try:
+        yield
+    finally:
+        parallel_state.destroy_model_parallel()
+        dist.destroy_process_group()
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ when it is called, to read the visible device.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -77,59 +78,52 @@ class GpuSpec:
 #: - GB200 (NVL72, 1200 W): 2.5 PF BF16 / 5 PF FP8 dense (rack: 360 PF BF16 / 720 PF FP8 with
 #:   sparsity over 72 GPUs); NVLink5 1.8 TB/s bidirectional across a 72-GPU domain; 400 Gb/s
 #:   ConnectX-7 per GPU for scale-out (GB200 NVL72 datasheet).
+_A100 = GpuSpec(
+    name="a100",
+    compute_capability=(8, 0),
+    preset_family=None,
+    fp8=False,
+    peak_bf16_tflops=312.0,
+    peak_fp8_tflops=None,
+    nvlink_gb_per_s=300.0,
+    network_gb_per_s=25.0,
+)
+_H100 = GpuSpec(
+    name="h100",
+    compute_capability=(9, 0),
+    preset_family="h100",
+    fp8=True,
+    peak_bf16_tflops=989.0,
+    peak_fp8_tflops=1979.0,
+    nvlink_gb_per_s=450.0,
+    network_gb_per_s=50.0,
+)
+_B200 = GpuSpec(
+    name="b200",
+    compute_capability=(10, 0),
+    preset_family="b200",
+    fp8=True,
+    peak_bf16_tflops=2250.0,
+    peak_fp8_tflops=4500.0,
+    nvlink_gb_per_s=900.0,
+    network_gb_per_s=50.0,
+)
+
 GPUS: Mapping[str, GpuSpec] = MappingProxyType(
     {
         spec.name: spec
         for spec in (
-            GpuSpec(
-                name="a100",
-                compute_capability=(8, 0),
-                preset_family=None,
-                fp8=False,
-                peak_bf16_tflops=312.0,
-                peak_fp8_tflops=None,
-                nvlink_gb_per_s=300.0,
-                network_gb_per_s=25.0,
-            ),
-            GpuSpec(
-                name="h100",
-                compute_capability=(9, 0),
-                preset_family="h100",
-                fp8=True,
-                peak_bf16_tflops=989.0,
-                peak_fp8_tflops=1979.0,
-                nvlink_gb_per_s=450.0,
-                network_gb_per_s=50.0,
-            ),
-            GpuSpec(
-                name="h200",
-                compute_capability=(9, 0),
-                preset_family="h100",
-                fp8=True,
-                peak_bf16_tflops=989.0,
-                peak_fp8_tflops=1979.0,
-                nvlink_gb_per_s=450.0,
-                network_gb_per_s=50.0,
-            ),
-            GpuSpec(
-                name="b200",
-                compute_capability=(10, 0),
-                preset_family="b200",
-                fp8=True,
-                peak_bf16_tflops=2250.0,
-                peak_fp8_tflops=4500.0,
-                nvlink_gb_per_s=900.0,
-                network_gb_per_s=50.0,
-            ),
-            GpuSpec(
+            _A100,
+            _H100,
+            # The H100 chip with more memory: the same tensor cores, NVLink and NIC.
+            dataclasses.replace(_H100, name="h200"),
+            _B200,
+            # The B200 chip at a higher power limit, in a 72-GPU NVLink domain.
+            dataclasses.replace(
+                _B200,
                 name="gb200",
-                compute_capability=(10, 0),
-                preset_family="b200",
-                fp8=True,
                 peak_bf16_tflops=2500.0,
                 peak_fp8_tflops=5000.0,
-                nvlink_gb_per_s=900.0,
-                network_gb_per_s=50.0,
                 nvlink_domain=72,
             ),
         )

@@ -11,7 +11,14 @@ from __future__ import annotations
 
 from typing import Any, get_args
 
-__all__ = ["check_bool", "check_choice", "check_int", "check_optional_bool", "is_int"]
+__all__ = [
+    "check_bool",
+    "check_choice",
+    "check_int",
+    "check_optional_bool",
+    "is_int",
+    "positive_int_argument",
+]
 
 
 def _label(owner: str, name: str) -> str:
@@ -101,4 +108,17 @@ def check_choice[T](
         raise ValueError(
             f"{_label(owner, name)} must be one of {list(choices)}, got {value!r}.{tail}"
         )
+    return value
+
+
+def positive_int_argument(text: str) -> int:
+    """An ``argparse`` type for a size given on a command line: an int >= 1."""
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
     return value

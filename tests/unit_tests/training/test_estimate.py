@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import socket
 import subprocess
 import sys
 
@@ -120,29 +119,6 @@ def test_recompute_adds_executed_flops_not_model_flops():
 
 
 # --- parameter count against a real megatron-core GPTModel ------------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def one_rank_group():
-    """A 1-rank gloo world with megatron-core's model-parallel state (all sizes 1)."""
-    import torch.distributed as dist
-    from megatron.core import parallel_state
-
-    dist.init_process_group(
-        "gloo", rank=0, world_size=1, init_method=f"tcp://127.0.0.1:{_free_port()}"
-    )
-    parallel_state.initialize_model_parallel()
-    try:
-        yield
-    finally:
-        parallel_state.destroy_model_parallel()
-        dist.destroy_process_group()
 
 
 @pytest.mark.parametrize("recipe", [gpt3_175b, llama3_70b], ids=["gpt3", "llama3"])

@@ -8,15 +8,12 @@ build_model returns the bare chunks.
 from __future__ import annotations
 
 import logging
-import socket
 import sys
 import types
 from unittest import mock
 
 import pytest
 import torch
-import torch.distributed as dist
-from megatron.core import parallel_state
 from megatron.core.models.gpt.gpt_model import GPTModel
 
 from megatron.bridge.models import GPTModelProvider
@@ -26,26 +23,6 @@ from megatron.bridge.training.initialize import reset_tp_communicators
 from megatron.bridge.training.setup import build_model
 
 HIDDEN, LAYERS, HEADS, SEQ, VOCAB = 64, 2, 4, 32, 1000
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def one_rank_group():
-    """A 1-rank gloo world with megatron-core's model-parallel state (all sizes 1)."""
-    dist.init_process_group(
-        "gloo", rank=0, world_size=1, init_method=f"tcp://127.0.0.1:{_free_port()}"
-    )
-    parallel_state.initialize_model_parallel()
-    try:
-        yield
-    finally:
-        parallel_state.destroy_model_parallel()
-        dist.destroy_process_group()
 
 
 @pytest.fixture
