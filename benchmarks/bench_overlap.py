@@ -60,17 +60,19 @@ def main() -> None:
 
     from megatron.bridge.training import comm_overlap as co
 
-    facts = co.LayoutFacts(
-        tp_size=4,
-        pp_size=4,
-        vpp_size=2,
-        dp_size=8,
-        sequence_parallel=True,
+    facts = co.JobDescription(
+        model=co.ModelDescription(
+            tensor_model_parallel_size=4,
+            pipeline_model_parallel_size=4,
+            virtual_pipeline_model_parallel_size=2,
+            sequence_parallel=True,
+            hidden_size=12288,
+            seq_length=2048,
+            bf16=True,
+        ),
+        world_size=128,
         use_distributed_optimizer=True,
-        hidden_size=12288,
-        seq_length=2048,
         micro_batch_size=1,
-        bf16=True,
     )
     request = co.CommOverlapConfig(
         tp_comm_overlap=True,

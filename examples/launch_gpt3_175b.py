@@ -30,7 +30,7 @@ from pathlib import Path
 import nemo_run as run
 
 from megatron.bridge.recipes import gpt3_175b
-from megatron.bridge.recipes.run_plugins import NsysPlugin, no_script_args
+from megatron.bridge.recipes.run_plugins import NsysPlugin, PerfEnvPlugin, no_script_args
 from megatron.bridge.utils.root_logger import root_logger_preserved
 
 #: The entry point the job runs: the multi-process check of this repository.
@@ -43,10 +43,10 @@ def sbatch_for(
 ) -> str:
     """Dry-run the launch into ``job_dir`` and return the sbatch script NeMo-Run wrote."""
     cfg = gpt3_175b.gpt3_175b(gpu=gpu)
-    num_gpus = gpt3_175b.PUBLISHED.num_gpus
+    num_gpus = gpt3_175b.SPEC.num_gpus
     # The check runs no training loop, so it takes no manual-GC overrides.
     plugins: list[run.Plugin] = [
-        gpt3_175b.perf_env_plugin(cfg, num_gpus=num_gpus, gpu=gpu, enable_manual_gc=False)
+        PerfEnvPlugin.from_config(cfg, num_gpus=num_gpus, gpu=gpu, enable_manual_gc=False)
     ]
     if nsys:
         # nsys wraps every rank; the check takes no step-window arguments (it times its few

@@ -30,9 +30,10 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     for name, target in RECIPES.items():
         spec = importlib.import_module(target.split(":")[0]).SPEC
-        estimate = estimate_step(spec.plan(), spec.model, global_batch_size=spec.global_batch_size)
+        plan = spec.plan()
+        estimate = estimate_step(plan)
         path = args.out / f"{name}_step.{'svg' if args.svg else 'png'}"
-        f = spec.facts()
+        f = plan.job
         layout = f"TP{f.tp_size} PP{f.pp_size}" + (f" VPP{f.vpp_size}" if f.vpp_size else "")
         layout += f" CP{f.cp_size} DP{f.dp_size}, {f.world_size} x {spec.gpu}, {spec.precision}"
         plot_step(estimate, path, title=f"{name}: {layout}")

@@ -420,10 +420,10 @@ def _chunk_rows(chunks: Sequence[Any], layout: Layout) -> list[dict[str, Any]]:
 def _launch_env_entries(plan: Any, sm100_or_newer: bool | None) -> list[dict[str, Any]]:
     from megatron.bridge.training import launch_env
 
-    generation = None if plan.facts.gpu is not None else bool(sm100_or_newer)
+    generation = None if plan.job.gpu is not None else bool(sm100_or_newer)
     env = launch_env.plan_launch_env_for(
-        plan.facts,
-        a2a_overlap=bool(plan.value("overlap_moe_expert_parallel_comm")),
+        plan.job,
+        a2a_overlap=plan.a2a_overlap,
         gpu_sm100_or_newer=generation,
     )
     return [dataclasses.asdict(entry) for entry in env.entries]

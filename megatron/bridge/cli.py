@@ -23,9 +23,17 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from typing import Any, NamedTuple, get_args
+from typing import Any, get_args
 
-from megatron.bridge.recipes.spec import ModelShape, RecipeSpec
+from megatron.bridge.recipes import (
+    available_recipes,
+    change_container,
+    get_recipe,
+    gpt3_175b,
+    plan_recipe,
+    recipe_spec,
+)
+from megatron.bridge.recipes.spec import RecipeSpec
 from megatron.bridge.training import hardware, launch_env
 from megatron.bridge.training.comm_overlap import (
     PUBLISHED_PRESETS,
@@ -33,7 +41,9 @@ from megatron.bridge.training.comm_overlap import (
     OverlapRefusedError,
     te_status,
 )
-from megatron.bridge.training.estimate import Estimate, ModelDims, estimate_step
+from megatron.bridge.training.estimate import Estimate, estimate_step
+from megatron.bridge.training.job import PositionEmbeddingType
+from megatron.bridge.training.parallel_layout import data_parallel_size
 from megatron.bridge.training.userbuffers import (
     preset_fits_model,
 )
@@ -43,17 +53,6 @@ from megatron.bridge.training.validators import positive_int_argument
 JSON_SCHEMA_VERSION = 2
 
 EXIT_OK, EXIT_REFUSED, EXIT_INVALID = 0, 1, 2
-
-
-class StepInputs(NamedTuple):
-    """What a step estimate needs beyond the plan."""
-
-    dims: ModelDims | None
-    """The model's dimensions (None when unknown)."""
-    global_batch_size: int | None
-    """Samples per optimizer step (None: micro-batch x DP x PP)."""
-    grad_reduce_in_fp32: bool
-    """Whether gradients are reduced in fp32."""
 
 
 class UsageError(ValueError):
@@ -66,51 +65,50 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: error: {message}")
 
 
-#: The reference layout ``explain`` shows without flags: GPT-3 175B's shape on 128 H100 GPUs.
-REFERENCE = {
-    "tp": 4,
-    "pp": 4,
-    "vpp": 2,
-    "cp": 1,
-    "ep": 1,
-    "world_size": 128,
-    "gpu": "h100",
-    "precision": "bf16",
-    "seq_length": 2048,
-    "micro_batch_size": 1,
-    "hidden_size": 12288,
-    "num_layers": 96,
-    "num_attention_heads": 96,
-    "distributed_optimizer": True,
-}
+#: The reference job ``explain`` plans without flags: GPT-3 175B's shape on 128 H100 GPUs, TP4
+#: with sequence parallelism, PP4 with VPP2, distributed optimizer, bf16.
+REFERENCE: RecipeSpec = gpt3_175b.SPEC.changed(
+    name="reference",
+    world_size=128,
+    global_batch_size=None,
+    **{"model.pipeline_model_parallel_size": 4, "model.virtual_pipeline_model_parallel_size": 2},
+)
 
-#: Flags a recipe function takes as keyword overrides: flag -> keyword.
-RECIPE_KEYWORDS = {
+#: Each ``explain`` flag that describes the job, and the field it changes: a spec field or a
+#: job-description field (``RecipeSpec.changed``). Flags and recipes are planned through it alike.
+FLAG_FIELDS: dict[str, str] = {
+    "world_size": "world_size",
     "gpu": "gpu",
     "precision": "precision",
-    "tp": "tp_size",
-    "pp": "pp_size",
-    "vpp": "vpp_size",
-    "cp": "cp_size",
-    "seq_length": "seq_length",
     "micro_batch_size": "micro_batch_size",
+    "global_batch_size": "global_batch_size",
+    "distributed_optimizer": "use_distributed_optimizer",
     "tp_comm_overlap": "tp_comm_overlap",
-}
-
-#: Flags written onto a recipe's model after it is built: flag -> megatron-core field.
-MODEL_FIELDS = {
-    "ep": "expert_model_parallel_size",
-    "etp": "expert_tensor_parallel_size",
-    "sequence_parallel": "sequence_parallel",
-    "hidden_size": "hidden_size",
-    "num_layers": "num_layers",
-    "num_attention_heads": "num_attention_heads",
-    "num_query_groups": "num_query_groups",
-    "num_moe_experts": "num_moe_experts",
-    "moe_token_dispatcher": "moe_token_dispatcher_type",
-    "moe_flex_backend": "moe_flex_dispatcher_backend",
-    "embedding_in_pipeline_split": "account_for_embedding_in_pipeline_split",
-    "loss_in_pipeline_split": "account_for_loss_in_pipeline_split",
+    "preset": "preset",
+    "tp": "model.tensor_model_parallel_size",
+    "pp": "model.pipeline_model_parallel_size",
+    "vpp": "model.virtual_pipeline_model_parallel_size",
+    "cp": "model.context_parallel_size",
+    "ep": "model.expert_model_parallel_size",
+    "etp": "model.expert_tensor_parallel_size",
+    "sequence_parallel": "model.sequence_parallel",
+    "seq_length": "model.seq_length",
+    "hidden_size": "model.hidden_size",
+    "num_layers": "model.num_layers",
+    "num_attention_heads": "model.num_attention_heads",
+    "num_query_groups": "model.num_query_groups",
+    "ffn_hidden_size": "model.ffn_hidden_size",
+    "vocab_size": "model.vocab_size",
+    "swiglu": "model.gated_linear_unit",
+    "add_bias_linear": "model.add_bias_linear",
+    "add_qkv_bias": "model.add_qkv_bias",
+    "normalization": "model.normalization",
+    "position_embedding_type": "model.position_embedding_type",
+    "embedding_in_pipeline_split": "model.account_for_embedding_in_pipeline_split",
+    "loss_in_pipeline_split": "model.account_for_loss_in_pipeline_split",
+    "num_moe_experts": "model.num_moe_experts",
+    "moe_token_dispatcher": "model.moe_token_dispatcher_type",
+    "moe_flex_backend": "model.moe_flex_dispatcher_backend",
 }
 
 
@@ -184,6 +182,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--micro-batch-size", type=positive_int_argument, help="micro-batch size (default 1)"
     )
     ex.add_argument(
+        "--global-batch-size",
+        type=positive_int_argument,
+        help="samples per optimizer step (default: the recipe's; micro-batch x DP x PP without one)",
+    )
+    ex.add_argument(
         "--hidden-size", type=positive_int_argument, help="model hidden size (default 12288)"
     )
     ex.add_argument(
@@ -203,7 +206,11 @@ def build_parser() -> argparse.ArgumentParser:
             help=f"count the {part} as a layer when splitting layers over pipeline stages",
         )
     ex.add_argument(
-        "--num-moe-experts", type=positive_int_argument, help="MoE experts (default: dense)"
+        "--num-moe-experts",
+        "--num-experts",
+        dest="num_moe_experts",
+        type=positive_int_argument,
+        help="MoE experts (default: dense)",
     )
     ex.add_argument(
         "--moe-token-dispatcher", choices=["allgather", "alltoall", "flex"], help="MoE dispatcher"
@@ -236,10 +243,40 @@ def build_parser() -> argparse.ArgumentParser:
         type=positive_int_argument,
         help="MLP width for the estimate (default 4 x hidden)",
     )
+    ex.add_argument("--vocab-size", type=positive_int_argument, help="vocabulary (default 51200)")
     ex.add_argument(
-        "--vocab-size", type=positive_int_argument, default=51200, help="vocabulary (default 51200)"
+        "--swiglu",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="gated (SwiGLU) MLP (megatron-core's gated_linear_unit)",
     )
-    ex.add_argument("--swiglu", action="store_true", help="gated (SwiGLU) MLP, for the estimate")
+    # Megatron-LM's spellings (megatron/training/arguments.py).
+    ex.add_argument(
+        "--disable-bias-linear",
+        dest="add_bias_linear",
+        action="store_const",
+        const=False,
+        help="no biases in linear layers (add_bias_linear=False)",
+    )
+    ex.add_argument(
+        "--add-qkv-bias",
+        dest="add_qkv_bias",
+        action="store_const",
+        const=True,
+        help="a bias on the QKV projection only",
+    )
+    ex.add_argument("--normalization", choices=["LayerNorm", "RMSNorm"], help="normalization layer")
+    ex.add_argument(
+        "--position-embedding-type",
+        choices=list(get_args(PositionEmbeddingType)),
+        help="position embedding (learned_absolute adds an s x h table)",
+    )
+    ex.add_argument(
+        "--untie-embeddings-and-output-weights",
+        action="store_const",
+        const=True,
+        help="the output layer has its own weight (share_embeddings_and_output_weights=False)",
+    )
     ex.add_argument(
         "--gpus-per-node", type=positive_int_argument, default=8, help="GPUs per node (default 8)"
     )
@@ -270,25 +307,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 def list_recipes() -> list[dict[str, Any]]:
     """Every available recipe with its target and, when it has a spec, its published layout."""
-    from megatron.bridge.recipes import available_recipes, recipe_spec
-
     rows = []
     for name, target in sorted(available_recipes().items()):
         row: dict[str, Any] = {"name": name, "target": target, "layout": None}
         spec = recipe_spec(name)
         if spec is not None:
+            job = spec.job
             row["layout"] = {
-                "world_size": spec.num_gpus,
-                "gpu": spec.gpu,
+                "world_size": job.world_size,
+                "gpu": job.gpu,
                 "precision": spec.precision,
-                "tp": spec.tp_size,
-                "pp": spec.pp_size,
-                "vpp": spec.vpp,
-                "cp": spec.cp_size,
-                "ep": spec.ep_size,
-                "num_layers": spec.model.num_layers,
-                "hidden_size": spec.model.hidden_size,
-                "seq_length": spec.model.seq_length,
+                "tp": job.tp_size,
+                "pp": job.pp_size,
+                "vpp": job.vpp_size,
+                "cp": job.cp_size,
+                "ep": job.ep_size,
+                "num_layers": job.model.num_layers,
+                "hidden_size": job.model.hidden_size,
+                "seq_length": job.model.seq_length,
             }
         rows.append(row)
     return rows
@@ -310,205 +346,109 @@ def _render_recipes(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _named_preset(name: str) -> Any:
-    if name == "none":
-        return None
-    if name not in PUBLISHED_PRESETS:
+def flag_changes(args: argparse.Namespace) -> dict[str, Any]:
+    """The job changes the flags given make (:data:`FLAG_FIELDS`); ``overlap`` holds the
+    overlap-request fields they set (``strict``, EP overlap)."""
+    changes = {
+        field: getattr(args, flag)
+        for flag, field in FLAG_FIELDS.items()
+        if getattr(args, flag, None) is not None
+    }
+    if args.untie_embeddings_and_output_weights is not None:
+        # Megatron-LM's flag says the opposite of the field it sets.
+        changes[
+            "model.share_embeddings_and_output_weights"
+        ] = not args.untie_embeddings_and_output_weights
+    preset = changes.get("preset")
+    if preset == "auto":
+        del changes["preset"]
+    elif preset not in (None, "none") and preset not in PUBLISHED_PRESETS:
         raise ValueError(
-            f"--preset {name!r} is not a published preset; choose 'auto', 'none' or one of: "
+            f"--preset {preset!r} is not a published preset; choose 'auto', 'none' or one of: "
             + ", ".join(sorted(PUBLISHED_PRESETS))
         )
-    return PUBLISHED_PRESETS[name]
-
-
-#: The provider a layout given as flags is built with: the GPT-3 architecture, or Llama-3's
-#: with --swiglu (what the step estimate needs to know about the MLP, norms and embeddings).
-FLAG_PROVIDERS = {
-    False: "megatron.bridge.recipes.gpt3_175b:gpt3_provider",
-    True: "megatron.bridge.recipes.llama:llama3_provider",
-}
+    overlap: dict[str, Any] = {"strict": args.strict}
+    if args.ep_overlap:
+        overlap["overlap_moe_expert_parallel_comm"] = True
+    changes["overlap"] = tuple(overlap.items())
+    return changes
 
 
 def flags_spec(args: argparse.Namespace) -> RecipeSpec:
-    """A layout given as flags, as a recipe spec (reference values for the flags not given).
+    """The job the flags describe: the recipe's (or the reference job) with the flags applied.
 
-    Flags and recipes are then planned by the same code (``RecipeSpec.plan``).
+    Flags and recipes are then planned by the same code (``RecipeSpec.plan``); the flags'
+    overlap fields join the recipe's own.
     """
-    given = {k: getattr(args, k) for k in REFERENCE if getattr(args, k, None) is not None}
-    lay = {**REFERENCE, **given}
-    try:
-        launch_env.data_parallel_size(
-            num_gpus=lay["world_size"], tp_size=lay["tp"], cp_size=lay["cp"], pp_size=lay["pp"]
-        )
-    except ValueError as exc:
-        raise ValueError(f"--world-size {lay['world_size']}: {exc}") from None
-    if args.preset not in (None, "auto"):
-        _named_preset(args.preset)  # an unknown name fails here, naming the flag
-    experts = args.num_moe_experts
-    overlap: tuple[tuple[str, Any], ...] = (("strict", args.strict),)
-    if args.ep_overlap:
-        overlap += (("overlap_moe_expert_parallel_comm", True),)
-    return RecipeSpec(
-        name="flags",
-        model=ModelShape(
-            provider=FLAG_PROVIDERS[args.swiglu],
-            num_layers=lay["num_layers"],
-            hidden_size=lay["hidden_size"],
-            num_attention_heads=lay["num_attention_heads"],
-            num_query_groups=args.num_query_groups,
-            ffn_hidden_size=args.ffn_hidden_size or 4 * lay["hidden_size"],
-            vocab_size=args.vocab_size,
-            seq_length=lay["seq_length"],
-            account_for_embedding_in_pipeline_split=bool(args.embedding_in_pipeline_split),
-            account_for_loss_in_pipeline_split=bool(args.loss_in_pipeline_split),
-            num_moe_experts=experts,
-            moe_token_dispatcher_type=args.moe_token_dispatcher if experts else None,
-            moe_flex_dispatcher_backend=args.moe_flex_backend if experts else None,
-        ),
-        num_gpus=lay["world_size"],
-        gpu=lay["gpu"],
-        precision=lay["precision"],
-        tp_size=lay["tp"],
-        pp_size=lay["pp"],
-        vpp_size=lay["vpp"],
-        cp_size=lay["cp"],
-        ep_size=lay["ep"],
-        etp_size=args.etp,
-        sequence_parallel=args.sequence_parallel,
-        micro_batch_size=lay["micro_batch_size"],
-        distributed_optimizer=lay["distributed_optimizer"],
-        tp_comm_overlap=True if args.tp_comm_overlap is None else args.tp_comm_overlap,
-        preset=args.preset or "auto",
-        overlap=overlap,
-    )
-
-
-def _plan_flags(args: argparse.Namespace) -> tuple[OverlapPlan, dict[str, Any], StepInputs]:
-    """Plan a layout given as flags, through its spec."""
-    spec = flags_spec(args)
-    if spec.preset == "auto":
-        info = {"source": "auto", "detail": spec.preset_choice().detail}
+    if args.recipe:
+        base = recipe_spec(args.recipe)
+        if base is None:
+            raise ValueError(
+                f"Recipe {args.recipe!r} returns a ConfigContainer: it has no job description "
+                "to plan without torch."
+            )
     else:
-        info = {
-            "source": spec.preset if spec.preset == "none" else "user",
-            "detail": f"--preset {spec.preset}",
-        }
-    # The bf16 and fp8 mixed-precision presets both reduce gradients in fp32.
-    inputs = StepInputs(ModelDims.from_shape(spec.model), None, True)
-    return spec.plan(te=args.te), info, inputs
+        base = REFERENCE
+    changes = flag_changes(args)
+    changes["overlap"] = tuple({**dict(base.overlap), **dict(changes["overlap"])}.items())
+    spec = base.changed(**changes)
+    if args.world_size is not None:
+        job = spec.job
+        try:
+            data_parallel_size(
+                num_gpus=job.world_size,
+                tp_size=job.tp_size,
+                cp_size=job.cp_size,
+                pp_size=job.pp_size,
+            )
+        except ValueError as exc:
+            raise ValueError(f"--world-size {args.world_size}: {exc}") from None
+    return spec
 
 
-def _plan_recipe(args: argparse.Namespace) -> tuple[OverlapPlan, dict[str, Any], StepInputs]:
-    """Plan a recipe the way the job will: build it, apply the flags, resolve it."""
-    # Imports megatron-core only for a recipe that has no torch-free spec.
-    from megatron.bridge.recipes import plan_recipe
-
-    keywords = {
-        kw: getattr(args, flag)
-        for flag, kw in RECIPE_KEYWORDS.items()
-        if getattr(args, flag) is not None
-    }
-    model_fields = {
-        field: getattr(args, flag)
-        for flag, field in MODEL_FIELDS.items()
-        if getattr(args, flag) is not None
-    }
-    request_fields: dict[str, Any] = {"strict": args.strict}
-    if args.ep_overlap:
-        request_fields["overlap_moe_expert_parallel_comm"] = True
-    if args.preset not in (None, "auto"):
-        _named_preset(args.preset)  # an unknown name fails here, naming the flag
-    planned = plan_recipe(
-        args.recipe,
-        world_size=args.world_size,
-        te=args.te,
-        model_fields=model_fields,
-        distributed_optimizer=args.distributed_optimizer,
-        preset=args.preset,
-        request_fields=request_fields,
-        **keywords,
-    )
-    inputs = StepInputs(planned.dims, planned.global_batch_size, planned.grad_reduce_in_fp32)
-    return planned.plan, _recipe_preset_info(args), inputs
-
-
-def _recipe_preset_info(args: argparse.Namespace) -> dict[str, Any]:
-    """Where a recipe's preset came from: the recipe, --preset, or an override."""
+def _preset_info(args: argparse.Namespace, spec: RecipeSpec | None) -> dict[str, Any]:
+    """Where the preset came from: --preset, an override, the recipe, or the automatic choice."""
     if args.preset == "none":
         return {"source": "none", "detail": "--preset none"}
     if args.preset not in (None, "auto"):
         return {"source": "user", "detail": f"--preset {args.preset}"}
     if any(o.startswith("comm_overlap.tp_comm_overlap_cfg=") for o in args.overrides or ()):
         return {"source": "user", "detail": "comm_overlap.tp_comm_overlap_cfg override"}
-    return {"source": "recipe", "detail": "picked by the recipe"}
+    if args.recipe:
+        return {"source": "recipe", "detail": "picked by the recipe"}
+    return {"source": "auto", "detail": spec.preset_choice().detail}
 
 
-def _flag_overrides(args: argparse.Namespace) -> list[str]:
-    """The container-level flags as override strings (the positional ones come after them)."""
+def _plan_container(args: argparse.Namespace) -> OverlapPlan:
+    """Plan a recipe with KEY=VALUE overrides: build its container, override, resolve it.
 
-    def text(value: Any) -> str:
-        return ("true" if value else "false") if isinstance(value, bool) else str(value)
-
-    out = [
-        f"model.{field}={text(getattr(args, flag))}"
-        for flag, field in MODEL_FIELDS.items()
-        if getattr(args, flag) is not None
-    ]
-    if args.distributed_optimizer is not None:
-        flag = text(args.distributed_optimizer)
-        out += [
-            f"ddp.use_distributed_optimizer={flag}",
-            f"optimizer.use_distributed_optimizer={flag}",
-        ]
-    if args.preset not in (None, "auto"):
-        _named_preset(args.preset)  # an unknown name fails here, naming the flag
-        out.append(
-            f"comm_overlap.tp_comm_overlap_cfg={'null' if args.preset == 'none' else args.preset}"
-        )
-    if args.ep_overlap:
-        out.append("comm_overlap.overlap_moe_expert_parallel_comm=true")
-    out.append(f"comm_overlap.strict={text(args.strict)}")
-    return out
-
-
-def _plan_recipe_overrides(
-    args: argparse.Namespace,
-) -> tuple[OverlapPlan, dict[str, Any], StepInputs]:
-    """Plan a recipe with KEY=VALUE overrides: build its container, override, resolve it."""
-    from megatron.bridge.recipes import get_recipe, recipe_spec
+    The container is the one the spec with the flags applied builds (a recipe without a spec
+    builds its own and takes the flags as changes), so flags mean the same with and without
+    overrides.
+    """
+    # megatron-core: only for a recipe container.
     from megatron.bridge.training.config import check_launch_environment, resolve_config
     from megatron.bridge.training.overrides import apply_overrides
 
-    keywords = {
-        kw: getattr(args, flag)
-        for flag, kw in RECIPE_KEYWORDS.items()
-        if getattr(args, flag) is not None
-    }
-    world = args.world_size
-    if world is None:
-        spec = recipe_spec(args.recipe, **keywords)
-        if spec is None:
-            raise ValueError(
-                f"Recipe {args.recipe!r} returns a ConfigContainer, which does not say its GPU "
-                "count: pass the world size (--world-size)."
-            )
-        world = spec.num_gpus
-    cfg = get_recipe(args.recipe, **keywords)
+    if recipe_spec(args.recipe) is not None:
+        spec = flags_spec(args)
+        cfg, world = spec.build(), spec.num_gpus
+    else:
+        cfg = get_recipe(args.recipe)
+        world = change_container(args.recipe, cfg, flag_changes(args))
+    apply_overrides(cfg, args.overrides)
     if cfg.comm_overlap is None:
-        raise ValueError(f"Recipe {args.recipe!r} has no comm_overlap request: there is no plan.")
-    apply_overrides(cfg, [*_flag_overrides(args), *args.overrides])
+        raise ValueError(
+            f"comm_overlap=null leaves recipe {args.recipe!r} without an overlap request: there "
+            "is no plan to explain. Drop that override, or set comm_overlap fields instead."
+        )
     resolved = resolve_config(cfg, world_size=world, te=te_status(args.te))
     # The environment the job gets from the container (the launcher may add to it): a value
     # contradicting the layout warns, or is refused with --strict, as at model-build time.
     env = {name: str(value) for name, value in cfg.env_vars.items()}
     problems = check_launch_environment(cfg, resolved, env=env)
     args._env_problems = [f"launch environment (cfg.env_vars): {p}" for p in problems]
-    mixed = resolved.mixed_precision
-    fp32 = mixed.grad_reduce_in_fp32 if mixed is not None else cfg.ddp.grad_reduce_in_fp32
-    inputs = StepInputs(
-        ModelDims.from_model_config(cfg.model), cfg.train.global_batch_size, bool(fp32)
-    )
-    return resolved.plan, _recipe_preset_info(args), inputs
+    return resolved.plan
 
 
 def explain(
@@ -521,27 +461,29 @@ def explain(
             f"KEY=VALUE overrides ({overrides[0]!r}, ...) apply to a recipe's container: "
             "give --recipe NAME."
         )
+    spec = None
     if overrides:
-        plan, preset_info, inputs = _plan_recipe_overrides(args)
+        plan = _plan_container(args)
+    elif args.recipe and recipe_spec(args.recipe) is None:
+        plan = plan_recipe(args.recipe, te=args.te, changes=flag_changes(args))
     else:
-        plan, preset_info, inputs = _plan_recipe(args) if args.recipe else _plan_flags(args)
+        spec = flags_spec(args)
+        plan = spec.plan(te=args.te)
     env_plan = launch_env.plan_launch_env_for(
-        plan.facts,
-        a2a_overlap=bool(plan.value("overlap_moe_expert_parallel_comm")),
+        plan.job,
+        a2a_overlap=plan.a2a_overlap,
         layernorm_sm_margin=args.layernorm_sm_margin,
         nccl_pp_comm_chunksize=args.nccl_pp_chunksize,
     )
-    estimate = None
-    if inputs.dims is not None:
+    try:
         estimate = estimate_step(
-            plan,
-            inputs.dims,
-            gpus_per_node=args.gpus_per_node,
-            nvlink_domain=args.nvlink_domain,
-            global_batch_size=inputs.global_batch_size,
-            grad_reduce_in_fp32=inputs.grad_reduce_in_fp32,
+            plan, gpus_per_node=args.gpus_per_node, nvlink_domain=args.nvlink_domain
         )
-    doc = document(plan, env_plan, recipe=args.recipe, te_mode=args.te, preset_info=preset_info)
+    except ValueError:  # the job does not give the model's whole shape
+        estimate = None
+    doc = document(
+        plan, env_plan, recipe=args.recipe, te_mode=args.te, preset_info=_preset_info(args, spec)
+    )
     doc["warnings"].extend(getattr(args, "_env_problems", []))
     doc["estimate"] = None if estimate is None else estimate.to_dict()
     args._estimate = estimate
@@ -565,12 +507,14 @@ def document(
     preset_info: dict[str, Any],
 ) -> dict[str, Any]:
     """The ``--json`` document of a plan (its JSON Schema is ``explain.schema.json`` here)."""
-    f = plan.facts
+    f = plan.job
     on = bool(plan.value("tp_comm_overlap"))
     name = plan.preset_name
     matches = None
     if on and plan.preset_names:
-        matches = preset_fits_model(plan.preset_names, hidden_size=f.hidden_size, tp_size=f.tp_size)
+        matches = preset_fits_model(
+            plan.preset_names, hidden_size=f.model.hidden_size, tp_size=f.tp_size
+        )
     elif on and plan.value("tp_comm_overlap_cfg") is not None:
         preset_info = {**preset_info, "detail": "a custom userbuffers config"}
     if on and plan.value("tp_comm_overlap_cfg") is None and preset_info["source"] == "recipe":
@@ -587,19 +531,19 @@ def document(
             "vpp": f.vpp_size,
             "cp": f.cp_size,
             "ep": f.ep_size,
-            "etp": f.tp_size if f.etp_size is None else f.etp_size,
+            "etp": f.etp_size,
             "dp": f.dp_size,
             "expert_dp": f.expert_data_parallel_size,
             "sequence_parallel": f.sequence_parallel,
             "distributed_optimizer": f.use_distributed_optimizer,
             "gpu": f.gpu,
             "precision": f.precision,
-            "num_layers": f.num_layers,
-            "hidden_size": f.hidden_size,
-            "num_attention_heads": f.num_attention_heads,
-            "num_query_groups": f.num_query_groups,
-            "num_moe_experts": f.num_moe_experts,
-            "seq_length": f.seq_length,
+            "num_layers": f.model.num_layers,
+            "hidden_size": f.model.hidden_size,
+            "num_attention_heads": f.model.num_attention_heads,
+            "num_query_groups": f.model.num_query_groups,
+            "num_moe_experts": f.model.num_moe_experts,
+            "seq_length": f.model.seq_length,
             "micro_batch_size": f.micro_batch_size,
         },
         "transformer_engine": {

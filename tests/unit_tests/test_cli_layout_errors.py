@@ -166,7 +166,7 @@ def test_moe_layout_document_describes_the_experts(capsys):
         ("warnings",),
         ("layout", "dp"),
         ("overlap", "decisions"),
-        ("overlap", "facts", "tp_size"),
+        ("overlap", "job", "model", "tensor_model_parallel_size"),
         ("preset", "matches_model"),
     ],
 )

@@ -69,8 +69,8 @@ def _round_trip(value):
 
 
 def _published(name: str):
-    """The recipe module's PUBLISHED run (num_gpus, gpu)."""
-    return importlib.import_module(RECIPES[name].partition(":")[0]).PUBLISHED
+    """The recipe module's SPEC: its published run (num_gpus, gpu)."""
+    return importlib.import_module(RECIPES[name].partition(":")[0]).SPEC
 
 
 def _container(
@@ -149,13 +149,28 @@ def _flags_for_recipe(name: str) -> list[str]:
         str(m.seq_length),
         "--micro-batch-size",
         str(cfg.train.micro_batch_size),
+        "--global-batch-size",
+        str(cfg.train.global_batch_size),
         "--hidden-size",
         str(m.hidden_size),
         "--num-layers",
         str(m.num_layers),
         "--num-attention-heads",
         str(m.num_attention_heads),
+        "--ffn-hidden-size",
+        str(m.ffn_hidden_size),
+        "--vocab-size",
+        str(m.vocab_size),
+        "--swiglu" if m.gated_linear_unit else "--no-swiglu",
+        "--normalization",
+        m.normalization,
+        "--position-embedding-type",
+        m.position_embedding_type,
     ]
+    if not m.add_bias_linear:
+        argv.append("--disable-bias-linear")
+    if not m.share_embeddings_and_output_weights:
+        argv.append("--untie-embeddings-and-output-weights")
     if m.num_query_groups is not None:
         argv += ["--num-query-groups", str(m.num_query_groups)]
     if m.account_for_embedding_in_pipeline_split:
@@ -187,7 +202,7 @@ def test_flags_recipe_and_build_time_reach_the_same_plan(name, capsys):
     from_recipe = _explain(capsys, "--recipe", name)["overlap"]
     # (c) the recipe resolved at model-build time, on the published GPU count, with TE assumed
     # present as the CLI assumes it (the public switch, not a patch: a machine with TE
-    # installed would otherwise add its version to the facts).
+    # installed would otherwise add its version to the job description).
     cfg = get_recipe(name)
     plan = runtime_config_update(cfg, world_size=_published(name).num_gpus, te="assume")
     at_build = _round_trip(plan.to_dict())

@@ -25,7 +25,7 @@ import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from megatron.core.models.gpt.gpt_layer_specs import (
     get_gpt_layer_local_spec,
@@ -35,14 +35,13 @@ from megatron.core.models.gpt.gpt_model import GPTModel
 from megatron.core.transformer.spec_utils import ModuleSpec
 from megatron.core.transformer.transformer_config import TransformerConfig
 
+from megatron.bridge.training.job import PositionEmbeddingType
 from megatron.bridge.training.userbuffers import TransformerLayerTPOverlapCfg
 from megatron.bridge.training.validators import check_choice, check_int
 
 __all__ = ["GPTModelProvider", "PositionEmbeddingType"]
 
 logger = logging.getLogger(__name__)
-
-PositionEmbeddingType = Literal["learned_absolute", "rope", "mrope", "yarn", "none"]
 
 LayerSpecSource = ModuleSpec | Callable[["GPTModelProvider"], ModuleSpec]
 
@@ -126,7 +125,7 @@ class GPTModelProvider(TransformerConfig):
         self._finalize_derived = {}
 
     def _check_gpt_fields(self) -> None:
-        # These have always raised ValueError for any bad value, a wrong type included.
+        # Every bad value here, a wrong type included, is a ValueError (the contract).
         owner = "GPTModelProvider"
         check_int(owner, "seq_length", self.seq_length, type_error=ValueError)
         check_int(
@@ -164,7 +163,7 @@ class GPTModelProvider(TransformerConfig):
             return spec
         if spec is not None:
             return spec(self)
-        # Looked up at call time so that tests can patch comm_overlap.HAVE_TE.
+        # Read at call time: HAVE_TE is what this process sees now, and may be set on the module.
         from megatron.bridge.training import comm_overlap
 
         if comm_overlap.HAVE_TE:

@@ -8,8 +8,9 @@ size is a keyword override. Look one up by name::
 
 Each shipped recipe module also has ``SPEC``, a torch-free
 :class:`~megatron.bridge.recipes.spec.RecipeSpec` from which both the plan and the container
-derive (``spec(**overrides)`` applies the same overrides), ``PUBLISHED`` (the published GPU
-count and GPU model) and ``perf_env_plugin(cfg, ...)``.
+derive (its job description holds the published GPU count and GPU; ``spec(**overrides)``
+applies the same overrides). The launch plugin of a recipe is
+``PerfEnvPlugin.from_recipe(name)`` or ``PerfEnvPlugin.from_config(cfg, num_gpus=...)``.
 
 Recipes of your own: name one as ``"package.module:function"`` wherever a recipe name is taken,
 or register it under the ``megatron_bridge.recipes`` entry-point group of your package; the
@@ -30,20 +31,19 @@ import importlib
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
-from megatron.bridge.training.estimate import ModelDims
+from megatron.bridge.recipes.spec import PRECISIONS, RecipeSpec
+from megatron.bridge.training.comm_overlap import PUBLISHED_PRESETS, OverlapPlan, te_status
 
 if TYPE_CHECKING:
-    from megatron.bridge.recipes.spec import RecipeSpec
-    from megatron.bridge.training.comm_overlap import OverlapPlan
     from megatron.bridge.training.config import ConfigContainer
 
 __all__ = [
     "ENTRY_POINT_GROUP",
     "RECIPES",
-    "RecipePlan",
     "available_recipes",
+    "change_container",
     "get_recipe",
     "plan_recipe",
     "recipe_function",
@@ -134,7 +134,7 @@ def _call_recipe(name: str, overrides: Mapping[str, Any]) -> Any:
     """What recipe ``name`` returns for ``overrides``: a shipped recipe's spec, else its result."""
     function = recipe_function(name)
     if name in RECIPES:
-        function = importlib.import_module(function.__module__).spec
+        function = importlib.import_module(RECIPES[name].partition(":")[0]).spec
     with _quiet_megatron_import():
         return function(**overrides)
 
@@ -145,16 +145,12 @@ def recipe_spec(name: str, **overrides: Any) -> RecipeSpec | None:
     A shipped recipe's spec comes from its module's ``spec`` function; a recipe of your own has
     one when its function returns a ``RecipeSpec``.
     """
-    from megatron.bridge.recipes.spec import RecipeSpec
-
     result = _call_recipe(name, overrides)
     return result if isinstance(result, RecipeSpec) else None
 
 
 def get_recipe(name: str, **overrides: Any) -> ConfigContainer:
     """Build recipe ``name`` with keyword ``overrides`` (``gpu``, ``precision``, ``tp_size``, ...)."""
-    from megatron.bridge.recipes.spec import RecipeSpec
-
     result = _call_recipe(name, overrides)
     if isinstance(result, RecipeSpec):
         with _quiet_megatron_import():
@@ -162,37 +158,18 @@ def get_recipe(name: str, **overrides: Any) -> ConfigContainer:
     return result
 
 
-class RecipePlan(NamedTuple):
-    """A recipe's plan, and what a step estimate needs beyond it."""
-
-    plan: OverlapPlan
-    """The overlap plan the job will resolve to."""
-    dims: ModelDims | None
-    """The model's dimensions (None for a spec whose provider's architecture is unknown)."""
-    global_batch_size: int | None
-    """Samples per optimizer step."""
-    grad_reduce_in_fp32: bool
-    """Whether gradients are reduced in fp32 (from mixed precision)."""
-
-
-#: Model fields a planning caller may change on a recipe, and where each lives in a spec.
-_SPEC_MODEL_FIELDS = {
-    "expert_model_parallel_size": ("spec", "ep_size"),
-    "expert_tensor_parallel_size": ("spec", "etp_size"),
-    "sequence_parallel": ("spec", "sequence_parallel"),
-    "hidden_size": ("model", "hidden_size"),
-    "num_layers": ("model", "num_layers"),
-    "num_attention_heads": ("model", "num_attention_heads"),
-    "num_query_groups": ("model", "num_query_groups"),
-    "num_moe_experts": ("model", "num_moe_experts"),
-    "moe_token_dispatcher_type": ("model", "moe_token_dispatcher_type"),
-    "moe_flex_dispatcher_backend": ("model", "moe_flex_dispatcher_backend"),
-    "account_for_embedding_in_pipeline_split": (
-        "model",
-        "account_for_embedding_in_pipeline_split",
-    ),
-    "account_for_loss_in_pipeline_split": ("model", "account_for_loss_in_pipeline_split"),
-}
+#: Change keys a container-only recipe takes, beyond ``model.<field>``: where each lands.
+_CONTAINER_CHANGES = (
+    "world_size",
+    "gpu",
+    "micro_batch_size",
+    "global_batch_size",
+    "use_distributed_optimizer",
+    "preset",
+    "overlap",
+    "tp_comm_overlap",
+    "precision",
+)
 
 
 def plan_recipe(
@@ -200,102 +177,77 @@ def plan_recipe(
     *,
     world_size: int | None = None,
     te: str = "assume",
-    model_fields: Mapping[str, Any] | None = None,
-    distributed_optimizer: bool | None = None,
-    preset: str | None = None,
-    request_fields: Mapping[str, Any] | None = None,
+    changes: Mapping[str, Any] | None = None,
     **overrides: Any,
-) -> RecipePlan:
-    """The overlap plan of recipe ``name`` on ``world_size`` GPUs, as the job will resolve it.
+) -> OverlapPlan:
+    """The overlap plan of recipe ``name``, as the job will resolve it.
 
     ``overrides`` are the recipe's keywords (``gpu``, ``precision``, ``tp_size``, ...);
-    ``model_fields`` set megatron-core model fields (``expert_model_parallel_size``,
-    ``hidden_size``, ...), ``distributed_optimizer`` the optimizer sharding, ``preset`` the
-    userbuffers preset ("auto", a published name or "none") and ``request_fields`` further
-    ``CommOverlapConfig`` fields. A recipe with a spec is planned without torch; one that only
-    builds a container is resolved like ``runtime_config_update`` does, on copies, and then needs
-    ``world_size``. ``te`` is "assume" (TE is installed where the job runs) or "detect".
+    ``changes`` change fields by their job-description name (``model.<field>``, ``world_size``,
+    ``use_distributed_optimizer``, ...) or spec field (``preset``, ``overlap``, ...), as
+    :meth:`RecipeSpec.changed` takes them. A recipe with a spec is planned without torch; one
+    that only builds a container is resolved like ``runtime_config_update`` does, on copies,
+    and then needs ``world_size``. ``te`` is "assume" (TE is installed where the job runs) or
+    "detect".
     """
-    from megatron.bridge.recipes.spec import RecipeSpec
+    result = _call_recipe(name, overrides)
+    changes = dict(changes or {})
+    if world_size is not None:
+        changes["world_size"] = world_size
+    if isinstance(result, RecipeSpec):
+        return result.changed(**changes).plan(te=te)
+    world = change_container(name, result, changes)
+    # megatron-core: only for a recipe that builds a container.
+    from megatron.bridge.training.config import resolve_config
 
-    spec = _call_recipe(name, overrides)
-    if isinstance(spec, RecipeSpec):
-        changes: dict[str, Any] = {}
-        model_changes: dict[str, Any] = {}
-        for field, value in (model_fields or {}).items():
-            where, attribute = _SPEC_MODEL_FIELDS[field]
-            (changes if where == "spec" else model_changes)[attribute] = value
-        if distributed_optimizer is not None:
-            changes["distributed_optimizer"] = distributed_optimizer
-        if preset is not None:
-            changes["preset"] = preset
-        if request_fields:
-            changes["overlap"] = (*spec.overlap, *request_fields.items())
-        spec = dataclasses.replace(
-            spec, model=dataclasses.replace(spec.model, **model_changes), **changes
-        )
-        try:
-            dims = ModelDims.from_shape(spec.model)
-        except ValueError:  # a provider whose architecture (gated MLP or not) is not known
-            dims = None
-        # Both recipe precisions use a mixed-precision preset that reduces gradients in fp32.
-        return RecipePlan(
-            spec.plan(world_size=world_size, te=te), dims, spec.global_batch_size, True
-        )
-    return _plan_container(
-        name,
-        spec,
-        world_size=world_size,
-        te=te,
-        model_fields=model_fields,
-        distributed_optimizer=distributed_optimizer,
-        preset=preset,
-        request_fields=request_fields,
-    )
+    return resolve_config(result, world_size=world, te=te_status(te)).plan
 
 
-def _plan_container(
-    name: str,
-    cfg: ConfigContainer,
-    *,
-    world_size: int | None,
-    te: str,
-    model_fields: Mapping[str, Any] | None,
-    distributed_optimizer: bool | None,
-    preset: str | None,
-    request_fields: Mapping[str, Any] | None,
-) -> RecipePlan:
-    if world_size is None:
+def change_container(name: str, cfg: ConfigContainer, changes: Mapping[str, Any]) -> int:
+    """Apply job changes (as :meth:`RecipeSpec.changed` takes them) to recipe ``name``'s container.
+
+    Returns the world size, which a container does not hold and ``changes`` must give.
+    """
+    # megatron-core: only for a recipe that builds a container.
+    from megatron.bridge.training.mixed_precision import get_mixed_precision_config
+
+    changes = dict(changes)
+    world = changes.pop("world_size", None)
+    if world is None:
         raise ValueError(
             f"Recipe {name!r} returns a ConfigContainer, which does not say its GPU count: "
             "pass the world size (--world-size)."
         )
-    from megatron.bridge.training.comm_overlap import PUBLISHED_PRESETS, te_status
-    from megatron.bridge.training.config import resolve_config
-
-    for field, value in (model_fields or {}).items():
-        setattr(cfg.model, field, value)
-    if distributed_optimizer is not None:
-        cfg.ddp.use_distributed_optimizer = distributed_optimizer
-        cfg.optimizer.use_distributed_optimizer = distributed_optimizer
-    request = dict(request_fields or {})
-    if preset not in (None, "auto"):
-        request["tp_comm_overlap_cfg"] = None if preset == "none" else PUBLISHED_PRESETS[preset]
-    if request:
-        if cfg.comm_overlap is None:
-            raise ValueError(f"Recipe {name!r} has no comm_overlap request to change.")
-        cfg.comm_overlap = dataclasses.replace(cfg.comm_overlap, **request)
-    resolved = resolve_config(cfg, world_size=world_size, te=te_status(te))
-    if resolved.plan is None:
+    if cfg.comm_overlap is None:
         raise ValueError(f"Recipe {name!r} has no comm_overlap request: there is no plan.")
-    mixed = resolved.mixed_precision
-    fp32 = mixed.grad_reduce_in_fp32 if mixed is not None else cfg.ddp.grad_reduce_in_fp32
-    return RecipePlan(
-        resolved.plan,
-        ModelDims.from_model_config(cfg.model),
-        cfg.train.global_batch_size,
-        bool(fp32),
-    )
+    request: dict[str, Any] = dict(changes.pop("overlap", ()))
+    for key, value in changes.items():
+        if key.startswith("model."):
+            setattr(cfg.model, key.removeprefix("model."), value)
+        elif key == "use_distributed_optimizer":
+            cfg.ddp.use_distributed_optimizer = value
+            cfg.optimizer.use_distributed_optimizer = value
+        elif key in ("micro_batch_size", "global_batch_size"):
+            setattr(cfg.train, key, value)
+        elif key == "gpu":
+            cfg.gpu = value
+        elif key == "precision":
+            cfg.mixed_precision = get_mixed_precision_config(PRECISIONS[value].mixed_precision)
+        elif key == "preset":
+            if value != "auto":
+                request["tp_comm_overlap_cfg"] = (
+                    None if value == "none" else PUBLISHED_PRESETS[value]
+                )
+        elif key == "tp_comm_overlap":
+            request[key] = value
+        else:
+            raise TypeError(
+                f"Recipe {name!r} returns a ConfigContainer: it takes model.<field> and "
+                f"{list(_CONTAINER_CHANGES)}, not {key!r}."
+            )
+    if request:
+        cfg.comm_overlap = dataclasses.replace(cfg.comm_overlap, **request)
+    return world
 
 
 def recipe_layout(name: str, **overrides: Any) -> dict[str, Any]:
@@ -308,8 +260,8 @@ def recipe_layout(name: str, **overrides: Any) -> dict[str, Any]:
     ``moe_token_dispatcher`` (None for dense models), and ``preset``: the published name of the
     userbuffers preset in use, or ``"none"``.
     """
-    plan = plan_recipe(name, **overrides).plan
-    f = plan.facts
+    plan = plan_recipe(name, **overrides)
+    f = plan.job
     return {
         "tp": f.tp_size,
         "pp": f.pp_size,
@@ -320,12 +272,12 @@ def recipe_layout(name: str, **overrides: Any) -> dict[str, Any]:
         "world_size": f.world_size,
         "gpu": f.gpu,
         "precision": f.precision,
-        "seq_length": f.seq_length,
+        "seq_length": f.model.seq_length,
         "micro_batch_size": f.micro_batch_size,
-        "hidden_size": f.hidden_size,
+        "hidden_size": f.model.hidden_size,
         "sequence_parallel": f.sequence_parallel,
         "distributed_optimizer": f.use_distributed_optimizer,
-        "num_moe_experts": f.num_moe_experts,
-        "moe_token_dispatcher": f.moe_token_dispatcher_type,
+        "num_moe_experts": f.model.num_moe_experts,
+        "moe_token_dispatcher": f.model.token_dispatcher,
         "preset": plan.preset_name or "none",
     }

@@ -14,88 +14,68 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from megatron.bridge.recipes.spec import ModelShape, RecipeSpec
+from megatron.bridge.recipes.spec import recipe_functions, spec_of
+from megatron.bridge.training.job import ModelDescription
 
 if TYPE_CHECKING:
     from megatron.bridge.models.gpt_provider import GPTModelProvider
-    from megatron.bridge.recipes.run_plugins import PerfEnvPlugin
-    from megatron.bridge.training.config import ConfigContainer
 
-__all__ = ["PUBLISHED", "SPEC", "gpt3_175b", "gpt3_provider", "perf_env_plugin", "spec"]
+__all__ = [
+    "GPT3_175B_MODEL",
+    "GPT3_PROVIDER",
+    "SPEC",
+    "gpt3_175b",
+    "gpt3_provider",
+    "spec",
+]
 
-HIDDEN_SIZE = 12288
-"""Model width; also what the userbuffers preset is looked up for."""
+GPT3_PROVIDER = "megatron.bridge.recipes.gpt3_175b:gpt3_provider"
+"""Target of :func:`gpt3_provider`, as a recipe spec names it."""
 
-SPEC = RecipeSpec(
-    name="gpt3_175b",
-    model=ModelShape(
-        provider="megatron.bridge.recipes.gpt3_175b:gpt3_provider",
-        num_layers=96,
-        hidden_size=HIDDEN_SIZE,
-        num_attention_heads=96,
-        ffn_hidden_size=4 * HIDDEN_SIZE,
-        vocab_size=51200,
-        seq_length=2048,
-    ),
-    num_gpus=1024,
+GPT3_175B_MODEL = ModelDescription(
+    num_layers=96,
+    hidden_size=12288,
+    num_attention_heads=96,
+    ffn_hidden_size=4 * 12288,
+    vocab_size=51200,
+    seq_length=2048,
+    # The GPT-3 architecture is megatron-core's default one: GeLU MLP with biases, LayerNorm,
+    # learned absolute positions, tied embeddings.
+    tensor_model_parallel_size=4,
+    pipeline_model_parallel_size=8,
+    virtual_pipeline_model_parallel_size=6,
+)
+"""GPT-3 175B in its published layout (TP4 x PP8, VPP6)."""
+
+SPEC = spec_of(
+    "gpt3_175b",
+    provider=GPT3_PROVIDER,
+    model=GPT3_175B_MODEL,
+    world_size=1024,
     gpu="h100",
-    tp_size=4,
-    pp_size=8,
-    vpp_size=6,
-    micro_batch_size=1,
     global_batch_size=2048,
     lr=6e-5,
     min_lr=6e-6,
 )
 """The recipe in plain values: 1024 H100 GPUs, TP4 x PP8 (VPP6) -> DP 32."""
 
-PUBLISHED = SPEC
-"""The published run (``num_gpus``, ``gpu``): the spec itself."""
+spec, gpt3_175b = recipe_functions(SPEC, "GPT-3 175B", __name__)
 
 
-def spec(**overrides: Any) -> RecipeSpec:
-    """The recipe's spec with keyword overrides (``gpu``, ``precision``, sizes, ...); no torch."""
-    return SPEC.with_overrides(**overrides)
+def gpt3_provider(**fields: Any) -> GPTModelProvider:
+    """A ``GPTModelProvider`` with the GPT-3 settings a job description does not hold.
 
-
-def gpt3_175b(**overrides: Any) -> ConfigContainer:
-    """GPT-3 175B: a complete ``ConfigContainer`` in the published layout, sizes overridable.
-
-    Keywords: ``gpu``, ``precision``, ``tp_size``, ``pp_size``, ``vpp_size`` (None or 1: no
-    interleaving), ``cp_size``, ``seq_length``, ``micro_batch_size``, ``global_batch_size``,
-    ``tp_comm_overlap``. ``gpu`` and ``precision`` pick the userbuffers preset (``None`` with a
-    logged warning when none is published for the resulting shape).
+    Zero-centred LayerNorm gamma, initialization, dropout and fusions; ``fields`` set any other
+    provider field (a recipe writes its description over the result).
     """
-    return spec(**overrides).build()
-
-
-def gpt3_provider(**dims: Any) -> GPTModelProvider:
-    """The GPT-3 architecture with these dimensions (parallel sizes left at 1)."""
     from megatron.bridge.models.gpt_provider import GPTModelProvider
 
     return GPTModelProvider(
-        **dims,
-        position_embedding_type="learned_absolute",
-        share_embeddings_and_output_weights=True,
-        normalization="LayerNorm",
+        **fields,
         layernorm_zero_centered_gamma=True,
-        add_bias_linear=True,
         hidden_dropout=0.0,
         attention_dropout=0.0,
         init_method_std=0.006,
         bias_activation_fusion=True,
         bias_dropout_fusion=True,
     )
-
-
-def perf_env_plugin(
-    cfg: ConfigContainer,
-    *,
-    num_gpus: int = PUBLISHED.num_gpus,
-    gpu: str = PUBLISHED.gpu,
-    **overrides: Any,
-) -> PerfEnvPlugin:
-    """NeMo-Run ``PerfEnvPlugin`` for a config of this recipe (sizes read from ``cfg``)."""
-    from megatron.bridge.recipes import common
-
-    return common.perf_env_plugin(cfg, num_gpus=num_gpus, gpu=gpu, **overrides)

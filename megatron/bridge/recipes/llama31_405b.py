@@ -17,78 +17,39 @@ Importing this module loads no torch: :data:`SPEC` plans the recipe anywhere,
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from megatron.bridge.recipes.llama import LLAMA3_ARCHITECTURE, LLAMA3_PROVIDER
+from megatron.bridge.recipes.spec import recipe_functions, spec_of
+from megatron.bridge.training.job import ModelDescription
 
-from megatron.bridge.recipes.llama import LLAMA3_VOCAB_SIZE
-from megatron.bridge.recipes.spec import ModelShape, RecipeSpec
+__all__ = ["SPEC", "llama31_405b", "spec"]
 
-if TYPE_CHECKING:
-    from megatron.bridge.recipes.run_plugins import PerfEnvPlugin
-    from megatron.bridge.training.config import ConfigContainer
-
-__all__ = ["PUBLISHED", "SPEC", "llama31_405b", "perf_env_plugin", "spec"]
-
-HIDDEN_SIZE = 16384
-"""Model width; also what the userbuffers preset is looked up for."""
-
-SPEC = RecipeSpec(
-    name="llama31_405b",
-    model=ModelShape(
-        provider="megatron.bridge.recipes.llama:llama3_provider",
+SPEC = spec_of(
+    "llama31_405b",
+    provider=LLAMA3_PROVIDER,
+    provider_options=(("rope_scaling", True),),
+    model=ModelDescription(
+        **LLAMA3_ARCHITECTURE,
         num_layers=126,
-        hidden_size=HIDDEN_SIZE,
+        hidden_size=16384,
         num_attention_heads=128,
         num_query_groups=8,
         ffn_hidden_size=53248,
-        vocab_size=LLAMA3_VOCAB_SIZE,
         seq_length=8192,
-        options=(("rope_scaling", True),),
-        # The embedding and the loss always count as pipeline layers, so (126 + 2) / pp_size
-        # must be divisible by vpp_size.
+        # The embedding and the loss always count as pipeline layers, so (126 + 2) / PP must
+        # divide by VPP.
         account_for_embedding_in_pipeline_split=True,
         account_for_loss_in_pipeline_split=True,
+        tensor_model_parallel_size=8,
+        pipeline_model_parallel_size=8,
+        virtual_pipeline_model_parallel_size=8,
+        context_parallel_size=2,
     ),
-    num_gpus=1024,
+    world_size=1024,
     gpu="h100",
-    tp_size=8,
-    pp_size=8,
-    vpp_size=8,
-    cp_size=2,
-    micro_batch_size=1,
     global_batch_size=512,
     lr=8e-5,
     min_lr=8e-6,
 )
 """The recipe in plain values: 1024 H100 GPUs, TP8 x PP8 (VPP8) x CP2 -> DP 8."""
 
-PUBLISHED = SPEC
-"""The published run (``num_gpus``, ``gpu``): the spec itself."""
-
-
-def spec(**overrides: Any) -> RecipeSpec:
-    """The recipe's spec with keyword overrides (``gpu``, ``precision``, sizes, ...); no torch."""
-    return SPEC.with_overrides(**overrides)
-
-
-def llama31_405b(**overrides: Any) -> ConfigContainer:
-    """Llama-3.1 405B: a complete ``ConfigContainer`` in the published layout, sizes overridable.
-
-    Keywords: ``gpu``, ``precision``, ``tp_size``, ``pp_size``, ``vpp_size`` (None or 1: no
-    interleaving), ``cp_size``, ``seq_length``, ``micro_batch_size``, ``global_batch_size``,
-    ``tp_comm_overlap``. ``gpu`` and ``precision`` pick the userbuffers preset (``None`` with a
-    logged warning when none is published for the resulting shape).
-    """
-    return spec(**overrides).build()
-
-
-def perf_env_plugin(
-    cfg: ConfigContainer,
-    *,
-    num_gpus: int = PUBLISHED.num_gpus,
-    gpu: str = PUBLISHED.gpu,
-    **overrides: Any,
-) -> PerfEnvPlugin:
-    """NeMo-Run ``PerfEnvPlugin`` for a config of this recipe (sizes read from ``cfg``)."""
-    from megatron.bridge.recipes import common
-
-    return common.perf_env_plugin(cfg, num_gpus=num_gpus, gpu=gpu, **overrides)
+spec, llama31_405b = recipe_functions(SPEC, "Llama-3.1 405B", __name__)

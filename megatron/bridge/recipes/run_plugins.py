@@ -29,7 +29,13 @@ except ImportError as exc:  # pragma: no cover - exercised in a test by hiding n
         "(it also pins leptonai<0.27, which nemo-run 0.11 needs)."
     ) from exc
 
+from megatron.bridge.recipes import recipe_spec
+from megatron.bridge.recipes.spec import RecipeSpec
 from megatron.bridge.training import launch_env
+from megatron.bridge.training.comm_overlap import te_status
+from megatron.bridge.training.hardware import gpu_spec
+from megatron.bridge.training.job import JobDescription
+from megatron.bridge.training.parallel_layout import data_parallel_size
 from megatron.bridge.training.validators import check_bool, check_int, check_optional_bool
 
 __all__ = [
@@ -280,7 +286,7 @@ class PerfEnvPlugin(run.Plugin):
     @property
     def dp_size(self) -> int:
         """Data-parallel size derived from ``num_gpus`` and the model-parallel sizes."""
-        return launch_env.data_parallel_size(
+        return data_parallel_size(
             num_gpus=self.num_gpus, tp_size=self.tp_size, cp_size=self.cp_size, pp_size=self.pp_size
         )
 
@@ -304,12 +310,12 @@ class PerfEnvPlugin(run.Plugin):
         (default: Hopper). ``overrides`` set the other fields.
         """
         cls._refuse_layout_overrides("from_config", overrides)
-        from megatron.bridge.training.comm_overlap import te_status
+        # megatron-core: only for a plugin built from a container.
         from megatron.bridge.training.config import resolve_config
 
         resolved = resolve_config(cfg, world_size=num_gpus, te=te_status("assume"), gpu=gpu)
-        return cls._from_facts(
-            resolved.facts, a2a_overlap=resolved.a2a_overlap, num_gpus=num_gpus, **overrides
+        return cls._from_job(
+            resolved.job, a2a_overlap=resolved.a2a_overlap, num_gpus=num_gpus, **overrides
         )
 
     @classmethod
@@ -324,9 +330,6 @@ class PerfEnvPlugin(run.Plugin):
         and whether EP all-to-all overlap survived come from the plan the job will resolve to.
         ``overrides`` set the other fields.
         """
-        from megatron.bridge.recipes import recipe_spec
-        from megatron.bridge.recipes.spec import RecipeSpec
-
         spec = recipe if isinstance(recipe, RecipeSpec) else recipe_spec(recipe)
         if spec is None:
             raise ValueError(
@@ -336,32 +339,30 @@ class PerfEnvPlugin(run.Plugin):
         cls._refuse_layout_overrides("from_recipe", overrides)
         world = spec.num_gpus if num_gpus is None else num_gpus
         plan = spec.plan(world_size=world)
-        return cls._from_facts(
-            plan.facts,
-            a2a_overlap=bool(plan.value("overlap_moe_expert_parallel_comm")),
+        return cls._from_job(
+            plan.job,
+            a2a_overlap=plan.a2a_overlap,
             num_gpus=world,
             **overrides,
         )
 
     @classmethod
-    def _from_facts(
-        cls, facts: Any, *, a2a_overlap: bool, num_gpus: int, **overrides: Any
+    def _from_job(
+        cls, job: JobDescription, *, a2a_overlap: bool, num_gpus: int, **overrides: Any
     ) -> PerfEnvPlugin:
-        """The plugin for resolved layout facts: what both constructors from a plan share."""
-        from megatron.bridge.training.hardware import gpu_spec
-
-        if facts.gpu is not None:
+        """The plugin for a resolved job: what both constructors from a plan share."""
+        if job.gpu is not None:
             if "gpu_sm100_or_newer" in overrides:
                 raise TypeError(
-                    "PerfEnvPlugin derives gpu_sm100_or_newer from the gpu "
-                    f"({facts.gpu!r}); pass the GPU name only."
+                    f"PerfEnvPlugin derives gpu_sm100_or_newer from gpu={job.gpu!r}; pass the "
+                    "GPU name only."
                 )
-            overrides["gpu_sm100_or_newer"] = gpu_spec(facts.gpu).sm100_or_newer
+            overrides["gpu_sm100_or_newer"] = gpu_spec(job.gpu).sm100_or_newer
         return cls(
-            tp_size=facts.tp_size,
-            cp_size=facts.cp_size,
-            pp_size=facts.pp_size,
-            moe_flex_dispatcher_backend=facts.moe_flex_dispatcher_backend,
+            tp_size=job.tp_size,
+            cp_size=job.cp_size,
+            pp_size=job.pp_size,
+            moe_flex_dispatcher_backend=job.model.flex_backend,
             a2a_overlap=a2a_overlap,
             num_gpus=num_gpus,
             **overrides,
@@ -399,12 +400,6 @@ class PerfEnvPlugin(run.Plugin):
             enable_manual_gc=self.enable_manual_gc, manual_gc_interval=self.manual_gc_interval
         )
 
-    def manual_gc_overrides(self) -> dict[str, Any]:
-        """Script overrides for manual GC (empty when ``enable_manual_gc`` is False)."""
-        if not self.enable_manual_gc:
-            return {}
-        return {"train.manual_gc": True, "train.manual_gc_interval": self.manual_gc_interval}
-
     def setup(self, task: run.Partial | run.Script, executor: Executor) -> None:
         """Write the plan onto ``executor.env_vars`` and GC overrides onto ``task``."""
         self._validate()  # fields are plain attributes and may have changed since __init__
@@ -440,8 +435,7 @@ class PerfEnvPlugin(run.Plugin):
                 )
 
     def _apply_manual_gc(self, task: run.Partial | run.Script) -> None:
-        overrides = self.manual_gc_overrides()
-        if not overrides:
+        if not self.enable_manual_gc:
             logger.info("PerfEnvPlugin: manual GC overrides off (enable_manual_gc=False).")
             return
         if isinstance(task, run.Script):
@@ -483,7 +477,7 @@ def _validate_ranks(owner: str, ranks: object) -> list[int]:
     if not isinstance(ranks, list | tuple) or not ranks:
         raise TypeError(f"{owner}.profile_ranks must be a non-empty list of ints, got {ranks!r}.")
     for i, rank in enumerate(ranks):
-        # Any bad rank has always been a ValueError here, a wrong type included.
+        # Any bad rank is a ValueError here, a wrong type included (the contract).
         check_int(
             owner, f"profile_ranks[{i}]", rank, minimum=0, unit="global rank", type_error=ValueError
         )

@@ -1,148 +1,138 @@
-"""Torch-free recipe descriptions: plan a recipe on a launch node that has no torch.
+"""Torch-free recipe specs: a recipe's job description plus what it asks of overlap.
 
-A :class:`RecipeSpec` says everything a recipe decides in plain values: the model's shape, the
-parallel layout, precision, GPU, batch sizes, the userbuffers preset choice and the overlap
-request. Both routes start from it:
+A :class:`RecipeSpec` holds a :class:`~megatron.bridge.training.job.JobDescription` (the model
+with megatron-core's field names, the published GPU count and GPU, batch sizes, optimizer
+sharding), the training precision, the userbuffers preset choice and the overlap request. Both
+routes start from it:
 
 - :meth:`RecipeSpec.plan` and :meth:`RecipeSpec.launch_env` give the overlap plan and the launch
   environment with neither torch nor megatron-core imported (``bridge-overlap explain
   --recipe`` and ``PerfEnvPlugin.from_recipe`` use them);
 - :meth:`RecipeSpec.build` gives the full ``ConfigContainer`` (megatron-core configs), which
-  ``runtime_config_update`` resolves at model-build time.
+  ``runtime_config_update`` resolves at model-build time. The model config is the provider's
+  architecture with the description written over it (``job_configs.write_model``), so reading it
+  back (``job_configs.describe_model``) gives the description again.
 
-The tests check, for every shipped recipe, that both routes reach the same ``LayoutFacts`` and
-the same plan.
+:meth:`RecipeSpec.changed` is the one way to change a spec: by spec field, or by the name of a
+field of its job description (``model.tensor_model_parallel_size``, ``world_size``, ...).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
+import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from megatron.bridge.training import hardware, launch_env
 from megatron.bridge.training.comm_overlap import (
     PUBLISHED_PRESETS,
     CommOverlapConfig,
-    LayoutFacts,
     OverlapPlan,
     TEStatus,
     check_layout,
     plan_comm_overlap,
     te_status,
 )
+from megatron.bridge.training.job import JobDescription, ModelDescription
+from megatron.bridge.training.job_configs import write_model
 from megatron.bridge.training.userbuffers import PresetChoice, choose_userbuffers_preset
 from megatron.bridge.training.validators import check_choice
 
 if TYPE_CHECKING:
     from megatron.bridge.training.config import ConfigContainer
 
-__all__ = ["RECIPE_KEYWORDS", "ModelShape", "Precision", "RecipeSpec"]
+__all__ = [
+    "PRECISIONS",
+    "RECIPE_KEYWORDS",
+    "Precision",
+    "PrecisionSetting",
+    "RecipeFunctions",
+    "RecipeSpec",
+    "recipe_functions",
+    "spec_of",
+]
 
 Precision = Literal["bf16", "fp8"]
 """Training precisions a recipe offers (FP8 with delayed scaling, the presets' recipe)."""
 
-#: The keyword overrides every recipe function takes, and the spec field each one sets
-#: (``seq_length`` is the model's).
-RECIPE_KEYWORDS: tuple[str, ...] = (
-    "gpu",
-    "precision",
-    "tp_size",
-    "pp_size",
-    "vpp_size",
-    "cp_size",
-    "seq_length",
-    "micro_batch_size",
-    "global_batch_size",
-    "tp_comm_overlap",
+
+@dataclass(frozen=True)
+class PrecisionSetting:
+    """A recipe precision: the mixed-precision preset it builds with and what that preset sets."""
+
+    mixed_precision: str
+    """Name of the mixed-precision preset (``get_mixed_precision_config``)."""
+    model: Mapping[str, Any]
+    """The model precision fields the preset writes (megatron-core names)."""
+    grad_reduce_in_fp32: bool
+    """Whether the preset reduces gradients in fp32."""
+
+
+#: Each recipe precision: its mixed-precision preset and the fields that preset writes. FP8 uses
+#: delayed scaling, the recipe the published FP8 userbuffers presets were tuned with. A test
+#: holds these fields equal to what the preset writes onto a model config.
+PRECISIONS: Mapping[str, PrecisionSetting] = MappingProxyType(
+    {
+        "bf16": PrecisionSetting(
+            "bf16_mixed",
+            {"bf16": True, "fp16": False, "fp8": None, "fp8_recipe": "delayed"},
+            True,
+        ),
+        "fp8": PrecisionSetting(
+            "bf16_with_fp8_delayed_scaling_mixed",
+            {"bf16": True, "fp16": False, "fp8": "hybrid", "fp8_recipe": "delayed"},
+            True,
+        ),
+    }
 )
 
+#: The keywords every recipe function takes, and the spec field or job-description field each
+#: one sets.
+RECIPE_KEYWORDS: Mapping[str, str] = MappingProxyType(
+    {
+        "gpu": "gpu",
+        "precision": "precision",
+        "tp_size": "model.tensor_model_parallel_size",
+        "pp_size": "model.pipeline_model_parallel_size",
+        "vpp_size": "model.virtual_pipeline_model_parallel_size",
+        "cp_size": "model.context_parallel_size",
+        "seq_length": "model.seq_length",
+        "micro_batch_size": "micro_batch_size",
+        "global_batch_size": "global_batch_size",
+        "tp_comm_overlap": "tp_comm_overlap",
+    }
+)
 
-@dataclass(frozen=True, kw_only=True)
-class ModelShape:
-    """A model's dimensions and how to build its provider, as plain values."""
+logger = logging.getLogger(__name__)
 
-    provider: str
-    """``"module:function"`` that builds the ``GPTModelProvider`` from the fields below
-    (imported only by :meth:`RecipeSpec.build`)."""
-    num_layers: int
-    """Transformer layers."""
-    hidden_size: int
-    """Model width."""
-    num_attention_heads: int
-    """Attention heads."""
-    num_query_groups: int | None = None
-    """Query groups of grouped-query attention (None: one per head)."""
-    ffn_hidden_size: int
-    """MLP width."""
-    vocab_size: int
-    """Tokenizer vocabulary."""
-    seq_length: int
-    """Training sequence length."""
-    options: tuple[tuple[str, Any], ...] = ()
-    """Further provider keywords, as (name, plain value) pairs."""
-    account_for_embedding_in_pipeline_split: bool = False
-    """Count the embedding as a layer when layers are split across pipeline stages."""
-    account_for_loss_in_pipeline_split: bool = False
-    """Count the loss as a layer when layers are split across pipeline stages."""
-    num_moe_experts: int | None = None
-    """MoE experts (None: dense)."""
-    moe_token_dispatcher_type: str | None = None
-    """MoE token dispatcher (MoE models only)."""
-    moe_flex_dispatcher_backend: str | None = None
-    """Backend of the flex dispatcher (flex dispatch only)."""
-
-    def provider_kwargs(self) -> dict[str, Any]:
-        """The keywords the provider function takes: the dimensions plus ``options``."""
-        kwargs = {
-            "num_layers": self.num_layers,
-            "hidden_size": self.hidden_size,
-            "num_attention_heads": self.num_attention_heads,
-            "ffn_hidden_size": self.ffn_hidden_size,
-            "vocab_size": self.vocab_size,
-            "seq_length": self.seq_length,
-            **dict(self.options),
-        }
-        if self.num_query_groups is not None:
-            kwargs["num_query_groups"] = self.num_query_groups
-        return kwargs
+_JOB_FIELDS = frozenset(f.name for f in dataclasses.fields(JobDescription)) - {"model"}
+_MODEL_FIELDS = frozenset(f.name for f in dataclasses.fields(ModelDescription))
 
 
 @dataclass(frozen=True, kw_only=True)
 class RecipeSpec:
-    """Everything a recipe decides, as plain values; the plan and the container derive from it."""
+    """Everything a recipe decides, as plain values; the plan and the container derive from it.
+
+    ``job.world_size`` is the published GPU count (the default world size); the precision fields
+    of ``job.model`` always follow ``precision`` (:data:`PRECISIONS`).
+    """
 
     name: str
     """Recipe name."""
-    model: ModelShape
-    """The model's shape."""
-    num_gpus: int
-    """GPU count of the published run (the default world size)."""
-    gpu: str
-    """GPU model (a name from the GPU catalogue)."""
+    provider: str
+    """``"module:function"`` returning the architecture's ``GPTModelProvider`` (the settings the
+    job description does not hold: activation, RoPE base, initialization, fusions); imported
+    only by :meth:`build`."""
+    provider_options: tuple[tuple[str, Any], ...] = ()
+    """Keywords for the provider function, as (name, plain value) pairs."""
+    job: JobDescription
+    """The job: model, published GPU count and GPU, batch sizes, optimizer sharding."""
     precision: Precision = "bf16"
     """Training precision."""
-    tp_size: int
-    """Tensor-parallel size."""
-    pp_size: int = 1
-    """Pipeline-parallel size."""
-    vpp_size: int | None = None
-    """Virtual pipeline size (None or 1: no interleaving)."""
-    cp_size: int = 1
-    """Context-parallel size."""
-    ep_size: int = 1
-    """Expert-parallel size."""
-    etp_size: int | None = None
-    """Expert tensor-parallel size (None: TP)."""
-    sequence_parallel: bool | None = None
-    """Sequence parallelism (None: on when TP > 1, what TP overlap hides)."""
-    micro_batch_size: int = 1
-    """Samples per micro-batch."""
-    global_batch_size: int | None = None
-    """Samples per optimizer step."""
-    distributed_optimizer: bool = True
-    """Shard optimizer state across data-parallel ranks."""
     tp_comm_overlap: bool = True
     """Request TP communication overlap."""
     preset: str = "auto"
@@ -155,14 +145,61 @@ class RecipeSpec:
     """Final learning rate."""
 
     def __post_init__(self) -> None:
-        hardware.gpu_spec(self.gpu)
         check_choice("", "precision", self.precision, Precision)
-        hardware.check_precision_on_gpu(gpu=self.gpu, fp8=self.precision == "fp8")
+        setting = PRECISIONS[self.precision]
+        job = self.job.replace(
+            grad_reduce_in_fp32=setting.grad_reduce_in_fp32,
+            **{f"model.{k}": v for k, v in setting.model.items()},
+        )
+        if job.gpu is not None:
+            job = job.replace(gpu=hardware.gpu_spec(job.gpu).name)
+            hardware.check_precision_on_gpu(gpu=job.gpu, fp8=job.precision == "fp8")
+        object.__setattr__(self, "job", job)
         if self.preset not in ("auto", "none") and self.preset not in PUBLISHED_PRESETS:
             raise ValueError(
                 f"preset {self.preset!r} is not a published preset; choose 'auto', 'none' or one "
                 f"of: {', '.join(sorted(PUBLISHED_PRESETS))}"
             )
+
+    @property
+    def num_gpus(self) -> int:
+        """GPU count of the published run."""
+        return self.job.world_size
+
+    @property
+    def gpu(self) -> str | None:
+        """GPU model of the published run."""
+        return self.job.gpu
+
+    def changed(self, **changes: Any) -> RecipeSpec:
+        """This spec with fields changed: spec fields by name, job fields by their description name.
+
+        Keys are spec fields (``precision``, ``preset``, ``overlap``, ...), job fields
+        (``world_size``, ``gpu``, ``global_batch_size``, ...) or ``model.<field>``. A change of
+        the tensor-parallel size without one of ``model.sequence_parallel`` turns sequence
+        parallelism on exactly when TP > 1 (it is what TP overlap hides; with TP 1 there is
+        nothing to split). ``TypeError`` names an unknown key.
+        """
+        spec_fields = {f.name for f in dataclasses.fields(self)} - {"job"}
+        unknown = sorted(
+            k
+            for k in changes
+            if k not in spec_fields
+            and k not in _JOB_FIELDS
+            and not (k.startswith("model.") and k.removeprefix("model.") in _MODEL_FIELDS)
+        )
+        if unknown:
+            raise TypeError(
+                f"recipe {self.name}: unknown field(s) {unknown}; a spec takes its own fields "
+                f"{sorted(spec_fields)}, the job's {sorted(_JOB_FIELDS)} and model.<field> for "
+                "megatron-core's TransformerConfig fields."
+            )
+        tp = changes.get("model.tensor_model_parallel_size")
+        if tp is not None and "model.sequence_parallel" not in changes:
+            changes["model.sequence_parallel"] = isinstance(tp, int) and tp > 1
+        own = {k: v for k, v in changes.items() if k in spec_fields}
+        job = {k: v for k, v in changes.items() if k not in spec_fields}
+        return dataclasses.replace(self, job=self.job.replace(**job) if job else self.job, **own)
 
     def with_overrides(self, **overrides: Any) -> RecipeSpec:
         """This spec with a recipe's keyword overrides (:data:`RECIPE_KEYWORDS`) applied."""
@@ -172,37 +209,23 @@ class RecipeSpec:
                 f"recipe {self.name} got unexpected keyword(s) {unknown}; it takes "
                 f"{list(RECIPE_KEYWORDS)}."
             )
-        if "gpu" in overrides:
-            overrides["gpu"] = hardware.gpu_spec(overrides["gpu"]).name
-        model = self.model
-        if "seq_length" in overrides:
-            model = dataclasses.replace(model, seq_length=overrides.pop("seq_length"))
-        return dataclasses.replace(self, model=model, **overrides)
+        return self.changed(**{RECIPE_KEYWORDS[k]: v for k, v in overrides.items()})
 
     # --- the torch-free route ----------------------------------------------------------------
 
-    @property
-    def sp(self) -> bool:
-        """Whether sequence parallelism is on."""
-        return self.tp_size > 1 if self.sequence_parallel is None else self.sequence_parallel
-
-    @property
-    def vpp(self) -> int | None:
-        """The virtual pipeline size as megatron-core stores it (None without interleaving)."""
-        return None if self.vpp_size in (None, 1) else self.vpp_size
-
     def preset_choice(self) -> PresetChoice:
         """The userbuffers preset this recipe runs with, and why."""
+        job = self.job
         if self.preset == "auto":
             return choose_userbuffers_preset(
                 tp_comm_overlap=self.tp_comm_overlap,
                 precision=self.precision,
-                gpu=self.gpu,
-                hidden_size=self.model.hidden_size,
-                tp_size=self.tp_size,
-                cp_size=self.cp_size,
-                micro_batch_size=self.micro_batch_size,
-                seq_length=self.model.seq_length,
+                gpu=job.gpu,
+                hidden_size=job.model.hidden_size,
+                tp_size=job.tp_size,
+                cp_size=job.cp_size,
+                micro_batch_size=job.micro_batch_size,
+                seq_length=job.model.seq_length,
             )
         if self.preset == "none":
             return PresetChoice(name=None, preset=None, detail="preset 'none': TE defaults")
@@ -218,93 +241,176 @@ class RecipeSpec:
             **dict(self.overlap),
         )
 
-    def facts(self, *, world_size: int | None = None, te: TEStatus | str = "assume") -> LayoutFacts:
-        """The layout facts of this recipe on ``world_size`` GPUs (default: the published count).
+    def job_on(
+        self, *, world_size: int | None = None, te: TEStatus | str = "assume"
+    ) -> JobDescription:
+        """The job on ``world_size`` GPUs (default: the published count) with TE as ``te`` says.
 
-        The same values ``facts_from_configs`` reads from the built and resolved container.
+        The description ``describe_configs`` reads from the built and resolved container.
         """
-        world = self.num_gpus if world_size is None else world_size
         status = te_status(te) if isinstance(te, str) else te
-        m = self.model
-        moe = bool(m.num_moe_experts)
-        return LayoutFacts(
-            tp_size=self.tp_size,
-            pp_size=self.pp_size,
-            vpp_size=self.vpp,
-            cp_size=self.cp_size,
-            ep_size=self.ep_size,
-            etp_size=self.etp_size,
-            dp_size=launch_env.data_parallel_size(
-                num_gpus=world, tp_size=self.tp_size, cp_size=self.cp_size, pp_size=self.pp_size
-            ),
-            sequence_parallel=self.sp,
-            gpu=self.gpu,
+        return self.job.replace(
+            world_size=self.job.world_size if world_size is None else world_size,
             te_available=status.available,
             te_reason=status.reason,
             te_version=status.version,
-            use_distributed_optimizer=self.distributed_optimizer,
-            num_layers=m.num_layers,
-            hidden_size=m.hidden_size,
-            num_attention_heads=m.num_attention_heads,
-            num_query_groups=m.num_query_groups,
-            account_for_embedding_in_pipeline_split=m.account_for_embedding_in_pipeline_split,
-            account_for_loss_in_pipeline_split=m.account_for_loss_in_pipeline_split,
-            seq_length=m.seq_length,
-            micro_batch_size=self.micro_batch_size,
-            bf16=True,
-            fp8=self.precision == "fp8",
-            num_moe_experts=m.num_moe_experts,
-            moe_token_dispatcher_type=m.moe_token_dispatcher_type if moe else None,
-            moe_flex_dispatcher_backend=(
-                m.moe_flex_dispatcher_backend
-                if moe and m.moe_token_dispatcher_type == "flex"
-                else None
-            ),
         )
 
     def plan(self, *, world_size: int | None = None, te: TEStatus | str = "assume") -> OverlapPlan:
         """The overlap plan of this recipe: layout checked, then the rules, without torch."""
-        facts = self.facts(world_size=world_size, te=te)
-        check_layout(facts)
-        return plan_comm_overlap(self.request(), facts)
+        job = self.job_on(world_size=world_size, te=te)
+        check_layout(job)
+        return plan_comm_overlap(self.request(), job)
 
     def launch_env(
         self, *, world_size: int | None = None, te: TEStatus | str = "assume", **options: Any
     ) -> launch_env.LaunchEnvPlan:
         """The launch environment of this recipe on ``world_size`` GPUs (default: published).
 
-        The plan's facts through ``launch_env.plan_launch_env_for``, EP all-to-all overlap as the
+        The plan's job through ``launch_env.plan_launch_env_for``, EP all-to-all overlap as the
         plan decided it: what ``PerfEnvPlugin.from_recipe`` exports and what :meth:`build` puts
         in ``cfg.env_vars``. ``options`` are ``plan_launch_env_for``'s (``layernorm_sm_margin``,
         ``nccl_pp_comm_chunksize``, ...).
         """
         # The layout errors are plan()'s and the resolver's to raise (a container is built
-        # before it is checked); the environment only needs the facts and the EP decision.
-        plan = plan_comm_overlap(self.request(), self.facts(world_size=world_size, te=te))
+        # before it is checked); the environment only needs the job and the EP decision.
+        plan = plan_comm_overlap(self.request(), self.job_on(world_size=world_size, te=te))
         return launch_env.plan_launch_env_for(
-            plan.facts,
-            a2a_overlap=bool(plan.value("overlap_moe_expert_parallel_comm")),
+            plan.job,
+            a2a_overlap=plan.a2a_overlap,
             **options,
         )
 
     # --- the full container ------------------------------------------------------------------
 
     def build(self) -> ConfigContainer:
-        """The recipe's ``ConfigContainer`` (imports megatron-core and torch)."""
-        from megatron.bridge.recipes.common import assemble
+        """The recipe's ``ConfigContainer`` (imports megatron-core and torch).
 
-        module_name, function_name = self.model.provider.split(":")
+        The provider's architecture with the job's model description written over it, the
+        training sizes, the optimizer and DDP (distributed optimizer as the job says), the
+        precision's mixed-precision preset, the comm-overlap request (TP overlap, the preset and
+        the spec's extra overlap fields; the other knobs stay ``None`` so the rules derive them
+        at model-build time), the GPU, and ``cfg.env_vars``: the launch environment at the
+        published GPU count (:meth:`launch_env`, what ``PerfEnvPlugin.from_recipe`` exports).
+        A config changed afterwards keeps these values; ``runtime_config_update`` warns when
+        they contradict the layout it resolves.
+        """
+        # megatron-core and torch: only when a container is asked for.
+        from megatron.core.distributed import DistributedDataParallelConfig
+
+        from megatron.bridge.training.config import (
+            ConfigContainer,
+            TrainingConfig,
+            default_optimizer,
+        )
+        from megatron.bridge.training.mixed_precision import get_mixed_precision_config
+
+        module_name, _, function_name = self.provider.partition(":")
         provider = getattr(importlib.import_module(module_name), function_name)
-        model = provider(**self.model.provider_kwargs())
-        m = self.model
-        model.account_for_embedding_in_pipeline_split = m.account_for_embedding_in_pipeline_split
-        model.account_for_loss_in_pipeline_split = m.account_for_loss_in_pipeline_split
-        if m.num_moe_experts is not None:
-            model.num_moe_experts = m.num_moe_experts
-            if m.moe_token_dispatcher_type is not None:
-                model.moe_token_dispatcher_type = m.moe_token_dispatcher_type
-            if m.moe_flex_dispatcher_backend is not None:
-                model.moe_flex_dispatcher_backend = m.moe_flex_dispatcher_backend
-        model.expert_model_parallel_size = self.ep_size
-        model.expert_tensor_parallel_size = self.etp_size
-        return assemble(model=model, spec=self)
+        model = provider(**dict(self.provider_options))
+        write_model(model, self.job.model)
+        choice = self.preset_choice()
+        _log_preset_choice(choice, tp_comm_overlap=self.tp_comm_overlap)
+        dist_opt = self.job.use_distributed_optimizer
+        return ConfigContainer(
+            model=model,
+            train=TrainingConfig(
+                micro_batch_size=self.job.micro_batch_size,
+                global_batch_size=self.job.global_batch_size,
+            ),
+            optimizer=default_optimizer(
+                lr=self.lr, min_lr=self.min_lr, use_distributed_optimizer=dist_opt
+            ),
+            ddp=DistributedDataParallelConfig(
+                use_distributed_optimizer=dist_opt, check_for_nan_in_grad=True
+            ),
+            mixed_precision=get_mixed_precision_config(PRECISIONS[self.precision].mixed_precision),
+            comm_overlap=CommOverlapConfig(
+                tp_comm_overlap=self.tp_comm_overlap,
+                tp_comm_overlap_cfg=choice.preset,
+                **dict(self.overlap),
+            ),
+            gpu=self.job.gpu,
+            env_vars=dict(self.launch_env().env),
+        )
+
+
+def _log_preset_choice(choice: PresetChoice, *, tp_comm_overlap: bool) -> None:
+    # Which userbuffers preset a recipe runs with; a warning when TE's defaults stand in. With
+    # TP overlap off nothing was looked up and nothing is said.
+    if tp_comm_overlap and choice.preset is None:
+        logger.warning(
+            "%s. Set cfg.comm_overlap.tp_comm_overlap_cfg to a preset tuned for this shape if "
+            "you have one.",
+            choice.detail,
+        )
+    elif choice.name is not None:
+        logger.info("Userbuffers preset %s: %s.", choice.name, choice.detail)
+
+
+def spec_of(
+    name: str,
+    *,
+    provider: str,
+    model: ModelDescription,
+    world_size: int,
+    gpu: str,
+    micro_batch_size: int = 1,
+    global_batch_size: int | None = None,
+    use_distributed_optimizer: bool = True,
+    **spec_fields: Any,
+) -> RecipeSpec:
+    """A recipe's spec from its model and published run; sequence parallelism follows TP > 1.
+
+    ``spec_fields`` are the other :class:`RecipeSpec` fields (``precision``, ``lr``, ...).
+    """
+    spec = RecipeSpec(
+        name=name,
+        provider=provider,
+        job=JobDescription(
+            model=model,
+            world_size=world_size,
+            gpu=gpu,
+            micro_batch_size=micro_batch_size,
+            global_batch_size=global_batch_size,
+            use_distributed_optimizer=use_distributed_optimizer,
+        ),
+        **spec_fields,
+    )
+    # The tensor-parallel size, given as a change, brings sequence parallelism with it.
+    return spec.changed(**{"model.tensor_model_parallel_size": model.tensor_model_parallel_size})
+
+
+class RecipeFunctions(NamedTuple):
+    """What a recipe module exports besides its :class:`RecipeSpec`."""
+
+    spec: Callable[..., RecipeSpec]
+    """The spec with keyword overrides (:data:`RECIPE_KEYWORDS`); no torch."""
+    build: Callable[..., ConfigContainer]
+    """The ``ConfigContainer`` with keyword overrides (imports megatron-core)."""
+
+
+def recipe_functions(base: RecipeSpec, title: str, module: str) -> RecipeFunctions:
+    """The ``spec`` and builder functions of the recipe ``base`` describes.
+
+    ``title`` names the model in the docstrings (e.g. "Llama-3 70B"); ``module`` is the recipe
+    module's ``__name__``, where the functions are published. The launch plugin of a
+    recipe is ``PerfEnvPlugin.from_recipe(name)`` or ``PerfEnvPlugin.from_config(cfg, ...)``.
+    """
+
+    def spec(**overrides: Any) -> RecipeSpec:
+        return base.with_overrides(**overrides)
+
+    def build(**overrides: Any) -> ConfigContainer:
+        return spec(**overrides).build()
+
+    keywords = ", ".join(f"``{k}``" for k in RECIPE_KEYWORDS)
+    spec.__doc__ = f"The {title} spec with keyword overrides ({keywords}); no torch."
+    build.__name__ = build.__qualname__ = base.name
+    spec.__module__ = build.__module__ = module
+    build.__doc__ = (
+        f"{title}: a complete ``ConfigContainer`` in the published layout, sizes overridable.\n\n"
+        f"Keywords: {keywords}. ``gpu`` and ``precision`` pick the userbuffers preset (``None`` "
+        "with a logged warning when none is published for the resulting shape)."
+    )
+    return RecipeFunctions(spec, build)

@@ -38,24 +38,25 @@ from megatron.bridge.models.gpt_provider import GPTModelProvider
 from megatron.bridge.training import hardware, launch_env
 from megatron.bridge.training.comm_overlap import (
     CommOverlapConfig,
-    LayoutFacts,
     OverlapPlan,
     OverlapRefusedError,
     TEMode,
     TEStatus,
     check_layout,
-    facts_from_configs,
+    describe_configs,
     te_status,
 )
 from megatron.bridge.training.comm_overlap.megatron_io import (
-    sync_distributed_optimizer,
     undo_plan,
+    write_distributed_optimizer,
 )
 from megatron.bridge.training.hardware import live_gpu_sm100_or_newer as gpu_sm100_or_newer
+from megatron.bridge.training.job import JobDescription
 from megatron.bridge.training.mixed_precision import (
     MixedPrecisionConfig,
     get_mixed_precision_config,
 )
+from megatron.bridge.training.parallel_layout import data_parallel_size
 from megatron.bridge.training.validators import check_int
 
 __all__ = [
@@ -66,6 +67,7 @@ __all__ = [
     "TrainingConfig",
     "check_env_vars",
     "check_launch_environment",
+    "default_optimizer",
     "gpu_sm100_or_newer",
     "resolve_config",
     "resolve_world_size",
@@ -75,16 +77,24 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
-def _default_optimizer() -> OptimizerConfig:
+def default_optimizer(
+    *, lr: float = 3e-4, min_lr: float = 3e-5, use_distributed_optimizer: bool = False
+) -> OptimizerConfig:
+    """The Adam optimizer config every recipe and a bare ``ConfigContainer`` start from.
+
+    Weight decay 0.1, betas 0.9 / 0.95, eps 1e-5, gradient clipping at 1.0 (upstream
+    Megatron-Bridge's ``distributed_fused_adam_with_cosine_annealing`` values).
+    """
     return OptimizerConfig(
         optimizer="adam",
-        lr=3e-4,
-        min_lr=3e-5,
+        lr=lr,
+        min_lr=min_lr,
         weight_decay=0.1,
         adam_beta1=0.9,
         adam_beta2=0.95,
-        adam_eps=1e-8,
+        adam_eps=1e-5,
         clip_grad=1.0,
+        use_distributed_optimizer=use_distributed_optimizer,
     )
 
 
@@ -101,7 +111,7 @@ class TrainingConfig:
 
     def finalize(self, data_parallel_size: int) -> None:
         """Check the sizes against the data-parallel size; raises naming the field and the fix."""
-        # These have always raised ValueError for any bad value, a wrong type included.
+        # Every bad value of a size, a wrong type included, is a ValueError (the contract).
         owner = "TrainingConfig"
         mbs = check_int(owner, "micro_batch_size", self.micro_batch_size, type_error=ValueError)
         gbs = check_int(
@@ -225,7 +235,7 @@ class ConfigContainer:
     """Model provider: a megatron-core TransformerConfig that builds the model."""
     train: TrainingConfig = field(default_factory=TrainingConfig)
     """Training-loop sizes (micro / global batch size, iterations)."""
-    optimizer: OptimizerConfig = field(default_factory=_default_optimizer)
+    optimizer: OptimizerConfig = field(default_factory=default_optimizer)
     """megatron-core optimizer config (Adam, lr 3e-4 by default)."""
     ddp: DistributedDataParallelConfig = field(default_factory=DistributedDataParallelConfig)
     """megatron-core DistributedDataParallel config."""
@@ -291,7 +301,7 @@ class ConfigContainer:
 
 
 def _as_world_size(value: Any, origin: str) -> int:
-    # A bad world size has always been a ValueError, whatever its type.
+    # A bad world size is a ValueError, whatever its type (the contract).
     return check_int("", f"World size from {origin}", value, type_error=ValueError)
 
 
@@ -321,7 +331,7 @@ def resolve_world_size(world_size: int | None = None) -> int:
 
 def _data_parallel_size(model: Any, world_size: int) -> int:
     try:
-        return launch_env.data_parallel_size(
+        return data_parallel_size(
             num_gpus=world_size,
             tp_size=model.tensor_model_parallel_size,
             cp_size=model.context_parallel_size,
@@ -331,14 +341,6 @@ def _data_parallel_size(model: Any, world_size: int) -> int:
         raise ValueError(
             f"World size {world_size} does not split into cfg.model's parallel layout: {exc}"
         ) from None
-
-
-def _sync_distributed_optimizer(cfg: ConfigContainer) -> None:
-    # Recipes usually set the flag on the DDP config only; megatron-core reads it from both
-    # configs, and their defaults are False, so a True on either side is the user's request.
-    note = sync_distributed_optimizer(cfg.optimizer, cfg.ddp)
-    if note is not None:
-        logger.info(note)
 
 
 def _validate_precision_consistency(cfg: ConfigContainer) -> None:
@@ -469,8 +471,8 @@ class ResolvedConfig:
     container; ``bridge-overlap explain --recipe`` and ``PerfEnvPlugin.from_config`` read it.
     """
 
-    facts: LayoutFacts
-    """The layout facts, read from the resolved megatron-core configs."""
+    job: JobDescription
+    """The job description, read from the resolved megatron-core configs."""
     plan: OverlapPlan | None
     """The overlap plan (None when the container has no comm_overlap request)."""
     data_parallel_size: int
@@ -483,38 +485,54 @@ class ResolvedConfig:
     @property
     def gpu(self) -> str | None:
         """GPU model the run targets, when known."""
-        return self.facts.gpu
+        return self.job.gpu
 
     @property
     def tp_size(self) -> int:
         """Tensor-parallel size."""
-        return self.facts.tp_size
+        return self.job.tp_size
 
     @property
     def cp_size(self) -> int:
         """Context-parallel size."""
-        return self.facts.cp_size
+        return self.job.cp_size
 
     @property
     def pp_size(self) -> int:
         """Pipeline-parallel size."""
-        return self.facts.pp_size
+        return self.job.pp_size
 
     @property
     def moe_flex_dispatcher_backend(self) -> str | None:
         """Backend of the flex MoE dispatcher (None unless the dispatcher is flex)."""
-        return self.facts.moe_flex_dispatcher_backend
+        return self.job.model.flex_backend
 
     @property
     def a2a_overlap(self) -> bool:
         """Whether EP all-to-all overlap runs: the plan's decision, else the model's own flag."""
         if self.plan is not None:
-            return bool(self.plan.value("overlap_moe_expert_parallel_comm"))
+            return self.plan.a2a_overlap
         return bool(self._staged.model.overlap_moe_expert_parallel_comm)
+
+    def commit(self, cfg: ConfigContainer) -> None:
+        """Write this resolution into ``cfg``, the container it was resolved from; never raises.
+
+        The megatron-core configs and the request get the resolved values attribute by attribute
+        (the objects keep their identity), and ``cfg`` records the data-parallel size, the plan
+        and the mixed precision applied.
+        """
+        staged = self._staged
+        for name, config in staged.work.items():
+            _commit(getattr(cfg, name), config, staged.memo)
+        if staged.overlap is not None:
+            _commit(cfg.comm_overlap, staged.overlap, {})
+        cfg._resolved_mixed_precision = self.mixed_precision
+        cfg._data_parallel_size = self.data_parallel_size
+        cfg._overlap_plan = self.plan
 
     def launch_env(self, **options: Any) -> launch_env.LaunchEnvPlan:
         """The launch environment this resolution needs (``plan_launch_env_for`` options)."""
-        return launch_env.plan_launch_env_for(self.facts, a2a_overlap=self.a2a_overlap, **options)
+        return launch_env.plan_launch_env_for(self.job, a2a_overlap=self.a2a_overlap, **options)
 
 
 def check_launch_environment(
@@ -528,7 +546,7 @@ def check_launch_environment(
     visible GPU's, else the one ``cfg.gpu`` names, else unknown (generation rules skipped).
     Returns the problems.
     """
-    f = resolved.facts
+    f = resolved.job
     live = gpu_sm100_or_newer()
     if live is None and f.gpu is not None:
         live = hardware.gpu_spec(f.gpu).sm100_or_newer
@@ -540,7 +558,7 @@ def check_launch_environment(
         dp_size=f.dp_size,
         pp_size=f.pp_size,
         a2a_overlap=resolved.a2a_overlap,
-        moe_flex_dispatcher_backend=f.moe_flex_dispatcher_backend,
+        moe_flex_dispatcher_backend=f.model.flex_backend,
         gpu_sm100_or_newer=live,
         env=os.environ if env is None else env,
     )
@@ -619,8 +637,6 @@ def resolve_config(
     dp = _data_parallel_size(staged.model, world)
     staged.train.finalize(dp)
 
-    _sync_distributed_optimizer(staged)
-
     plan = None
     if overlap is not None:
         # setup() runs the request's finalize() checks first.
@@ -630,28 +646,33 @@ def resolve_config(
             staged.ddp,
             data_parallel_size=dp,
             micro_batch_size=staged.train.micro_batch_size,
+            global_batch_size=staged.train.global_batch_size,
             te_status=te,
             gpu=gpu,
         )
-        facts = plan.facts
+        job = plan.job
     else:
-        facts = facts_from_configs(
+        job = describe_configs(
             staged.model,
             staged.optimizer,
             staged.ddp,
-            data_parallel_size=dp,
+            world_size=world,
             micro_batch_size=staged.train.micro_batch_size,
+            global_batch_size=staged.train.global_batch_size,
             te_status=te,
             gpu=gpu,
         )
+        write_distributed_optimizer(job, staged.optimizer, staged.ddp)
+        if job.distributed_optimizer_note is not None:
+            logger.info(job.distributed_optimizer_note)
     # The errors megatron-core would raise only once the job starts (pipeline split, expert
     # grid, heads per TP rank, ...), raised here while nothing has been written.
-    check_layout(facts)
+    check_layout(job)
 
     staged.model.finalize()
     _validate_precision_consistency(staged)
     return ResolvedConfig(
-        facts=facts,
+        job=job,
         plan=plan,
         data_parallel_size=dp,
         mixed_precision=mixed,
@@ -733,12 +754,5 @@ def runtime_config_update(
     # Every step succeeded: from here on nothing raises.
     _export_env_vars(env_plan)
     cfg._applied_env_vars = env_plan
-    staged = resolved._staged
-    for name, config in staged.work.items():
-        _commit(getattr(cfg, name), config, staged.memo)
-    if staged.overlap is not None:
-        _commit(cfg.comm_overlap, staged.overlap, {})
-    cfg._resolved_mixed_precision = resolved.mixed_precision
-    cfg._data_parallel_size = resolved.data_parallel_size
-    cfg._overlap_plan = resolved.plan
+    resolved.commit(cfg)
     return resolved.plan

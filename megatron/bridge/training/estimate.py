@@ -1,11 +1,10 @@
 """What one training step costs: model FLOPs, communication bytes per parallelism, lower-bound times.
 
 :func:`estimate_step` reads an :class:`~megatron.bridge.training.comm_overlap.OverlapPlan` (its
-layout facts and overlap decisions) and a :class:`ModelDims` (the model dimensions the facts do
-not carry) and returns an :class:`Estimate` for one GPU of the busiest pipeline stage:
+job description and overlap decisions) and returns an :class:`Estimate` for one GPU of the busiest pipeline stage:
 
 - **model FLOPs** with the definition Megatron-LM and Megatron-Bridge use for "Model
-  TFLOP/s/GPU" (see :meth:`ModelDims.flops_per_token`), and the FLOPs executed once activation
+  TFLOP/s/GPU" (see :meth:`ModelCost.flops_per_token`), and the FLOPs executed once activation
   recomputation is counted;
 - **communication bytes** each GPU sends per step for TP, CP, PP, DP and EP, each with its
   formula (see the helpers below), the link it crosses (NVLink inside the NVLink domain, the
@@ -21,23 +20,21 @@ Pure arithmetic: importing this module loads no torch.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from megatron.bridge.training.hardware import gpu_spec
+from megatron.bridge.training.job import ModelDescription
 
 if TYPE_CHECKING:
-    from megatron.bridge.recipes.spec import ModelShape
     from megatron.bridge.training.comm_overlap import OverlapPlan
 
 __all__ = [
-    "ARCHITECTURES",
     "CommEntry",
     "Estimate",
     "Link",
-    "ModelDims",
+    "ModelCost",
     "StepCost",
     "estimate_step",
 ]
@@ -45,179 +42,65 @@ __all__ = [
 Link = Literal["nvlink", "network"]
 """Where a transfer runs: NVLink inside the NVLink domain, the GPU's network NIC outside it."""
 
-#: Architecture facts of the shipped recipes' providers, which a ``ModelShape`` does not spell
-#: out (they live in the provider function): keyed by ``ModelShape.provider``.
-ARCHITECTURES: dict[str, dict[str, Any]] = {
-    # GPT-3: GeLU MLP, LayerNorm, biases, learned absolute positions, tied embeddings.
-    "megatron.bridge.recipes.gpt3_175b:gpt3_provider": {
-        "gated_linear_unit": False,
-        "add_bias_linear": True,
-        "normalization": "LayerNorm",
-        "learned_position_embedding": True,
-        "tied_embeddings": True,
-    },
-    # Llama-3: SwiGLU MLP, RMSNorm, no biases, RoPE, untied embeddings.
-    "megatron.bridge.recipes.llama:llama3_provider": {
-        "gated_linear_unit": True,
-        "add_bias_linear": False,
-        "normalization": "RMSNorm",
-        "learned_position_embedding": False,
-        "tied_embeddings": False,
-    },
-}
-
 _ACT_BYTES = 2
 """Bytes per activation element on the wire (bf16; FP8 all-gathers are not modelled)."""
 _PARAM_BYTES = 2
 """Bytes per parameter in the distributed optimizer's all-gather (bf16 model weights)."""
 
 
-@dataclass(frozen=True, kw_only=True)
-class ModelDims:
-    """The model dimensions an estimate needs beyond the layout facts.
+@dataclass(frozen=True)
+class ModelCost:
+    """FLOPs and parameter counts of a model, read from its description."""
 
-    Matches megatron-core's ``TransformerConfig`` names; the defaults are megatron-core's.
-    """
+    model: ModelDescription
+    """The model; its shape fields (layers, width, heads, vocabulary, sequence) must be known."""
 
-    num_layers: int
-    """Transformer layers."""
-    hidden_size: int
-    """Model width h."""
-    num_attention_heads: int
-    """Attention heads."""
-    num_query_groups: int | None = None
-    """Key/value heads of grouped-query attention (None: one per head, plain MHA)."""
-    kv_channels: int | None = None
-    """Head dimension (None: hidden_size / num_attention_heads)."""
-    ffn_hidden_size: int
-    """Dense MLP width."""
-    vocab_size: int
-    """Tokenizer vocabulary (padded as megatron-core pads it, see make_vocab_size_divisible_by)."""
-    seq_length: int
-    """Training sequence length s."""
-    gated_linear_unit: bool = False
-    """SwiGLU / GeGLU MLP: fc1 produces 2 x ffn_hidden_size (three h x ffn projections)."""
-    add_bias_linear: bool = True
-    """Linear layers carry biases."""
-    normalization: Literal["LayerNorm", "RMSNorm"] = "LayerNorm"
-    """LayerNorm has a weight and a bias per channel, RMSNorm a weight only."""
-    learned_position_embedding: bool = False
-    """A learned absolute position-embedding table (s x h parameters)."""
-    tied_embeddings: bool = True
-    """Output layer shares the input embedding's weight."""
-    make_vocab_size_divisible_by: int = 128
-    """megatron-core pads the vocabulary to a multiple of this times the TP size."""
-    num_moe_experts: int | None = None
-    """Routed experts (None: dense model)."""
-    moe_router_topk: int = 2
-    """Experts each token is routed to."""
-    moe_ffn_hidden_size: int | None = None
-    """Width of one routed expert (None: ffn_hidden_size)."""
-    moe_shared_expert_intermediate_size: int | None = None
-    """Total width of the shared experts (None: none)."""
-    moe_layer_freq: int = 1
-    """Every moe_layer_freq-th layer (from layer 0) is an MoE layer."""
-
-    @classmethod
-    def from_shape(cls, shape: ModelShape, **overrides: Any) -> ModelDims:
-        """The dimensions of a recipe's ``ModelShape``.
-
-        Architecture facts (``gated_linear_unit``, biases, norm, embeddings) come from
-        :data:`ARCHITECTURES` for the shipped providers; pass them as keywords for any other
-        provider (``gated_linear_unit=True`` for SwiGLU). Other keywords override fields.
-        """
-        arch = dict(ARCHITECTURES.get(shape.provider, {}))
-        if "gated_linear_unit" not in arch and "gated_linear_unit" not in overrides:
-            raise ValueError(
-                f"ModelDims.from_shape: provider {shape.provider!r} is not in ARCHITECTURES; "
-                "say whether its MLP is gated: from_shape(shape, gated_linear_unit=True/False)."
+    def __post_init__(self) -> None:
+        missing = [
+            name
+            for name in (
+                "num_layers",
+                "hidden_size",
+                "num_attention_heads",
+                "vocab_size",
+                "seq_length",
             )
-        fields = {
-            "num_layers": shape.num_layers,
-            "hidden_size": shape.hidden_size,
-            "num_attention_heads": shape.num_attention_heads,
-            "num_query_groups": shape.num_query_groups,
-            "ffn_hidden_size": shape.ffn_hidden_size,
-            "vocab_size": shape.vocab_size,
-            "seq_length": shape.seq_length,
-            "num_moe_experts": shape.num_moe_experts,
-            **arch,
-        }
-        known = {f.name for f in dataclasses.fields(cls)}
-        for name, value in shape.options:
-            if name in known:
-                fields[name] = value
-        fields.update(overrides)
-        return cls(**fields)
-
-    @classmethod
-    def from_model_config(cls, model: Any) -> ModelDims:
-        """The dimensions of a megatron-core ``TransformerConfig`` (a GPT provider), read as they are.
-
-        Reads attributes only, so it needs no torch; the config need not be finalized.
-        """
-        experts = getattr(model, "num_moe_experts", None)
-        return cls(
-            num_layers=model.num_layers,
-            hidden_size=model.hidden_size,
-            num_attention_heads=model.num_attention_heads,
-            num_query_groups=model.num_query_groups,
-            kv_channels=model.kv_channels,
-            ffn_hidden_size=model.ffn_hidden_size or 4 * model.hidden_size,
-            vocab_size=model.vocab_size,
-            seq_length=model.seq_length,
-            gated_linear_unit=bool(model.gated_linear_unit),
-            add_bias_linear=bool(model.add_bias_linear),
-            normalization="RMSNorm" if model.normalization == "RMSNorm" else "LayerNorm",
-            learned_position_embedding=model.position_embedding_type == "learned_absolute",
-            tied_embeddings=bool(model.share_embeddings_and_output_weights),
-            make_vocab_size_divisible_by=model.make_vocab_size_divisible_by,
-            num_moe_experts=experts,
-            moe_router_topk=model.moe_router_topk if experts else 2,
-            moe_ffn_hidden_size=model.moe_ffn_hidden_size if experts else None,
-            moe_shared_expert_intermediate_size=(
-                model.moe_shared_expert_intermediate_size if experts else None
-            ),
-        )
+            if getattr(self.model, name) is None
+        ]
+        if missing:
+            raise ValueError(
+                f"The step estimate needs the model's {', '.join(missing)}; set them in the job "
+                "description (e.g. --vocab-size on the command line)."
+            )
 
     # --- derived dimensions ------------------------------------------------------------------
 
     @property
-    def head_dim(self) -> int:
-        """Channels per attention head."""
-        return self.kv_channels or self.hidden_size // self.num_attention_heads
-
-    @property
     def query_width(self) -> int:
         """Query projection width: heads x head_dim."""
-        return self.num_attention_heads * self.head_dim
+        return self.model.num_attention_heads * self.model.head_dim
 
     @property
     def kv_width(self) -> int:
         """Key (and value) projection width: query groups x head_dim."""
-        groups = self.num_query_groups or self.num_attention_heads
-        return groups * self.head_dim
-
-    @property
-    def moe(self) -> bool:
-        """Whether the model has routed experts."""
-        return bool(self.num_moe_experts)
+        return self.model.query_groups * self.model.head_dim
 
     @property
     def num_moe_layers(self) -> int:
         """MoE layers (every moe_layer_freq-th layer; 0 for a dense model)."""
-        if not self.moe:
+        m = self.model
+        if not m.moe:
             return 0
-        return sum(1 for i in range(self.num_layers) if i % self.moe_layer_freq == 0)
+        return sum(1 for i in range(m.num_layers) if i % m.moe_layer_freq == 0)
 
     def padded_vocab(self, tp_size: int) -> int:
         """The vocabulary megatron-core allocates: padded to make_vocab_size_divisible_by x TP."""
-        multiple = self.make_vocab_size_divisible_by * tp_size
-        return math.ceil(self.vocab_size / multiple) * multiple
+        multiple = self.model.make_vocab_size_divisible_by * tp_size
+        return math.ceil(self.model.vocab_size / multiple) * multiple
 
     @property
     def _mlp_matrices(self) -> int:
-        return 3 if self.gated_linear_unit else 2
+        return 3 if self.model.gated_linear_unit else 2
 
     # --- FLOPs -------------------------------------------------------------------------------
 
@@ -228,12 +111,12 @@ class ModelDims:
         causal core attention: QK^T and AV are each 2 x q x s FLOPs per token over the full
         square, halved for the causal mask.
         """
-        h, q, kv, s = self.hidden_size, self.query_width, self.kv_width, self.seq_length
+        h, q, kv, s = self.model.hidden_size, self.query_width, self.kv_width, self.model.seq_length
         return 6 * (h * (q + 2 * kv) + q * h) + 6 * q * s
 
     def dense_mlp_flops_per_token(self) -> float:
         """Training FLOPs of one dense MLP per token: 6 x h x ffn x (3 gated, else 2)."""
-        return 6 * self.hidden_size * self.ffn_hidden_size * self._mlp_matrices
+        return 6 * self.model.hidden_size * self.model.ffn_size * self._mlp_matrices
 
     def moe_mlp_flops_per_token(self) -> float:
         """Training FLOPs of one MoE MLP per token: top-k routed experts plus the shared experts.
@@ -241,15 +124,15 @@ class ModelDims:
         6 x h x (moe_ffn x topk + shared) x (3 gated, else 2); the router GEMM is not counted
         (nor is it in Megatron's formula).
         """
-        if not self.moe:
+        if not self.model.moe:
             return 0.0
-        width = (self.moe_ffn_hidden_size or self.ffn_hidden_size) * self.moe_router_topk
-        width += self.moe_shared_expert_intermediate_size or 0
-        return 6 * self.hidden_size * width * self._mlp_matrices
+        width = (self.model.moe_ffn_hidden_size or self.model.ffn_size) * self.model.moe_router_topk
+        width += self.model.moe_shared_expert_intermediate_size or 0
+        return 6 * self.model.hidden_size * width * self._mlp_matrices
 
     def logit_flops_per_token(self, tp_size: int = 1) -> float:
         """Training FLOPs of the output layer per token: 6 x h x padded vocabulary."""
-        return 6 * self.hidden_size * self.padded_vocab(tp_size)
+        return 6 * self.model.hidden_size * self.padded_vocab(tp_size)
 
     def flops_per_token(self, tp_size: int = 1) -> float:
         """Model FLOPs per token of one training step (forward + backward), recompute excluded.
@@ -272,8 +155,8 @@ class ModelDims:
         Recomputed forward passes are not model FLOPs (see :meth:`recompute_flops_per_token`).
         """
         return (
-            self.num_layers * self.attention_flops_per_token()
-            + (self.num_layers - self.num_moe_layers) * self.dense_mlp_flops_per_token()
+            self.model.num_layers * self.attention_flops_per_token()
+            + (self.model.num_layers - self.num_moe_layers) * self.dense_mlp_flops_per_token()
             + self.num_moe_layers * self.moe_mlp_flops_per_token()
             + self.logit_flops_per_token(tp_size)
         )
@@ -281,7 +164,7 @@ class ModelDims:
     # --- parameters --------------------------------------------------------------------------
 
     def _norm_params(self) -> int:
-        return (2 if self.normalization == "LayerNorm" else 1) * self.hidden_size
+        return (2 if self.model.normalization == "LayerNorm" else 1) * self.model.hidden_size
 
     def layer_params(
         self, *, tp_size: int = 1, moe: bool = False, ep_size: int = 1, etp_size: int | None = None
@@ -292,32 +175,32 @@ class ModelDims:
         biases and the norms are replicated on every TP rank (megatron-core's row-parallel bias
         and norm weights). An MoE layer's experts are split over EP (whole experts) and ETP.
         """
-        h, q, kv = self.hidden_size, self.query_width, self.kv_width
-        bias = 1 if self.add_bias_linear else 0
+        h, q, kv = self.model.hidden_size, self.query_width, self.kv_width
+        bias = 1 if self.model.add_bias_linear else 0
         dense = (q + 2 * kv) * (h + bias) // tp_size  # QKV weight + bias (column-parallel)
         dense += q * h // tp_size + bias * h  # output projection (row-parallel; bias replicated)
         dense += 2 * self._norm_params()  # input and pre-MLP norms
         expert = 0
         if not moe:
-            fc1 = self.ffn_hidden_size * (self._mlp_matrices - 1)
-            dense += fc1 * (h + bias) // tp_size + self.ffn_hidden_size * h // tp_size + bias * h
+            fc1 = self.model.ffn_size * (self._mlp_matrices - 1)
+            dense += fc1 * (h + bias) // tp_size + self.model.ffn_size * h // tp_size + bias * h
             return dense, expert
         etp = tp_size if etp_size is None else etp_size
-        width = self.moe_ffn_hidden_size or self.ffn_hidden_size
+        width = self.model.moe_ffn_hidden_size or self.model.ffn_size
         one_expert = width * (self._mlp_matrices - 1) * (h + bias) // etp + width * h // etp
         one_expert += bias * h
-        expert = one_expert * (self.num_moe_experts or 0) // ep_size
-        dense += h * (self.num_moe_experts or 0)  # router, replicated
-        shared = self.moe_shared_expert_intermediate_size or 0
+        expert = one_expert * (self.model.num_moe_experts or 0) // ep_size
+        dense += h * (self.model.num_moe_experts or 0)  # router, replicated
+        shared = self.model.moe_shared_expert_intermediate_size or 0
         if shared:
             dense += shared * (self._mlp_matrices - 1) * h // tp_size + shared * h // tp_size
         return dense, expert
 
     def embedding_params(self, tp_size: int = 1) -> int:
         """Parameters one GPU of the first stage holds for the embeddings."""
-        params = self.padded_vocab(tp_size) * self.hidden_size // tp_size
-        if self.learned_position_embedding:
-            params += self.seq_length * self.hidden_size
+        params = self.padded_vocab(tp_size) * self.model.hidden_size // tp_size
+        if self.model.position_embedding_type == "learned_absolute":
+            params += self.model.seq_length * self.model.hidden_size
         return params
 
     def output_params(self, tp_size: int = 1, *, pp_size: int = 1) -> int:
@@ -327,8 +210,8 @@ class ModelDims:
         the last stage keeps its own copy, synchronized with the embedding's.
         """
         params = self._norm_params()
-        if not self.tied_embeddings or pp_size > 1:
-            params += self.padded_vocab(tp_size) * self.hidden_size // tp_size
+        if not self.model.share_embeddings_and_output_weights or pp_size > 1:
+            params += self.padded_vocab(tp_size) * self.model.hidden_size // tp_size
         return params
 
 
@@ -384,7 +267,7 @@ class Estimate:
     """One training step's cost on one GPU of the busiest pipeline stage."""
 
     model_flops_per_token: float
-    """Model FLOPs per token (:meth:`ModelDims.flops_per_token`)."""
+    """Model FLOPs per token (:meth:`ModelCost.flops_per_token`)."""
     step: StepCost
     """Compute of one step."""
     communication: tuple[CommEntry, ...]
@@ -507,8 +390,8 @@ def _stage_layers(facts: Any, num_layers: int) -> list[int]:
     pp = facts.pp_size
     if pp == 1:
         return [num_layers]
-    emb = 1 if facts.account_for_embedding_in_pipeline_split else 0
-    loss = 1 if facts.account_for_loss_in_pipeline_split else 0
+    emb = 1 if facts.model.account_for_embedding_in_pipeline_split else 0
+    loss = 1 if facts.model.account_for_loss_in_pipeline_split else 0
     per = (num_layers + emb + loss) / pp
     layers = [per] * pp
     layers[0] -= emb
@@ -518,47 +401,42 @@ def _stage_layers(facts: Any, num_layers: int) -> list[int]:
 
 def _recomputed_fraction(facts: Any, stage_layers: int, vpp: int) -> tuple[float, float, float]:
     """(full-layer, core-attention, MLP) fractions of a stage's forward that are recomputed."""
-    granularity = facts.recompute_granularity
+    granularity = facts.model.recompute_granularity
     if granularity == "full":
-        if facts.recompute_method == "block" and facts.recompute_num_layers is not None:
-            return min(1.0, facts.recompute_num_layers * vpp / max(stage_layers, 1)), 0.0, 0.0
+        if facts.model.recompute_method == "block" and facts.model.recompute_num_layers is not None:
+            return min(1.0, facts.model.recompute_num_layers * vpp / max(stage_layers, 1)), 0.0, 0.0
         return 1.0, 0.0, 0.0
     if granularity == "selective":
-        modules = facts.recompute_modules or ("core_attn",)
+        modules = (facts.model.recompute_modules or ()) or ("core_attn",)
         return 0.0, float("core_attn" in modules), float("mlp" in modules)
     return 0.0, 0.0, 0.0
 
 
 def estimate_step(
     plan: OverlapPlan,
-    model: ModelDims | ModelShape,
     *,
     gpus_per_node: int = 8,
     nvlink_domain: int | None = None,
-    global_batch_size: int | None = None,
-    grad_reduce_in_fp32: bool = True,
 ) -> Estimate:
     """The cost of one training step on one GPU of the busiest pipeline stage of ``plan``.
 
-    ``model`` gives what the layout facts lack (FFN width, vocabulary, SwiGLU, MoE widths); a
-    recipe's ``ModelShape`` is turned into :class:`ModelDims` by :meth:`ModelDims.from_shape`.
+    Everything comes from the plan's job description: the model (:class:`ModelCost`), the
+    layout, the GPU, the batch sizes (the global batch defaults to the smallest that fills the
+    pipeline, micro-batch x DP x PP) and whether gradients are reduced in fp32.
     ``nvlink_domain`` is how many consecutive ranks NVLink connects (default: the GPU
-    catalogue's domain, e.g. 72 on GB200 NVL72, else ``gpus_per_node``).
-    ``global_batch_size`` defaults to the smallest batch that fills the pipeline
-    (micro-batch x DP x PP). ``grad_reduce_in_fp32`` is the DDP setting (on in the bf16
-    mixed-precision recipes). Raises ``ValueError`` when the facts lack what the estimate
-    needs (GPU, micro-batch size, sequence length).
+    catalogue's domain, e.g. 72 on GB200 NVL72, else ``gpus_per_node``). Raises ``ValueError``
+    when the job lacks what the estimate needs (GPU, micro-batch size, the model's shape).
     """
-    f = plan.facts
-    dims = model if isinstance(model, ModelDims) else ModelDims.from_shape(model)
+    f = plan.job
+    dims = ModelCost(f.model)
     if f.gpu is None:
-        raise ValueError("estimate_step needs the GPU model: set LayoutFacts.gpu (e.g. 'h100').")
+        raise ValueError("estimate_step needs the GPU model: set JobDescription.gpu (e.g. 'h100').")
     if f.micro_batch_size is None:
-        raise ValueError("estimate_step needs LayoutFacts.micro_batch_size.")
+        raise ValueError("estimate_step needs JobDescription.micro_batch_size.")
+    global_batch_size = f.global_batch_size
+    grad_reduce_in_fp32 = f.grad_reduce_in_fp32
     gpu = gpu_spec(f.gpu)
-    seq = f.seq_length or dims.seq_length
-    if seq != dims.seq_length:
-        dims = dataclasses.replace(dims, seq_length=seq)
+    seq = f.model.seq_length
     tp, cp, pp, dp = f.tp_size, f.cp_size, f.pp_size, f.dp_size
     vpp = f.vpp_size if f.interleaved else 1
     mbs = f.micro_batch_size
@@ -572,12 +450,13 @@ def estimate_step(
     tokens_per_dp_rank = tokens // dp
     world = f.world_size
     domain = nvlink_domain or gpu.nvlink_domain or gpus_per_node
-    peak_flops = gpu.peak_tflops(fp8=f.fp8) * 1e12
+    fp8 = f.precision == "fp8"
+    peak_flops = gpu.peak_tflops(fp8=fp8) * 1e12
     assumptions: list[str] = []
 
     # --- which pipeline stage is busiest ----------------------------------------------------
-    stage_layers = _stage_layers(f, dims.num_layers)
-    moe_share = dims.num_moe_layers / dims.num_layers
+    stage_layers = _stage_layers(f, f.model.num_layers)
+    moe_share = dims.num_moe_layers / f.model.num_layers
     attn, dense_mlp, moe_mlp = (
         dims.attention_flops_per_token(),
         dims.dense_mlp_flops_per_token(),
@@ -639,7 +518,7 @@ def estimate_step(
         )
 
     # One micro-batch's hidden activations on this GPU's CP slice, before any SP split.
-    act = mbs * (seq // cp) * dims.hidden_size * _ACT_BYTES
+    act = mbs * (seq // cp) * f.model.hidden_size * _ACT_BYTES
     recomputed_layers = full * layers
 
     # TP. With SP each layer's attention and MLP all-gather their input (fwd) and
@@ -755,17 +634,17 @@ def estimate_step(
             )
 
     data_parallel("dp", dp * cp, dense_params, tp * cp * dp)
-    etp = tp if f.etp_size is None else f.etp_size
-    if dims.moe:
+    etp = f.etp_size
+    if f.model.moe:
         edp = f.expert_data_parallel_size or world // (etp * f.ep_size * pp)
         data_parallel("dp-expert", edp, expert_params, etp * f.ep_size * edp)
 
     # EP. Each MoE layer dispatches every token to its top-k experts and combines the results:
     # forward and backward, 4 all-to-alls of tokens x topk x h x 2B, of which (EP-1)/EP leaves
     # the GPU under uniform routing; a recomputed layer adds its 2 forward ones.
-    if dims.moe and f.ep_size > 1:
+    if f.model.moe and f.ep_size > 1:
         local_tokens = mbs * seq // (cp * (tp if f.sequence_parallel else 1))
-        a2a = local_tokens * dims.moe_router_topk * dims.hidden_size * _ACT_BYTES
+        a2a = local_tokens * f.model.moe_router_topk * f.model.hidden_size * _ACT_BYTES
         count = 4 * moe_layers + 2 * full * moe_layers
         add(
             "ep",
@@ -779,8 +658,8 @@ def estimate_step(
     assumptions.extend(
         [
             "times are lower bounds: bytes / peak per-direction link bandwidth and FLOPs / peak "
-            f"dense {'FP8' if f.fp8 else 'BF16'} tensor-core FLOP/s ({gpu.name}: "
-            f"{gpu.peak_tflops(fp8=f.fp8):.0f} TFLOP/s, NVLink {gpu.nvlink_gb_per_s:.0f} GB/s, "
+            f"dense {'FP8' if fp8 else 'BF16'} tensor-core FLOP/s ({gpu.name}: "
+            f"{gpu.peak_tflops(fp8=fp8):.0f} TFLOP/s, NVLink {gpu.nvlink_gb_per_s:.0f} GB/s, "
             f"network {gpu.network_gb_per_s:.0f} GB/s per GPU); no latency, no congestion",
             f"ring collectives: each GPU sends (n-1)/n of the tensor; NVLink domain of {domain} "
             "consecutive ranks (megatron-core rank order tp-cp-dp-pp, experts tp-ep-dp-pp); a "
@@ -799,7 +678,7 @@ def estimate_step(
             "recomputed forwards count only in compute_seconds_at_peak",
         ]
     )
-    if dims.moe:
+    if f.model.moe:
         assumptions.append(
             "MoE: uniform routing (no imbalance, no dropped tokens); MoE layers spread evenly "
             "over stages; expert-TP traffic not modelled"

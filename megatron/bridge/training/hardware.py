@@ -57,7 +57,7 @@ class GpuSpec:
     @property
     def sm100_or_newer(self) -> bool:
         """Blackwell (SM100) or newer: drives CUDA_DEVICE_MAX_CONNECTIONS."""
-        return self.compute_capability[0] >= 10
+        return blackwell_or_newer(self.compute_capability[0])
 
 
 #: Every GPU model the library plans for. H200 is the H100 chip (SM90) with more memory and
@@ -157,4 +157,9 @@ def live_gpu_sm100_or_newer() -> bool | None:
     if not torch.cuda.is_available():
         return None
     major, _minor = torch.cuda.get_device_capability()
+    return blackwell_or_newer(major)
+
+
+def blackwell_or_newer(major: int) -> bool:
+    """Whether a compute capability's major version is Blackwell's (SM100) or newer."""
     return major >= 10

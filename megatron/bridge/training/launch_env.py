@@ -29,10 +29,12 @@ import dataclasses
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Literal
 
+from megatron.bridge.training.hardware import gpu_spec
+from megatron.bridge.training.parallel_layout import validate_parallel_size
 from megatron.bridge.training.validators import check_bool, check_choice, check_int
 
 if TYPE_CHECKING:
-    from megatron.bridge.training.comm_overlap import LayoutFacts
+    from megatron.bridge.training.job import JobDescription
 
 __all__ = [
     "CUDA_DEFAULT_MAX_CONNECTIONS",
@@ -42,14 +44,12 @@ __all__ = [
     "MoeFlexDispatcherBackend",
     "check_live_environment",
     "cuda_device_max_connections",
-    "data_parallel_size",
     "plan_launch_env",
     "plan_launch_env_for",
     "validate_layernorm_sm_margin",
     "validate_manual_gc_interval",
     "validate_moe_flex_dispatcher_backend",
     "validate_nccl_pp_comm_chunksize",
-    "validate_parallel_size",
 ]
 
 MoeFlexDispatcherBackend = Literal["deepep", "hybridep", "ncclep"]
@@ -72,11 +72,6 @@ NCCL_P2P_NET_CHUNKSIZE = "NCCL_P2P_NET_CHUNKSIZE"
 
 
 # --------------------------------------------------------------------------- validation
-
-
-def validate_parallel_size(name: str, value: object) -> int:
-    """Check that a parallel size (``tp_size``, ``dp_size``, ...) is an int >= 1."""
-    return check_int("", name, value, hint="Use 1 when that dimension is unused.")
 
 
 def validate_layernorm_sm_margin(value: object, *, name: str = "layernorm_sm_margin") -> int:
@@ -133,21 +128,6 @@ def validate_moe_flex_dispatcher_backend(
         optional=True,
         hint="None means the flex dispatcher is not used.",
     )
-
-
-def data_parallel_size(*, num_gpus: int, tp_size: int, cp_size: int, pp_size: int) -> int:
-    """Data-parallel size ``num_gpus // (tp * cp * pp)``; the product must divide ``num_gpus``."""
-    validate_parallel_size("num_gpus", num_gpus)
-    for name, value in (("tp_size", tp_size), ("cp_size", cp_size), ("pp_size", pp_size)):
-        validate_parallel_size(name, value)
-    model_parallel = tp_size * cp_size * pp_size
-    if num_gpus % model_parallel:
-        raise ValueError(
-            f"num_gpus={num_gpus} is not divisible by tp_size * cp_size * pp_size = "
-            f"{tp_size} * {cp_size} * {pp_size} = {model_parallel}; change num_gpus or the "
-            "parallel sizes so the product divides the GPU count."
-        )
-    return num_gpus // model_parallel
 
 
 # --------------------------------------------------------------------------- rules
@@ -392,7 +372,7 @@ def check_live_environment(
 
 
 def plan_launch_env_for(
-    facts: LayoutFacts,
+    job: JobDescription,
     *,
     a2a_overlap: bool,
     gpu_sm100_or_newer: bool | None = None,
@@ -402,18 +382,16 @@ def plan_launch_env_for(
 ) -> LaunchEnvPlan:
     """The launch environment a resolved layout needs: what every consumer exports and checks.
 
-    ``facts`` are a resolved plan's (``plan.facts``) and ``a2a_overlap`` whether EP all-to-all
-    overlap survived in it. The GPU generation comes from the facts' GPU when they name one,
+    ``job`` is a resolved plan's (``plan.job``) and ``a2a_overlap`` whether EP all-to-all
+    overlap survived in it. The GPU generation comes from the job's GPU when it names one,
     else from ``gpu_sm100_or_newer`` (which must then be given).
     """
-    if facts.gpu is not None:
-        from megatron.bridge.training.hardware import gpu_spec
-
-        generation = gpu_spec(facts.gpu).sm100_or_newer
+    if job.gpu is not None:
+        generation = gpu_spec(job.gpu).sm100_or_newer
         if gpu_sm100_or_newer is not None and gpu_sm100_or_newer != generation:
             raise ValueError(
                 f"gpu_sm100_or_newer={gpu_sm100_or_newer} contradicts the layout's gpu "
-                f"{facts.gpu!r}; pass one of them."
+                f"{job.gpu!r}; pass one of them."
             )
     elif gpu_sm100_or_newer is None:
         raise ValueError(
@@ -424,11 +402,11 @@ def plan_launch_env_for(
         generation = gpu_sm100_or_newer
     return plan_launch_env(
         gpu_sm100_or_newer=generation,
-        tp_size=facts.tp_size,
-        cp_size=facts.cp_size,
-        dp_size=facts.dp_size,
-        pp_size=facts.pp_size,
-        moe_flex_dispatcher_backend=facts.moe_flex_dispatcher_backend,
+        tp_size=job.tp_size,
+        cp_size=job.cp_size,
+        dp_size=job.dp_size,
+        pp_size=job.pp_size,
+        moe_flex_dispatcher_backend=job.model.flex_backend,
         a2a_overlap=a2a_overlap,
         enable_layernorm_sm_margin=enable_layernorm_sm_margin,
         layernorm_sm_margin=layernorm_sm_margin,

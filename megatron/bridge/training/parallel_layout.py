@@ -15,10 +15,34 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from megatron.bridge.training.launch_env import data_parallel_size, validate_parallel_size
 from megatron.bridge.training.validators import check_bool, check_int
 
-__all__ = ["ParallelSizes", "check_parallel_layout"]
+__all__ = [
+    "ParallelSizes",
+    "check_parallel_layout",
+    "data_parallel_size",
+    "validate_parallel_size",
+]
+
+
+def validate_parallel_size(name: str, value: object) -> int:
+    """Check that a parallel size (``tp_size``, ``dp_size``, ...) is an int >= 1."""
+    return check_int("", name, value, hint="Use 1 when that dimension is unused.")
+
+
+def data_parallel_size(*, num_gpus: int, tp_size: int, cp_size: int, pp_size: int) -> int:
+    """Data-parallel size ``num_gpus // (tp * cp * pp)``; the product must divide ``num_gpus``."""
+    validate_parallel_size("num_gpus", num_gpus)
+    for name, value in (("tp_size", tp_size), ("cp_size", cp_size), ("pp_size", pp_size)):
+        validate_parallel_size(name, value)
+    model_parallel = tp_size * cp_size * pp_size
+    if num_gpus % model_parallel:
+        raise ValueError(
+            f"num_gpus={num_gpus} is not divisible by tp_size * cp_size * pp_size = "
+            f"{tp_size} * {cp_size} * {pp_size} = {model_parallel}; change num_gpus or the "
+            "parallel sizes so the product divides the GPU count."
+        )
+    return num_gpus // model_parallel
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -408,8 +408,8 @@ def write_run_config(
     """Write ``config.yaml`` (:func:`to_yaml`) and ``plan.json`` into ``directory``.
 
     ``plan.json`` is what ``cfg`` resolves to on ``world_size`` GPUs (``resolve_config``, on
-    copies: ``cfg`` is not changed): ``world_size``, ``data_parallel_size``, ``gpu``, ``facts``
-    (``LayoutFacts.to_dict``), ``overlap_plan`` (``OverlapPlan.to_dict``, null without
+    copies: ``cfg`` is not changed): ``world_size``, ``data_parallel_size``, ``gpu``, ``job``
+    (``JobDescription.to_dict``), ``overlap_plan`` (``OverlapPlan.to_dict``, null without
     comm_overlap), ``env_vars`` (as exported strings) and ``launch_env`` (the launch environment
     the layout needs, null when the GPU is unknown). ``te`` defaults to "assume". Both files are
     written only after both documents were built. Returns their paths.
@@ -426,10 +426,10 @@ def write_run_config(
         ]
     plan = {
         "format_version": FORMAT_VERSION,
-        "world_size": resolved.facts.world_size,
+        "world_size": resolved.job.world_size,
         "data_parallel_size": resolved.data_parallel_size,
         "gpu": resolved.gpu,
-        "facts": resolved.facts.to_dict(),
+        "job": resolved.job.to_dict(),
         "overlap_plan": None if resolved.plan is None else resolved.plan.to_dict(),
         "env_vars": check_env_vars(cfg.env_vars),
         "launch_env": launch,

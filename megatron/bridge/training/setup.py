@@ -10,6 +10,7 @@ from megatron.bridge.training.comm_overlap.megatron_io import model_config_drift
 from megatron.bridge.training.comm_overlap.plan import OverlapPlan, OverlapRefusedError
 from megatron.bridge.training.config import ConfigContainer, runtime_config_update
 from megatron.bridge.training.initialize import initialize_tp_communicators
+from megatron.bridge.training.userbuffers import mtp_userbuffers_pitfall
 
 __all__ = ["build_model"]
 
@@ -86,13 +87,9 @@ def _check_overlap_survived_build(plan: OverlapPlan, model_config: object, *, st
     if (
         plan.value("tp_comm_overlap")
         and not model_config.tp_comm_overlap
-        and plan.facts.mtp_num_layers
+        and plan.job.model.mtp_num_layers
     ):
-        message += (
-            f" With mtp_num_layers={plan.facts.mtp_num_layers} the MTP layers' userbuffers are "
-            "not in the preset (Megatron-Bridge issue #4227): set mtp_num_layers=None or "
-            "tp_comm_overlap=False."
-        )
+        message += f" Likely cause: {mtp_userbuffers_pitfall(plan.job.model.mtp_num_layers)}."
     if strict:
         raise OverlapRefusedError(message + " (strict=True turns this into an error)")
     logger.warning(message)

@@ -34,13 +34,12 @@ __all__ = [
     "TransformerLayerTPOverlapCfg",
     "choose_userbuffers_preset",
     "find_userbuffers_preset",
+    "mtp_userbuffers_pitfall",
     "preset_fits_model",
     "preset_names_of",
     "preset_shapes_of",
     "published_name_for",
 ]
-
-OverlapMethod = Literal["bulk", "ring_exchange", "pipeline"]
 
 #: The TE GEMM names a transformer layer registers userbuffers for, in TE's order.
 GEMM_NAMES: tuple[str, ...] = (
@@ -541,3 +540,15 @@ def published_name_for(
         ):
             return name
     return names[0] if names else None
+
+
+def mtp_userbuffers_pitfall(mtp_num_layers: int) -> str:
+    """Why TP overlap does not survive multi-token-prediction layers, and the fix."""
+    return (
+        f"with mtp_num_layers={mtp_num_layers} the multi-token-prediction layers' userbuffer "
+        "names are not in the userbuffers preset, and when they are built megatron-core/"
+        "Transformer Engine write tp_comm_overlap=False back into the shared model config, "
+        "turning TP overlap off for every decoder layer built afterwards (Megatron-Bridge issue "
+        "#4227): set mtp_num_layers=None, or tp_comm_overlap=False to run MTP knowingly without "
+        "TP overlap"
+    )

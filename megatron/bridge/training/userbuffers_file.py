@@ -22,13 +22,14 @@ from typing import Any
 
 from megatron.bridge.training.userbuffers import (
     GEMM_NAMES,
+    PUBLISHED_PRESETS,
     BulkOverlapCfg,
     PipelineOverlapCfg,
     RingExchangeOverlapCfg,
     TransformerLayerTPOverlapCfg,
 )
 
-__all__ = ["load_tp_overlap_cfg"]
+__all__ = ["PresetSource", "load_preset", "load_tp_overlap_cfg"]
 
 _CFG_TYPES = (BulkOverlapCfg, RingExchangeOverlapCfg, PipelineOverlapCfg)
 
@@ -270,3 +271,32 @@ def load_tp_overlap_cfg(
         gemms[gemm] = _gemm_cfg(label, gemm, knobs)
     _check_te_method_rules(label, gemms)
     return TransformerLayerTPOverlapCfg(**gemms)
+
+
+PresetSource = TransformerLayerTPOverlapCfg | Mapping[str, Any] | str | os.PathLike[str]
+"""A userbuffers config as a user may give it: a preset object, a mapping or a YAML file path."""
+
+
+def load_preset(
+    value: object, *, owner: str = "CommOverlapConfig"
+) -> TransformerLayerTPOverlapCfg | None:
+    """The typed userbuffers config for a ``tp_comm_overlap_cfg`` value, loaded and checked.
+
+    A preset object is returned as it is; a mapping (GEMM name -> knobs) or a YAML file path is
+    loaded and checked GEMM by GEMM and knob by knob (an unknown name gets a "did you mean").
+    """
+    if value is None or isinstance(value, TransformerLayerTPOverlapCfg):
+        return value
+    if isinstance(value, str) and value in PUBLISHED_PRESETS and not os.path.exists(value):
+        raise TypeError(
+            f"{owner}.tp_comm_overlap_cfg={value!r} is a preset name, not a file: import the "
+            "preset object, e.g. `from megatron.bridge.training.comm_overlap import "
+            f"{value}`."
+        )
+    if isinstance(value, Mapping | str | os.PathLike):
+        return load_tp_overlap_cfg(value, origin=f"{owner}.tp_comm_overlap_cfg")
+    raise TypeError(
+        f"{owner}.tp_comm_overlap_cfg must be a TransformerLayerTPOverlapCfg (one of the "
+        "published userbuffers_* presets or your own), a mapping of GEMM name to knobs, a YAML "
+        f"file path, or None; got {type(value).__name__}."
+    )

@@ -76,7 +76,7 @@ def check_int(
 
     ``unit`` names what it counts (shown in the type error); ``hint`` says how to fix it and ends
     every error. ``type_error`` is what a value that is not an int raises: ``TypeError``, except
-    for the few settings whose API has always raised ``ValueError`` for any bad value.
+    for the few settings whose contract is a ``ValueError`` for any bad value.
     """
     if value is None and optional:
         return None

@@ -1,7 +1,7 @@
 """Torch-free recipe specs (megatron/bridge/recipes/spec.py) and recipes of your own.
 
 The two routes from a recipe, its spec's plan (no torch) and the container resolved as at
-model-build time, must reach the same facts and plan. Transformer Engine is assumed present
+model-build time, must reach the same job description and plan. Transformer Engine is assumed present
 (``te="assume"``), as on the cluster: it cannot be installed on a CPU machine.
 """
 
@@ -59,7 +59,7 @@ def test_spec_and_container_reach_the_same_plan(name, overrides):
     spec = recipe_spec(name, **overrides)
     torch_free = spec.plan(te="assume")
     built = resolve_config(get_recipe(name, **overrides), world_size=spec.num_gpus, te="assume")
-    assert built.facts == torch_free.facts
+    assert built.job == torch_free.job
     assert built.plan.to_dict() == torch_free.to_dict()
 
 
@@ -110,24 +110,25 @@ USER_MODULE = textwrap.dedent(
     """
     from typing import Any
 
-    from megatron.bridge.recipes.spec import ModelShape, RecipeSpec
+    from megatron.bridge.recipes.spec import RecipeSpec, spec_of
+    from megatron.bridge.training.job import ModelDescription
 
-    SPEC = RecipeSpec(
-        name="tiny_gpt",
-        model=ModelShape(
-            provider="megatron.bridge.recipes.gpt3_175b:gpt3_provider",
+    SPEC = spec_of(
+        "tiny_gpt",
+        provider="megatron.bridge.recipes.gpt3_175b:gpt3_provider",
+        model=ModelDescription(
             num_layers=8,
             hidden_size=1024,
             num_attention_heads=16,
             ffn_hidden_size=4096,
             vocab_size=32000,
             seq_length=2048,
+            tensor_model_parallel_size=2,
+            pipeline_model_parallel_size=2,
+            virtual_pipeline_model_parallel_size=2,
         ),
-        num_gpus=16,
+        world_size=16,
         gpu="h100",
-        tp_size=2,
-        pp_size=2,
-        vpp_size=2,
         global_batch_size=32,
     )
 
@@ -173,8 +174,8 @@ def test_entry_point_recipe_is_listed_and_planned(user_recipes, capsys):
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)["recipes"]}
     assert set(RECIPES) < set(rows)
     assert rows["tiny_gpt"]["layout"]["tp"] == 2 and rows["tiny_gpt"]["layout"]["world_size"] == 16
-    plan = plan_recipe("tiny_gpt", precision="fp8").plan
-    assert plan.facts.fp8 is True and plan.facts.dp_size == 4
+    plan = plan_recipe("tiny_gpt", precision="fp8")
+    assert plan.job.precision == "fp8" and plan.job.dp_size == 4
 
 
 def test_container_recipe_needs_a_world_size_and_is_resolved(user_recipes, capsys):

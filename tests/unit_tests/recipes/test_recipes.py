@@ -7,10 +7,10 @@ and to import, so it cannot exist on a CPU machine, while the recipes target GPU
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import json
 import logging
-import sys
 from pathlib import Path
 from unittest import mock
 
@@ -20,7 +20,6 @@ import torch.nn.functional as F
 
 from megatron.bridge.cli import EXIT_OK, main
 from megatron.bridge.recipes import RECIPES, get_recipe, recipe_function, recipe_layout
-from megatron.bridge.recipes import common as recipe_common
 from megatron.bridge.recipes.run_plugins import PerfEnvPlugin
 from megatron.bridge.recipes.spec import RecipeSpec
 from megatron.bridge.training.comm_overlap import (
@@ -30,8 +29,13 @@ from megatron.bridge.training.comm_overlap import (
 )
 from megatron.bridge.training.config import runtime_config_update
 
-COMMON_LOGGER = "megatron.bridge.recipes.common"
+SPEC_LOGGER = "megatron.bridge.recipes.spec"
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "launch_gpt3_175b.py"
+
+
+def recipe_module(name):
+    """The module of a shipped recipe, as the registry names it."""
+    return importlib.import_module(RECIPES[name].partition(":")[0])
 
 
 def resolve(cfg, world_size):
@@ -76,7 +80,7 @@ PUBLISHED = [
 def test_recipe_resolves_at_its_published_gpu_count(name, num_gpus, dp, preset, sizes):
     cfg = get_recipe(name)
     assert recipe_function(name).__module__.rsplit(".", 1)[-1] == name
-    assert sys.modules[recipe_function(name).__module__].PUBLISHED.num_gpus == num_gpus
+    assert recipe_module(name).SPEC.num_gpus == num_gpus
 
     plan = resolve(cfg, num_gpus)
 
@@ -230,7 +234,7 @@ def test_llama31_405b_rejects_a_vpp_the_layers_do_not_split_into():
     ],
 )
 def test_overrides_pick_the_matching_published_preset(name, overrides, num_gpus, preset, caplog):
-    caplog.set_level(logging.INFO, logger=COMMON_LOGGER)
+    caplog.set_level(logging.INFO, logger=SPEC_LOGGER)
     cfg = get_recipe(name, **overrides)
     assert cfg.comm_overlap.tp_comm_overlap_cfg is PUBLISHED_PRESETS[preset]
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
@@ -243,7 +247,7 @@ def test_overrides_pick_the_matching_published_preset(name, overrides, num_gpus,
 
 
 def test_llama3_70b_uses_the_cp_less_preset_at_cp2_and_says_so(caplog):
-    caplog.set_level(logging.INFO, logger=COMMON_LOGGER)
+    caplog.set_level(logging.INFO, logger=SPEC_LOGGER)
     cfg = get_recipe("llama3_70b")
     assert (
         cfg.comm_overlap.tp_comm_overlap_cfg
@@ -266,7 +270,7 @@ def test_llama3_70b_uses_the_cp_less_preset_at_cp2_and_says_so(caplog):
     ],
 )
 def test_no_published_preset_warns_and_uses_te_defaults(name, overrides, num_gpus, caplog):
-    caplog.set_level(logging.WARNING, logger=COMMON_LOGGER)
+    caplog.set_level(logging.WARNING, logger=SPEC_LOGGER)
     cfg = get_recipe(name, **overrides)
     assert cfg.comm_overlap.tp_comm_overlap_cfg is None
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
@@ -281,7 +285,7 @@ def test_no_published_preset_warns_and_uses_te_defaults(name, overrides, num_gpu
 
 
 def test_tp_comm_overlap_can_be_turned_off(caplog):
-    caplog.set_level(logging.WARNING, logger=COMMON_LOGGER)
+    caplog.set_level(logging.WARNING, logger=SPEC_LOGGER)
     cfg = get_recipe("gpt3_175b", tp_comm_overlap=False)
     # No preset is looked up for an overlap that is off, so nothing warns about one.
     assert cfg.comm_overlap.tp_comm_overlap_cfg is None
@@ -336,10 +340,12 @@ def test_unknown_recipe_lists_the_names():
 def test_registry_entries_are_importable_recipes():
     assert set(RECIPES) == {"gpt3_175b", "llama3_70b", "llama31_405b"}
     for name in RECIPES:
-        module = sys.modules[recipe_function(name).__module__]
-        # The published run is the recipe's torch-free spec itself.
-        assert isinstance(module.SPEC, RecipeSpec) and module.PUBLISHED is module.SPEC
-        assert callable(module.perf_env_plugin)
+        assert callable(recipe_function(name))
+        module = recipe_module(name)
+        # The published run is the recipe's torch-free spec itself; its launch plugin comes
+        # from that spec at the published GPU count.
+        assert isinstance(module.SPEC, RecipeSpec) and module.spec() == module.SPEC
+        assert PerfEnvPlugin.from_recipe(name).num_gpus == module.SPEC.num_gpus
 
 
 @pytest.mark.parametrize(("name", "num_gpus", "dp", "preset", "sizes"), PUBLISHED)
@@ -405,8 +411,10 @@ def test_bridge_overlap_explain_recipe_text(capsys):
 )
 def test_perf_env_plugin_from_a_recipe_sets_connections(name, gpu, expected):
     cfg = get_recipe(name, gpu=gpu)
-    module = sys.modules[recipe_function(name).__module__]
-    plugin = module.perf_env_plugin(cfg, gpu=gpu, layernorm_sm_margin=20)
+    module = recipe_module(name)
+    plugin = PerfEnvPlugin.from_config(
+        cfg, num_gpus=module.SPEC.num_gpus, gpu=gpu, layernorm_sm_margin=20
+    )
     assert isinstance(plugin, PerfEnvPlugin)
     layout = recipe_layout(name)
     assert (plugin.tp_size, plugin.pp_size, plugin.cp_size) == (
@@ -414,7 +422,7 @@ def test_perf_env_plugin_from_a_recipe_sets_connections(name, gpu, expected):
         layout["pp"],
         layout["cp"],
     )
-    assert plugin.num_gpus == module.PUBLISHED.num_gpus
+    assert (plugin.num_gpus, plugin.dp_size) == (module.SPEC.num_gpus, layout["dp"])
     executor = run.LocalExecutor()
     plugin.setup(run.Script(path="/opt/pretrain.py", entrypoint="python"), executor)
     assert executor.env_vars["CUDA_DEVICE_MAX_CONNECTIONS"] == expected
@@ -424,9 +432,9 @@ def test_perf_env_plugin_from_a_recipe_sets_connections(name, gpu, expected):
 def test_perf_env_plugin_rejects_a_gpu_count_the_layout_does_not_divide():
     cfg = get_recipe("llama31_405b")
     with pytest.raises(ValueError, match="num_gpus=1000 is not divisible"):
-        recipe_common.perf_env_plugin(cfg, num_gpus=1000, gpu="h100")
+        PerfEnvPlugin.from_config(cfg, num_gpus=1000, gpu="h100")
     with pytest.raises(TypeError, match="gpu="):
-        recipe_common.perf_env_plugin(cfg, num_gpus=1024, gpu="h100", gpu_sm100_or_newer=True)
+        PerfEnvPlugin.from_config(cfg, num_gpus=1024, gpu="h100", gpu_sm100_or_newer=True)
 
 
 def test_example_launcher_dry_run(tmp_path):

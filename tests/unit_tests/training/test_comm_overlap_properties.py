@@ -24,10 +24,10 @@ from megatron.bridge.training import comm_overlap
 from megatron.bridge.training.comm_overlap import (
     PUBLISHED_PRESETS,
     CommOverlapConfig,
-    LayoutFacts,
     OverlapPlan,
     plan_comm_overlap,
 )
+from megatron.bridge.training.job import JobDescription, ModelDescription
 
 OPTIONAL_BOOL_KNOBS = (
     "overlap_p2p_comm",
@@ -45,29 +45,33 @@ sizes = st.sampled_from([1, 2, 4, 8])
 
 
 @st.composite
-def layouts(draw) -> LayoutFacts:
+def layouts(draw) -> JobDescription:
     tp, pp, cp, ep, dp = draw(sizes), draw(sizes), draw(sizes), draw(sizes), draw(sizes)
     vpp = draw(st.sampled_from([None, 2, 3])) if pp > 1 else None
     experts = draw(st.sampled_from([None, 1, 8])) if ep > 1 or draw(st.booleans()) else None
-    return LayoutFacts(
-        tp_size=tp,
-        pp_size=pp,
-        vpp_size=vpp,
-        cp_size=cp,
-        ep_size=ep,
-        dp_size=dp,
+    model = ModelDescription(
+        tensor_model_parallel_size=tp,
+        pipeline_model_parallel_size=pp,
+        virtual_pipeline_model_parallel_size=vpp,
+        context_parallel_size=cp,
+        expert_model_parallel_size=ep,
         sequence_parallel=tp > 1 and draw(st.booleans()),
-        te_available=draw(st.booleans()),
-        te_reason="not importable",
-        te_version=draw(st.sampled_from([None, "2.5.0", "2.9.1"])),
-        use_distributed_optimizer=draw(st.booleans()),
         hidden_size=draw(st.sampled_from([4096, 8192, 12288])),
         seq_length=draw(st.sampled_from([None, 2048, 4096, 2050])),
-        micro_batch_size=draw(st.sampled_from([None, 1, 2, 3])),
+        add_bias_linear=False,
         bf16=draw(st.booleans()),
         num_moe_experts=experts,
         moe_token_dispatcher_type=draw(st.sampled_from(["allgather", "alltoall", "flex"])),
         gradient_accumulation_fusion=draw(st.booleans()),
+    )
+    return JobDescription(
+        model=model,
+        world_size=tp * cp * pp * dp,
+        te_available=draw(st.booleans()),
+        te_reason="not importable",
+        te_version=draw(st.sampled_from([None, "2.5.0", "2.9.1"])),
+        use_distributed_optimizer=draw(st.booleans()),
+        micro_batch_size=draw(st.sampled_from([None, 1, 2, 3])),
     )
 
 
@@ -94,11 +98,11 @@ def _user_set(co: CommOverlapConfig) -> dict[str, object]:
     }
 
 
-@given(co=requests(), facts=layouts())
-def test_resolution_invariants(co, facts):
+@given(co=requests(), job=layouts())
+def test_resolution_invariants(co, job):
     before = dataclasses.asdict(co)
     try:
-        plan = plan_comm_overlap(co, facts)
+        plan = plan_comm_overlap(co, job)
     except (ValueError, TypeError) as exc:
         # Only a request can be refused with an error, and the error names what was requested.
         named = [k for k, v in _user_set(co).items() if k in str(exc)]
@@ -108,23 +112,23 @@ def test_resolution_invariants(co, facts):
     v = plan.value
     assert not (v("overlap_p2p_comm") and v("batch_p2p_comm"))
     if v("overlap_param_gather"):
-        assert v("overlap_grad_reduce") and facts.use_distributed_optimizer
+        assert v("overlap_grad_reduce") and job.use_distributed_optimizer
     if v("tp_comm_overlap"):
-        assert facts.tp_size >= 2 and facts.sequence_parallel and facts.te_available
+        assert job.tp_size >= 2 and job.sequence_parallel and job.te_available
     elif co.tp_comm_overlap:
         assert plan.decision("tp_comm_overlap").source == "refused" and plan.warnings
     if v("overlap_p2p_comm"):
-        assert facts.interleaved
+        assert job.interleaved
     if v("align_param_gather"):
-        assert facts.interleaved
+        assert job.interleaved
     for knob, wanted in _user_set(co).items():
         assert v(knob) == wanted, knob  # honoured, since no error was raised
         assert plan.decision(knob).source == "user"
-    if facts.dp_size == 1 and co.bucket_size is None:
+    if job.dp_size == 1 and co.bucket_size is None:
         assert v("bucket_size") is None
     assert dataclasses.asdict(co) == before
-    assert OverlapPlan.from_dict(json.loads(plan.to_json())) == plan
-    assert plan_comm_overlap(co, facts) == plan  # deterministic
+    assert OverlapPlan.from_dict(json.loads(json.dumps(plan.to_dict()))) == plan
+    assert plan_comm_overlap(co, job) == plan  # deterministic
 
 
 @st.composite
@@ -235,8 +239,12 @@ def test_bad_input_sweep_covers_every_field():
 def test_bad_input_is_a_clear_error_naming_the_field(name, value):
     kwargs = {"tp_comm_overlap": False, name: value}
     co = CommOverlapConfig(**kwargs)
+    layout = ModelDescription(
+        tensor_model_parallel_size=4,
+        pipeline_model_parallel_size=4,
+        virtual_pipeline_model_parallel_size=2,
+        sequence_parallel=True,
+    )
     with pytest.raises((TypeError, ValueError)) as err:
-        plan_comm_overlap(
-            co, LayoutFacts(tp_size=4, pp_size=4, vpp_size=2, dp_size=8, sequence_parallel=True)
-        )
+        plan_comm_overlap(co, JobDescription(model=layout, world_size=4 * 4 * 8))
     assert name in str(err.value)

@@ -7,6 +7,7 @@ a CPU-only machine).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import subprocess
@@ -18,7 +19,6 @@ import pytest
 from megatron.bridge.training import comm_overlap
 from megatron.bridge.training.comm_overlap import (
     CommOverlapConfig,
-    LayoutFacts,
     OverlapPlan,
     OverlapRefusedError,
     TransformerLayerTPOverlapCfg,
@@ -28,9 +28,36 @@ from megatron.bridge.training.comm_overlap import (
     userbuffers_fp8_b200_h8192_tp2_mbs1_seqlen8192,
 )
 from megatron.bridge.training.comm_overlap import te as te_module
+from megatron.bridge.training.job import JobDescription, ModelDescription
 from tests.unit_tests.conftest import make_configs
 
 LOGGER = "megatron.bridge.training.comm_overlap"
+
+#: Short layout names the tests use, and the model field each one sets.
+_LAYOUT = {
+    "tp_size": "tensor_model_parallel_size",
+    "pp_size": "pipeline_model_parallel_size",
+    "cp_size": "context_parallel_size",
+    "ep_size": "expert_model_parallel_size",
+}
+_MODEL_FIELDS = {f.name for f in dataclasses.fields(ModelDescription)}
+
+
+def _job(*, dp_size: int = 1, **fields) -> JobDescription:
+    """A job from model fields (the layout by its short names) and job fields.
+
+    The world size is TP x CP x PP x ``dp_size``.
+    """
+    fields = {_LAYOUT.get(k, k): v for k, v in fields.items()}
+    model = ModelDescription(**{k: v for k, v in fields.items() if k in _MODEL_FIELDS})
+    world = (
+        model.tensor_model_parallel_size
+        * model.context_parallel_size
+        * model.pipeline_model_parallel_size
+        * dp_size
+    )
+    job = {k: v for k, v in fields.items() if k not in _MODEL_FIELDS}
+    return JobDescription(model=model, world_size=world, **job)
 
 
 def _setup(co, cfgs, dp=1, mbs=None):
@@ -132,17 +159,15 @@ def test_user_overlap_p2p_false_falls_back_to_batched_p2p():
     ("seq", "mbs", "cp", "tp"), [(2047, 1, 1, 4), (4096, 1, 2, 8), (2048, 3, 4, 4)]
 )
 def test_tp_overlap_token_divisibility(te_available, seq, mbs, cp, tp):
-    facts = LayoutFacts(
-        tp_size=tp, cp_size=cp, sequence_parallel=True, seq_length=seq, micro_batch_size=mbs
-    )
+    job = _job(tp_size=tp, cp_size=cp, sequence_parallel=True, seq_length=seq, micro_batch_size=mbs)
     tokens = seq * mbs
     divisible = tokens % cp == 0 and (tokens // cp) % tp == 0
     co = CommOverlapConfig(tp_comm_overlap=True)
     if divisible:
-        assert plan_comm_overlap(co, facts).value("tp_comm_overlap") is True
+        assert plan_comm_overlap(co, job).value("tp_comm_overlap") is True
     else:
         with pytest.raises(ValueError, match="divisible by tensor_model_parallel_size"):
-            plan_comm_overlap(co, facts)
+            plan_comm_overlap(co, job)
 
 
 def test_every_failed_tp_condition_is_named_at_once(te_missing):
@@ -269,7 +294,7 @@ def test_non_megatron_ddp_config_is_left_alone_with_a_note():
 
 
 def test_delayed_wgrad_with_grad_reduce_needs_recent_te():
-    facts = LayoutFacts(
+    job = _job(
         ep_size=4,
         num_moe_experts=8,
         moe_token_dispatcher_type="alltoall",
@@ -283,8 +308,8 @@ def test_delayed_wgrad_with_grad_reduce_needs_recent_te():
         tp_comm_overlap=False, overlap_moe_expert_parallel_comm=True, delay_wgrad_compute=True
     )
     with pytest.raises(ValueError, match=r"Transformer Engine >= 2\.7"):
-        plan_comm_overlap(co, facts)
-    ok = plan_comm_overlap(co, LayoutFacts(**{**facts.__dict__, "te_version": "2.8.0"}))
+        plan_comm_overlap(co, job)
+    ok = plan_comm_overlap(co, job.replace(te_version="2.8.0"))
     assert ok.value("delay_wgrad_compute") is True
 
 
@@ -302,20 +327,18 @@ def test_delayed_wgrad_with_grad_reduce_needs_recent_te():
 def test_ep_overlap_each_requirement(change, needle):
     base = {"ep_size": 4, "num_moe_experts": 8, "moe_token_dispatcher_type": "flex", "bf16": True}
     co = CommOverlapConfig(tp_comm_overlap=False, overlap_moe_expert_parallel_comm=True)
-    assert (
-        plan_comm_overlap(co, LayoutFacts(**base)).value("overlap_moe_expert_parallel_comm") is True
-    )
+    assert plan_comm_overlap(co, _job(**base)).value("overlap_moe_expert_parallel_comm") is True
     with pytest.raises(ValueError, match=needle):
-        plan_comm_overlap(co, LayoutFacts(**{**base, **change}))
+        plan_comm_overlap(co, _job(**{**base, **change}))
 
 
 def test_embedding_wgrad_deferral_rules():
     co = CommOverlapConfig(tp_comm_overlap=False, defer_embedding_wgrad_compute=True)
     with pytest.raises(ValueError, match="needs pipeline parallelism"):
-        plan_comm_overlap(co, LayoutFacts())
+        plan_comm_overlap(co, _job())
     with pytest.raises(ValueError, match="gradient_accumulation_fusion"):
-        plan_comm_overlap(co, LayoutFacts(pp_size=2))
-    plan = plan_comm_overlap(co, LayoutFacts(pp_size=2, gradient_accumulation_fusion=True))
+        plan_comm_overlap(co, _job(pp_size=2))
+    plan = plan_comm_overlap(co, _job(pp_size=2, gradient_accumulation_fusion=True))
     assert (plan.value("defer_embedding_wgrad_compute"), plan.value("wgrad_deferral_limit")) == (
         True,
         0,
@@ -333,7 +356,7 @@ def test_plan_round_trips_through_json(te_available):
         dp=8,
         mbs=1,
     )
-    assert OverlapPlan.from_dict(json.loads(plan.to_json())) == plan
+    assert OverlapPlan.from_dict(json.loads(json.dumps(plan.to_dict()))) == plan
 
 
 def test_broken_transformer_engine_counts_as_unavailable_with_its_reason():

@@ -17,14 +17,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from megatron.bridge.recipes import gpt3_175b, llama3_70b, llama31_405b
-from megatron.bridge.training.comm_overlap import (
-    CommOverlapConfig,
-    LayoutFacts,
-    plan_comm_overlap,
-)
-from megatron.bridge.training.estimate import ModelDims, estimate_step
+from megatron.bridge.training.comm_overlap import CommOverlapConfig, plan_comm_overlap
+from megatron.bridge.training.estimate import ModelCost, estimate_step
+from megatron.bridge.training.job import JobDescription, ModelDescription
 
-DENSE = ModelDims(
+DENSE = ModelDescription(
     num_layers=64,
     hidden_size=4096,
     num_attention_heads=32,
@@ -35,16 +32,44 @@ DENSE = ModelDims(
     gated_linear_unit=True,
     add_bias_linear=False,
     normalization="RMSNorm",
-    tied_embeddings=False,
+    position_embedding_type="rope",
+    share_embeddings_and_output_weights=False,
+    bf16=True,
 )
 MOE = dataclasses.replace(DENSE, num_moe_experts=8, moe_router_topk=2, moe_ffn_hidden_size=4096)
 
+#: Short layout names the tests use, and the model field each one sets.
+_LAYOUT = {
+    "tp_size": "tensor_model_parallel_size",
+    "pp_size": "pipeline_model_parallel_size",
+    "vpp_size": "virtual_pipeline_model_parallel_size",
+    "cp_size": "context_parallel_size",
+    "ep_size": "expert_model_parallel_size",
+}
+_MODEL_FIELDS = {f.name for f in dataclasses.fields(ModelDescription)}
 
-def _plan(request: CommOverlapConfig | None = None, **facts):
-    base = {"gpu": "h100", "micro_batch_size": 1, "seq_length": 4096, "bf16": True}
-    return plan_comm_overlap(
-        request or CommOverlapConfig(tp_comm_overlap=False), LayoutFacts(**(base | facts))
+
+def _job(*, model: ModelDescription = DENSE, dp_size: int = 1, **fields) -> JobDescription:
+    """A job of ``model`` on H100 (micro-batch 1, gradients reduced in fp32).
+
+    ``fields`` are model fields (the layout by its short names) or job fields; the world size
+    is TP x CP x PP x ``dp_size``.
+    """
+    fields = {_LAYOUT.get(k, k): v for k, v in fields.items()}
+    model = dataclasses.replace(model, **{k: v for k, v in fields.items() if k in _MODEL_FIELDS})
+    job = {"gpu": "h100", "micro_batch_size": 1, "grad_reduce_in_fp32": True}
+    job |= {k: v for k, v in fields.items() if k not in _MODEL_FIELDS}
+    world = (
+        model.tensor_model_parallel_size
+        * model.context_parallel_size
+        * model.pipeline_model_parallel_size
+        * dp_size
     )
+    return JobDescription(model=model, world_size=world, **job)
+
+
+def _plan(request: CommOverlapConfig | None = None, **fields):
+    return plan_comm_overlap(request or CommOverlapConfig(tp_comm_overlap=False), _job(**fields))
 
 
 def _bytes(estimate, mode: str) -> float:
@@ -90,7 +115,7 @@ PUBLISHED = [
 
 @pytest.mark.parametrize(("spec", "tflops", "tokens_per_s", "source", "tolerance"), PUBLISHED)
 def test_flops_per_token_matches_published_tables(spec, tflops, tokens_per_s, source, tolerance):
-    estimate = estimate_step(spec.plan(), spec.model, global_batch_size=spec.global_batch_size)
+    estimate = estimate_step(spec.plan())
     implied = tflops * 1e12 / tokens_per_s
     assert estimate.model_flops_per_token == pytest.approx(implied, rel=tolerance), source
 
@@ -99,21 +124,19 @@ def test_flops_count_swiglu_gqa_and_moe_top_k():
     # SwiGLU: three h x ffn GEMMs; GQA: K and V are groups x head_dim wide.
     h, ffn, s = DENSE.hidden_size, DENSE.ffn_hidden_size, DENSE.seq_length
     per_layer = 6 * (h * (h + 2 * 1024) + h * h) + 6 * h * s + 6 * h * ffn * 3
-    assert DENSE.flops_per_token() == DENSE.num_layers * per_layer + 6 * h * 1024
+    assert ModelCost(DENSE).flops_per_token() == DENSE.num_layers * per_layer + 6 * h * 1024
     # MoE top-2 of 4096-wide experts = a 8192-wide dense MLP in FLOPs.
     as_dense = dataclasses.replace(DENSE, ffn_hidden_size=8192)
-    assert MOE.flops_per_token() == as_dense.flops_per_token()
+    assert ModelCost(MOE).flops_per_token() == ModelCost(as_dense).flops_per_token()
 
 
 def test_recompute_adds_executed_flops_not_model_flops():
-    facts = {"tp_size": 1, "dp_size": 1, "num_layers": 64, "hidden_size": 4096}
-    plain = estimate_step(_plan(**facts), DENSE)
-    full = estimate_step(
-        _plan(**facts, recompute_granularity="full", recompute_method="uniform"), DENSE
-    )
+    facts = {"tp_size": 1, "dp_size": 1}
+    plain = estimate_step(_plan(**facts))
+    full = estimate_step(_plan(**facts, recompute_granularity="full", recompute_method="uniform"))
     assert full.step.flops_per_gpu == plain.step.flops_per_gpu
     # A full recompute adds one forward pass: a third of the layers' training FLOPs.
-    layer_flops = DENSE.flops_per_token() - DENSE.logit_flops_per_token()
+    layer_flops = ModelCost(DENSE).flops_per_token() - ModelCost(DENSE).logit_flops_per_token()
     extra = full.executed_flops_per_gpu - plain.executed_flops_per_gpu
     assert extra == pytest.approx(plain.step.tokens * layer_flops / 3)
 
@@ -125,24 +148,28 @@ def test_recompute_adds_executed_flops_not_model_flops():
 def test_dp_bytes_count_the_parameters_of_the_built_model(one_rank_group, recipe):
     # The recipe's architecture, shrunk so megatron-core builds it on the CPU; the DP layout is
     # planned for 4 GPUs (TP 1, PP 1), the model built on 1 (the same parameters per GPU).
-    shape = dataclasses.replace(
-        recipe.SPEC.model,
-        num_layers=2,
-        hidden_size=64,
-        num_attention_heads=4,
-        num_query_groups=2 if recipe is llama3_70b else None,
-        ffn_hidden_size=160,
-        vocab_size=1000,
-        seq_length=32,
-    )
-    spec = dataclasses.replace(
-        recipe.SPEC, model=shape, tp_size=1, pp_size=1, vpp_size=None, cp_size=1, preset="none"
+    spec = recipe.SPEC.changed(
+        **{
+            "model.num_layers": 2,
+            "model.hidden_size": 64,
+            "model.num_attention_heads": 4,
+            "model.num_query_groups": 2 if recipe is llama3_70b else None,
+            "model.ffn_hidden_size": 160,
+            "model.vocab_size": 1000,
+            "model.seq_length": 32,
+            "model.tensor_model_parallel_size": 1,
+            "model.pipeline_model_parallel_size": 1,
+            "model.virtual_pipeline_model_parallel_size": None,
+            "model.context_parallel_size": 1,
+            "global_batch_size": 8,
+            "preset": "none",
+        }
     )
     plan = spec.plan(world_size=4)
-    estimate = estimate_step(plan, shape, global_batch_size=8, grad_reduce_in_fp32=True)
+    assert plan.job.grad_reduce_in_fp32
+    estimate = estimate_step(plan)
 
-    module, function = shape.provider.split(":")
-    provider = getattr(__import__(module, fromlist=[function]), function)(**shape.provider_kwargs())
+    provider = spec.build().model
     provider.use_cpu_initialization = True
     # torch's LayerNorm (the CPU fallback) has no zero-centred gamma; the parameter count is
     # the same either way.
@@ -171,12 +198,8 @@ def test_dp_bytes_scale_with_one_over_tp_pp_and_ring_share(tp, pp, dp):
             pp_size=pp,
             dp_size=dp,
             use_distributed_optimizer=True,
-            num_layers=64,
-            hidden_size=4096,
-            num_attention_heads=32,
-            num_query_groups=8,
         )
-        return _bytes(estimate_step(plan, DENSE), "dp")
+        return _bytes(estimate_step(plan), "dp")
 
     base = dp_bytes(1, 1, dp)
     # Replicated norms and the embedding on the edge stages keep it from being exact.
@@ -194,18 +217,17 @@ def test_dp_bytes_scale_with_one_over_tp_pp_and_ring_share(tp, pp, dp):
     ep=st.sampled_from([1, 2, 4, 8]),
 )
 def test_modes_cost_nothing_at_size_one(tp, pp, cp, sp, moe, ep):
-    dims = MOE if moe else DENSE
     facts = {
+        "model": MOE if moe else DENSE,
         "tp_size": tp,
         "pp_size": pp,
         "cp_size": cp,
         "dp_size": 8,
         "sequence_parallel": sp and tp > 1,
-        "num_layers": 64,
     }
     if moe:
-        facts |= {"num_moe_experts": 8, "ep_size": ep, "moe_token_dispatcher_type": "alltoall"}
-    estimate = estimate_step(_plan(**facts), dims)
+        facts |= {"ep_size": ep, "moe_token_dispatcher_type": "alltoall"}
+    estimate = estimate_step(_plan(**facts))
     assert (_bytes(estimate, "tp") == 0) == (tp == 1)
     assert (_bytes(estimate, "pp") == 0) == (pp == 1)
     assert (_bytes(estimate, "cp") == 0) == (cp == 1)
@@ -213,18 +235,18 @@ def test_modes_cost_nothing_at_size_one(tp, pp, cp, sp, moe, ep):
 
 
 def test_sp_sends_more_than_all_reduce_but_pp_messages_shrink_by_tp():
-    common = {"tp_size": 4, "pp_size": 4, "dp_size": 2, "num_layers": 64}
-    sp = estimate_step(_plan(**common, sequence_parallel=True), DENSE)
-    ar = estimate_step(_plan(**common, sequence_parallel=False), DENSE)
+    common = {"tp_size": 4, "pp_size": 4, "dp_size": 2}
+    sp = estimate_step(_plan(**common, sequence_parallel=True))
+    ar = estimate_step(_plan(**common, sequence_parallel=False))
     # Per layer: 10 gather/scatter of (TP-1)/TP x act vs 4 all-reduces of 2 (TP-1)/TP x act.
     assert _bytes(sp, "tp") > _bytes(ar, "tp")
     assert _bytes(ar, "pp") == pytest.approx(4 * _bytes(sp, "pp"))
 
 
 def test_interleaving_sends_vpp_times_the_messages():
-    common = {"tp_size": 1, "pp_size": 4, "dp_size": 2, "num_layers": 64}
-    flat = estimate_step(_plan(**common), DENSE, global_batch_size=16)
-    inter = estimate_step(_plan(**common, vpp_size=4), DENSE, global_batch_size=16)
+    common = {"tp_size": 1, "pp_size": 4, "dp_size": 2, "global_batch_size": 16}
+    flat = estimate_step(_plan(**common))
+    inter = estimate_step(_plan(**common, vpp_size=4))
     # An interior stage sends 2 per micro-batch flat and 2 x VPP interleaved; the busiest
     # (last) stage one fewer of each.
     assert _bytes(inter, "pp") / _bytes(flat, "pp") == pytest.approx((2 * 4 - 1) / (2 - 1))
@@ -234,12 +256,10 @@ def test_interleaving_sends_vpp_times_the_messages():
 
 
 def test_links_follow_the_nvlink_domain():
-    facts = {"tp_size": 8, "pp_size": 2, "dp_size": 4, "sequence_parallel": True, "num_layers": 64}
-    h100 = {c.mode: c.link for c in estimate_step(_plan(**facts), DENSE).communication}
+    facts = {"tp_size": 8, "pp_size": 2, "dp_size": 4, "sequence_parallel": True}
+    h100 = {c.mode: c.link for c in estimate_step(_plan(**facts)).communication}
     assert h100 == {"tp": "nvlink", "pp": "network", "dp": "network"}
-    gb200 = {
-        c.mode: c.link for c in estimate_step(_plan(**facts, gpu="gb200"), DENSE).communication
-    }
+    gb200 = {c.mode: c.link for c in estimate_step(_plan(**facts, gpu="gb200")).communication}
     # 64 GPUs fit one NVL72 domain: everything stays on NVLink.
     assert set(gb200.values()) == {"nvlink"}
 
@@ -253,9 +273,8 @@ def test_hidden_by_names_the_knob_the_plan_turned_on():
         "dp_size": 2,
         "sequence_parallel": True,
         "use_distributed_optimizer": True,
-        "num_layers": 64,
     }
-    on = estimate_step(_plan(CommOverlapConfig(tp_comm_overlap=True), **facts), DENSE)
+    on = estimate_step(_plan(CommOverlapConfig(tp_comm_overlap=True), **facts))
     hidden = {(c.mode, c.collective.split(" ")[0]): c.hidden_by for c in on.communication}
     assert hidden == {
         ("tp", "all-gather"): "tp_comm_overlap",
@@ -273,8 +292,7 @@ def test_hidden_by_names_the_knob_the_plan_turned_on():
                 overlap_p2p_comm=False,
             ),
             **facts,
-        ),
-        DENSE,
+        )
     )
     assert {c.mode: c.hidden_by for c in off.communication if c.mode != "cp"} == {
         "tp": None,
@@ -286,8 +304,8 @@ def test_hidden_by_names_the_knob_the_plan_turned_on():
 
 
 def test_to_dict_has_exactly_the_documented_keys():
-    plan = _plan(tp_size=2, dp_size=2, sequence_parallel=True, num_layers=64)
-    data = json.loads(json.dumps(estimate_step(plan, DENSE).to_dict()))
+    plan = _plan(tp_size=2, dp_size=2, sequence_parallel=True)
+    data = json.loads(json.dumps(estimate_step(plan).to_dict()))
     assert set(data) == {"model_flops_per_token", "step", "communication", "assumptions"}
     assert set(data["step"]) == {"tokens", "flops_per_gpu", "compute_seconds_at_peak"}
     assert {frozenset(c) for c in data["communication"]} == {
@@ -306,22 +324,24 @@ def test_to_dict_has_exactly_the_documented_keys():
 
 
 def test_render_lists_every_stream_and_knob():
-    spec = llama3_70b.SPEC
-    text = estimate_step(spec.plan(), spec.model, global_batch_size=128).render()
+    spec = llama3_70b.SPEC.changed(global_batch_size=128)
+    text = estimate_step(spec.plan()).render()
     for word in ("tp", "cp", "pp", "dp", "nvlink", "network", "tp_comm_overlap hides"):
         assert word in text
 
 
-def test_from_shape_needs_the_mlp_kind_of_an_unknown_provider():
-    shape = dataclasses.replace(llama3_70b.SPEC.model, provider="my.module:provider")
-    with pytest.raises(ValueError, match="gated_linear_unit"):
-        ModelDims.from_shape(shape)
-    assert ModelDims.from_shape(shape, gated_linear_unit=True).gated_linear_unit
+def test_model_cost_needs_the_shape_of_the_model():
+    shape = dataclasses.replace(llama3_70b.SPEC.job.model, vocab_size=None, seq_length=None)
+    with pytest.raises(ValueError, match="vocab_size, seq_length"):
+        ModelCost(shape)
+    # Given the vocabulary back, it is padded to 128 x TP as megatron-core pads it.
+    known = dataclasses.replace(shape, vocab_size=128256, seq_length=8192)
+    assert ModelCost(known).padded_vocab(tp_size=4) == 128512
 
 
 def test_estimate_refuses_facts_without_a_gpu():
     with pytest.raises(ValueError, match="gpu"):
-        estimate_step(_plan(gpu=None), DENSE)
+        estimate_step(_plan(gpu=None))
 
 
 def test_plot_renders(tmp_path):
@@ -329,7 +349,7 @@ def test_plot_renders(tmp_path):
     from megatron.bridge.training.estimate_plot import plot_step
 
     spec = llama31_405b.SPEC
-    estimate = estimate_step(spec.plan(), spec.model, global_batch_size=spec.global_batch_size)
+    estimate = estimate_step(spec.plan())
     path = plot_step(estimate, tmp_path / "step.png")
     assert path.stat().st_size > 10_000
     svg = plot_step(estimate, tmp_path / "step.svg")
@@ -343,7 +363,7 @@ def test_modules_import_without_torch():
         "import sys\n"
         "import megatron.bridge.training.estimate, megatron.bridge.training.estimate_plot\n"
         "from megatron.bridge.recipes import llama3_70b\n"
-        "e = megatron.bridge.training.estimate.estimate_step(llama3_70b.SPEC.plan(), llama3_70b.SPEC.model)\n"
+        "e = megatron.bridge.training.estimate.estimate_step(llama3_70b.SPEC.plan())\n"
         "assert 'torch' not in sys.modules and 'matplotlib' not in sys.modules, 'heavy import'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -8,23 +8,44 @@ single-process test cannot create.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from types import SimpleNamespace
 
 import pytest
 from megatron.core.pipeline_parallel.schedules import get_tensor_shapes
 
-from megatron.bridge.training.comm_overlap import CommOverlapConfig, LayoutFacts, plan_comm_overlap
-from megatron.bridge.training.estimate import ModelDims, estimate_step
+from megatron.bridge.training.comm_overlap import CommOverlapConfig, plan_comm_overlap
+from megatron.bridge.training.estimate import estimate_step
+from megatron.bridge.training.job import JobDescription, ModelDescription
 
-DIMS = ModelDims(
+DIMS = ModelDescription(
     num_layers=8,
     hidden_size=1024,
     num_attention_heads=16,
     ffn_hidden_size=4096,
     vocab_size=1024,
     seq_length=2048,
+    bf16=True,
 )
+
+
+def _job(*, tp: int, pp: int, cp: int, dp: int, sp: bool, mbs: int, gbs: int) -> JobDescription:
+    model = dataclasses.replace(
+        DIMS,
+        tensor_model_parallel_size=tp,
+        pipeline_model_parallel_size=pp,
+        context_parallel_size=cp,
+        sequence_parallel=sp,
+    )
+    return JobDescription(
+        model=model,
+        world_size=tp * cp * pp * dp,
+        gpu="h100",
+        micro_batch_size=mbs,
+        global_batch_size=gbs,
+        grad_reduce_in_fp32=True,
+    )
 
 
 def _group(size: int) -> SimpleNamespace:
@@ -36,22 +57,9 @@ def _group(size: int) -> SimpleNamespace:
 @pytest.mark.parametrize("mbs", [1, 2])
 def test_pp_message_is_megatron_cores_p2p_tensor(sp, cp, mbs):
     tp, pp, dp, gbs = 4, 2, 2, 16
-    facts = LayoutFacts(
-        tp_size=tp,
-        pp_size=pp,
-        cp_size=cp,
-        dp_size=dp,
-        sequence_parallel=sp,
-        gpu="h100",
-        seq_length=DIMS.seq_length,
-        micro_batch_size=mbs,
-        bf16=True,
-        num_layers=DIMS.num_layers,
-        hidden_size=DIMS.hidden_size,
-        num_attention_heads=DIMS.num_attention_heads,
-    )
-    plan = plan_comm_overlap(CommOverlapConfig(tp_comm_overlap=False), facts)
-    estimate = estimate_step(plan, DIMS, global_batch_size=gbs)
+    job = _job(tp=tp, pp=pp, cp=cp, dp=dp, sp=sp, mbs=mbs, gbs=gbs)
+    plan = plan_comm_overlap(CommOverlapConfig(tp_comm_overlap=False), job)
+    estimate = estimate_step(plan)
     (pp_entry,) = [c for c in estimate.communication if c.mode == "pp"]
     config = SimpleNamespace(
         variable_seq_lengths=False, sequence_parallel=sp, hidden_size=DIMS.hidden_size
@@ -78,22 +86,9 @@ def test_tp_collectives_move_megatron_cores_full_sequence_tensor(tp, cp):
     # the full-sequence activation: the p2p tensor megatron-core would use without SP. A ring
     # collective over TP ranks sends (TP-1)/TP of it from each GPU.
     pp, dp, mbs, gbs = 2, 2, 1, 8
-    facts = LayoutFacts(
-        tp_size=tp,
-        pp_size=pp,
-        cp_size=cp,
-        dp_size=dp,
-        sequence_parallel=True,
-        gpu="h100",
-        seq_length=DIMS.seq_length,
-        micro_batch_size=mbs,
-        bf16=True,
-        num_layers=DIMS.num_layers,
-        hidden_size=DIMS.hidden_size,
-        num_attention_heads=DIMS.num_attention_heads,
-    )
-    plan = plan_comm_overlap(CommOverlapConfig(tp_comm_overlap=False), facts)
-    estimate = estimate_step(plan, DIMS, global_batch_size=gbs)
+    job = _job(tp=tp, pp=pp, cp=cp, dp=dp, sp=True, mbs=mbs, gbs=gbs)
+    plan = plan_comm_overlap(CommOverlapConfig(tp_comm_overlap=False), job)
+    estimate = estimate_step(plan)
     (tp_entry,) = [c for c in estimate.communication if c.mode == "tp"]
     config = SimpleNamespace(
         variable_seq_lengths=False, sequence_parallel=False, hidden_size=DIMS.hidden_size

@@ -15,7 +15,8 @@ from megatron.core.transformer.transformer_config import TransformerConfig
 
 from megatron.bridge.models import GPTModelProvider
 from megatron.bridge.training.comm_overlap import KNOBS, CommOverlapConfig, apply_plan
-from megatron.bridge.training.comm_overlap.plan import Decision, LayoutFacts, OverlapPlan
+from megatron.bridge.training.comm_overlap.plan import Decision, OverlapPlan
+from megatron.bridge.training.job import JobDescription, ModelDescription
 
 CLASSES = {
     "model": GPTModelProvider,
@@ -61,7 +62,7 @@ def test_apply_plan_writes_each_knob_to_its_targets_only(knob):
         d if d.knob == knob else d._replace(value=before[KNOBS[d.knob].targets[0]][d.knob])
         for d in decisions
     )
-    plan = OverlapPlan(facts=LayoutFacts(), decisions=decisions)
+    plan = OverlapPlan(job=JobDescription(model=ModelDescription()), decisions=decisions)
     apply_plan(plan, configs["model"], configs["optimizer"], configs["ddp"])
     for name, config in configs.items():
         written = getattr(config, knob, None)

@@ -12,7 +12,6 @@ from megatron.bridge.training.launch_env import (
     LaunchEnvPlan,
     check_live_environment,
     cuda_device_max_connections,
-    data_parallel_size,
     plan_launch_env,
 )
 
@@ -159,12 +158,6 @@ def test_manual_gc_interval_validation():
         launch_env.validate_manual_gc_interval(-1)
     with pytest.raises(TypeError, match="manual_gc_interval"):
         launch_env.validate_manual_gc_interval(False)
-
-
-def test_data_parallel_size():
-    assert data_parallel_size(num_gpus=16, tp_size=2, cp_size=2, pp_size=2) == 2
-    with pytest.raises(ValueError, match=r"num_gpus=12 is not divisible by .* = 8"):
-        data_parallel_size(num_gpus=12, tp_size=4, cp_size=1, pp_size=2)
 
 
 # ----------------------------------------------------------------------- live environment

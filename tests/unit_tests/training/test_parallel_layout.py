@@ -33,7 +33,11 @@ from megatron.core.utils import get_batch_on_this_cp_rank
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
 from megatron.bridge.recipes import gpt3_175b, llama3_70b, llama31_405b
-from megatron.bridge.training.parallel_layout import ParallelSizes, check_parallel_layout
+from megatron.bridge.training.parallel_layout import (
+    ParallelSizes,
+    check_parallel_layout,
+    data_parallel_size,
+)
 
 # ---------------------------------------------------------------------------- helpers
 
@@ -207,11 +211,11 @@ def test_wrong_type_is_a_type_error(layout, match):
         check_parallel_layout(**layout)
 
 
-def _recipe_layout(recipe, published) -> dict:
+def _recipe_layout(recipe, spec) -> dict:
     # The layout as the shipped recipe writes it onto its model, on its published GPU count.
     model = recipe().model
     return dict(
-        world_size=published.num_gpus,
+        world_size=spec.num_gpus,
         tp_size=model.tensor_model_parallel_size,
         pp_size=model.pipeline_model_parallel_size,
         vpp_size=model.virtual_pipeline_model_parallel_size,
@@ -229,12 +233,12 @@ def _recipe_layout(recipe, published) -> dict:
 
 
 @pytest.mark.parametrize(
-    ("recipe", "published", "expected"),
+    ("recipe", "spec", "expected"),
     [
         # TP4 SP, PP8 x VPP6, 96 layers, 1024 GPUs.
         (
             gpt3_175b.gpt3_175b,
-            gpt3_175b.PUBLISHED,
+            gpt3_175b.SPEC,
             ParallelSizes(
                 data_parallel_size=32, expert_tensor_parallel_size=4, expert_data_parallel_size=None
             ),
@@ -242,7 +246,7 @@ def _recipe_layout(recipe, published) -> dict:
         # TP4 SP, PP4 x VPP5, CP2, 80 layers, seq 8192, 64 GPUs.
         (
             llama3_70b.llama3_70b,
-            llama3_70b.PUBLISHED,
+            llama3_70b.SPEC,
             ParallelSizes(
                 data_parallel_size=2, expert_tensor_parallel_size=4, expert_data_parallel_size=None
             ),
@@ -250,7 +254,7 @@ def _recipe_layout(recipe, published) -> dict:
         # TP8 SP, PP8 x VPP8, CP2, 126 layers + embedding + loss, 1024 GPUs.
         (
             llama31_405b.llama31_405b,
-            llama31_405b.PUBLISHED,
+            llama31_405b.SPEC,
             ParallelSizes(
                 data_parallel_size=8, expert_tensor_parallel_size=8, expert_data_parallel_size=None
             ),
@@ -258,8 +262,8 @@ def _recipe_layout(recipe, published) -> dict:
     ],
     ids=["gpt3_175b", "llama3_70b", "llama31_405b"],
 )
-def test_shipped_recipe_layouts_pass(recipe, published, expected):
-    assert check_parallel_layout(**_recipe_layout(recipe, published)) == expected
+def test_shipped_recipe_layouts_pass(recipe, spec, expected):
+    assert check_parallel_layout(**_recipe_layout(recipe, spec)) == expected
 
 
 @pytest.mark.parametrize(
@@ -285,6 +289,12 @@ def test_good_layout_returns_derived_sizes(layout, expected):
         sizes.expert_tensor_parallel_size,
         sizes.expert_data_parallel_size,
     ) == expected
+
+
+def test_data_parallel_size():
+    assert data_parallel_size(num_gpus=16, tp_size=2, cp_size=2, pp_size=2) == 2
+    with pytest.raises(ValueError, match=r"num_gpus=12 is not divisible by .* = 8"):
+        data_parallel_size(num_gpus=12, tp_size=4, cp_size=1, pp_size=2)
 
 
 def test_module_imports_without_torch():

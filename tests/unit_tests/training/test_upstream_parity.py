@@ -20,8 +20,9 @@ from megatron.core.optimizer import OptimizerConfig
 from megatron.bridge.models import GPTModelProvider
 from megatron.bridge.training.comm_overlap import CommOverlapConfig, OverlapRefusedError
 from megatron.bridge.training.comm_overlap.megatron_io import (
-    sync_distributed_optimizer,
+    describe_configs,
     undo_plan,
+    write_distributed_optimizer,
 )
 from megatron.bridge.training.comm_overlap.te import TEStatus
 from megatron.bridge.training.config import ConfigContainer, TrainingConfig
@@ -47,8 +48,8 @@ def test_setup_turns_the_distributed_optimizer_on_on_both_configs(ddp_flag, opt_
     )
     assert cfgs.ddp.use_distributed_optimizer is True
     assert cfgs.optimizer.use_distributed_optimizer is True
-    assert plan.facts.use_distributed_optimizer is True
-    assert plan.facts.distributed_optimizer_turned_on == changed
+    assert plan.job.use_distributed_optimizer is True
+    assert plan.job.distributed_optimizer_turned_on == changed
     assert any(f"cfg.{changed}.use_distributed_optimizer is set to True" in n for n in plan.notes)
     # The distributed optimizer counted for the DP rules: the param all-gather is overlapped.
     assert plan.value("overlap_param_gather") is True
@@ -79,26 +80,37 @@ def test_agreeing_flags_get_no_note():
     plan = CommOverlapConfig(tp_comm_overlap=False).setup(
         cfgs.model, cfgs.optimizer, cfgs.ddp, data_parallel_size=8
     )
-    assert plan.facts.distributed_optimizer_turned_on is None
+    assert plan.job.distributed_optimizer_turned_on is None
     assert not any("use_distributed_optimizer" in n for n in plan.notes)
 
 
-def test_sync_distributed_optimizer_writes_both_and_names_the_changed_config():
+def test_distributed_optimizer_is_turned_on_where_off_and_the_changed_config_named():
+    model = make_configs().model
     optimizer, ddp = (
         OptimizerConfig(use_distributed_optimizer=True),
         DistributedDataParallelConfig(),
     )
-    note = sync_distributed_optimizer(optimizer, ddp)
+    job = describe_configs(model, optimizer, ddp, world_size=8)
+    write_distributed_optimizer(job, optimizer, ddp)
+    note = job.distributed_optimizer_note
     assert (
         ddp.use_distributed_optimizer is True
-        and "cfg.ddp.use_distributed_optimizer set to True" in note
+        and "cfg.ddp.use_distributed_optimizer is set to True" in note
     )
-    assert sync_distributed_optimizer(optimizer, ddp) is None
+    # Read again, the configs say what the user wrote (our write is seen through): the same job.
+    assert describe_configs(model, optimizer, ddp, world_size=8) == job
+    agreeing = describe_configs(
+        model,
+        OptimizerConfig(use_distributed_optimizer=True),
+        DistributedDataParallelConfig(use_distributed_optimizer=True),
+        world_size=8,
+    )
+    assert agreeing.distributed_optimizer_note is None
     ddp.use_distributed_optimizer = "yes"
     with pytest.raises(
         TypeError, match=r"cfg\.ddp\.use_distributed_optimizer must be True or False"
     ):
-        sync_distributed_optimizer(optimizer, ddp)
+        describe_configs(model, optimizer, ddp, world_size=8)
 
 
 # --------------------------------------------------------------------- rules upstream / mcore enforce

@@ -10,10 +10,11 @@ The package, one file per part:
 - ``request``: :class:`CommOverlapConfig`, what the user asks, and its checks;
 - ``knobs``: the knob table (area, how each request field is checked, which megatron-core
   config(s) it is written to);
-- ``plan``: the plan data model, :class:`LayoutFacts`, :class:`Decision`, :class:`OverlapPlan`;
-- ``rules``: :func:`plan_comm_overlap`, a pure function of the request and the facts, and
+- ``plan``: the plan data model, :class:`Decision`, :class:`OverlapPlan`;
+- ``rules``: :func:`plan_comm_overlap`, a pure function of the request and the
+  :class:`~megatron.bridge.training.job.JobDescription`, and
   :func:`check_layout`, the layout errors megatron-core would hit at cluster start;
-- ``megatron_io``: :func:`facts_from_configs` and :func:`apply_plan`, megatron-core in and out;
+- ``megatron_io``: :func:`describe_configs` and :func:`apply_plan`, megatron-core in and out;
 - ``te``: whether Transformer Engine can run here (``HAVE_TE``, :func:`te_status`).
 
 Nothing here turns an overlap off silently: a refused request is a warning naming the failed
@@ -27,24 +28,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from megatron.bridge.training.comm_overlap.knobs import KNOBS, Area, Knob
+from megatron.bridge.training.comm_overlap.knobs import DEFAULT_BUCKET_SIZE, KNOBS, Area, Knob
 from megatron.bridge.training.comm_overlap.megatron_io import (
     apply_plan,
-    facts_from_configs,
+    describe_configs,
     log_plan,
 )
 from megatron.bridge.training.comm_overlap.plan import (
     Decision,
-    LayoutFacts,
     OverlapPlan,
     OverlapRefusedError,
 )
-from megatron.bridge.training.comm_overlap.request import (
-    DEFAULT_BUCKET_SIZE,
-    BootstrapBackend,
-    CommOverlapConfig,
-    load_preset,
-)
+from megatron.bridge.training.comm_overlap.request import BootstrapBackend, CommOverlapConfig
 from megatron.bridge.training.comm_overlap.rules import (
     check_layout,
     plan_comm_overlap,
@@ -57,6 +52,7 @@ from megatron.bridge.training.comm_overlap.te import (
     probe_transformer_engine,
     te_status,
 )
+from megatron.bridge.training.job import JobDescription, ModelDescription
 from megatron.bridge.training.userbuffers import (
     GEMM_NAMES,
     PRESET_GPU_FAMILIES,
@@ -69,26 +65,8 @@ from megatron.bridge.training.userbuffers import (
     find_userbuffers_preset,
     preset_names_of,
     preset_shapes_of,
-    userbuffers_bf16_b200_h6144_tp2_mbs1_seqlen4096,
-    userbuffers_bf16_b200_h8192_tp2_mbs1_seqlen8192,
-    userbuffers_bf16_b200_h12288_tp4_mbs1_seqlen2048,
-    userbuffers_bf16_b200_h16384_tp4_cp2_mbs1_seqlen8192,
-    userbuffers_bf16_b200_h18432_tp8_mbs1_seqlen4096,
-    userbuffers_bf16_h100_h6144_tp2_mbs2_seqlen2048,
-    userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192,
-    userbuffers_bf16_h100_h12288_tp4_mbs1_seqlen2048,
-    userbuffers_bf16_h100_h16384_tp8_cp2_mbs1_seqlen8192,
-    userbuffers_fp8_b200_h8192_tp2_mbs1_seqlen8192,
-    userbuffers_fp8_b200_h12288_tp4_mbs1_seqlen2048,
-    userbuffers_fp8_b200_h16384_tp4_cp2_mbs1_seqlen8192,
-    userbuffers_fp8_b200_h18432_tp8_mbs1_seqlen4096,
-    userbuffers_fp8_h100_h6144_tp2_mbs2_seqlen2048,
-    userbuffers_fp8_h100_h8192_tp2_mbs1_seqlen4096_lora,
-    userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192,
-    userbuffers_fp8_h100_h12288_tp4_mbs1_seqlen2048,
-    userbuffers_fp8_h100_h16384_tp4_mbs1_seqlen2048_lora,
-    userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192,
 )
+from megatron.bridge.training.userbuffers_file import load_preset
 
 __all__ = [
     "DEFAULT_BUCKET_SIZE",
@@ -101,8 +79,9 @@ __all__ = [
     "BulkOverlapCfg",
     "CommOverlapConfig",
     "Decision",
+    "JobDescription",
     "Knob",
-    "LayoutFacts",
+    "ModelDescription",
     "OverlapPlan",
     "OverlapRefusedError",
     "PipelineOverlapCfg",
@@ -114,7 +93,7 @@ __all__ = [
     "apply_plan",
     "check_layout",
     "current_te_status",
-    "facts_from_configs",
+    "describe_configs",
     "find_userbuffers_preset",
     "load_preset",
     "log_plan",
@@ -124,32 +103,18 @@ __all__ = [
     "probe_transformer_engine",
     "te_status",
     "tp_overlap_buffer_rows",
-    "userbuffers_bf16_b200_h6144_tp2_mbs1_seqlen4096",
-    "userbuffers_bf16_b200_h8192_tp2_mbs1_seqlen8192",
-    "userbuffers_bf16_b200_h12288_tp4_mbs1_seqlen2048",
-    "userbuffers_bf16_b200_h16384_tp4_cp2_mbs1_seqlen8192",
-    "userbuffers_bf16_b200_h18432_tp8_mbs1_seqlen4096",
-    "userbuffers_bf16_h100_h6144_tp2_mbs2_seqlen2048",
-    "userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192",
-    "userbuffers_bf16_h100_h12288_tp4_mbs1_seqlen2048",
-    "userbuffers_bf16_h100_h16384_tp8_cp2_mbs1_seqlen8192",
-    "userbuffers_fp8_b200_h8192_tp2_mbs1_seqlen8192",
-    "userbuffers_fp8_b200_h12288_tp4_mbs1_seqlen2048",
-    "userbuffers_fp8_b200_h16384_tp4_cp2_mbs1_seqlen8192",
-    "userbuffers_fp8_b200_h18432_tp8_mbs1_seqlen4096",
-    "userbuffers_fp8_h100_h6144_tp2_mbs2_seqlen2048",
-    "userbuffers_fp8_h100_h8192_tp2_mbs1_seqlen4096_lora",
-    "userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192",
-    "userbuffers_fp8_h100_h12288_tp4_mbs1_seqlen2048",
-    "userbuffers_fp8_h100_h16384_tp4_mbs1_seqlen2048_lora",
-    "userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192",
+    # The published userbuffers presets, each importable by its published name.
+    *PUBLISHED_PRESETS,
 ]
 
 
 def __getattr__(name: str) -> Any:
-    # HAVE_TE is computed on first access so that importing this package never imports TE.
-    # Tests (and upstream habit) patch it with unittest.mock.patch(..., "HAVE_TE", value), which
-    # sets a real attribute here; te.current_te_status() reads that attribute first.
+    # HAVE_TE is computed on first access, so importing this package never imports TE; a real
+    # attribute set here (unittest.mock.patch(..., "HAVE_TE", value), as upstream code does)
+    # takes precedence, and te.current_te_status() reads it first. The published presets are
+    # served by name from the one table that defines them.
     if name == "HAVE_TE":
         return probe_transformer_engine().available
+    if name in PUBLISHED_PRESETS:
+        return PUBLISHED_PRESETS[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

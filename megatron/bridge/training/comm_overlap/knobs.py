@@ -16,14 +16,15 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Literal
 
-__all__ = ["KNOBS", "Area", "ConfigName", "Knob", "KnobKind"]
+from megatron.bridge.training.job import ConfigName
+
+__all__ = ["DEFAULT_BUCKET_SIZE", "KNOBS", "Area", "ConfigName", "Knob", "KnobKind"]
+
+#: DDP bucket size used when data-parallel overlap is on: 128 Mi *parameters* (elements), not bytes.
+DEFAULT_BUCKET_SIZE = 128 * 1024 * 1024
 
 Area = Literal["tp", "pp", "dp", "ep", "wgrad"]
 """Which parallelism a knob overlaps."""
-
-ConfigName = Literal["model", "ddp", "optimizer"]
-"""megatron-core config a knob is written to: TransformerConfig, DistributedDataParallelConfig or
-OptimizerConfig (``cfg.model``, ``cfg.ddp``, ``cfg.optimizer``)."""
 
 KnobKind = Literal["flag", "optional_flag", "preset", "backend", "count", "limit"]
 """How a request value is checked: a required bool, a bool or None, a userbuffers preset, the

@@ -1,7 +1,8 @@
-"""megatron-core configs in and out: read the layout facts, write a plan back, field by field.
+"""megatron-core configs in and out: describe the job, write a plan back, field by field.
 
-:func:`facts_from_configs` reads megatron-core's ``TransformerConfig`` (or a GPT provider),
-``OptimizerConfig`` and ``DistributedDataParallelConfig`` into :class:`LayoutFacts`;
+:func:`describe_configs` reads megatron-core's ``TransformerConfig`` (or a GPT provider),
+``OptimizerConfig`` and ``DistributedDataParallelConfig`` into a
+:class:`~megatron.bridge.training.job.JobDescription`;
 :func:`apply_plan` writes each decision to the configs the knob table names. Each config records
 what was written to it, so a later resolution tells the library's own earlier writes apart from
 settings the user made straight on the config.
@@ -12,27 +13,27 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from megatron.bridge.training.comm_overlap.knobs import KNOBS, ConfigName
-from megatron.bridge.training.comm_overlap.plan import LayoutFacts, OverlapPlan
-from megatron.bridge.training.comm_overlap.request import load_preset
-from megatron.bridge.training.comm_overlap.rules import resolve
+from megatron.bridge.training.comm_overlap.knobs import KNOBS
+from megatron.bridge.training.comm_overlap.plan import OverlapPlan
+from megatron.bridge.training.comm_overlap.rules import plan_comm_overlap
 from megatron.bridge.training.comm_overlap.te import TEStatus, current_te_status
+from megatron.bridge.training.job import ConfigName, JobDescription
+from megatron.bridge.training.job_configs import describe_model
+from megatron.bridge.training.parallel_layout import validate_parallel_size
+from megatron.bridge.training.userbuffers_file import load_preset
 from megatron.bridge.training.validators import check_bool
-
-if TYPE_CHECKING:
-    from megatron.bridge.training.comm_overlap.request import CommOverlapConfig
 
 __all__ = [
     "apply_plan",
+    "describe_configs",
     "distributed_optimizer_to_turn_on",
-    "facts_from_configs",
     "log_plan",
     "model_config_drift",
     "setup_configs",
-    "sync_distributed_optimizer",
     "undo_plan",
+    "write_distributed_optimizer",
 ]
 
 logger = logging.getLogger(__name__)
@@ -98,7 +99,7 @@ def _direct_settings(configs: dict[ConfigName, Any]) -> tuple[tuple[str, str, An
         if value is _NOTHING:
             continue
         if knob == "tp_comm_overlap_cfg":
-            # Kept as plain data (the facts are JSON); a bad file or mapping fails here.
+            # Kept as plain data (the job description is JSON); a bad file or mapping fails here.
             value = load_preset(value, owner=f"cfg.{name}").to_ub_cfgs()
         found.append((name, knob, value))
     return tuple(found)
@@ -116,156 +117,65 @@ def distributed_optimizer_to_turn_on(ddp_flag: bool, optimizer_flag: bool) -> Co
     return "optimizer" if ddp_flag else "ddp"
 
 
-def sync_distributed_optimizer(optimizer_config: Any, ddp_config: Any) -> str | None:
-    """Turn ``use_distributed_optimizer`` on in both configs when either has it on.
-
-    Returns a sentence naming the config that was changed, or None when they already agreed.
-    A non-bool flag is a ``TypeError`` naming the field.
-    """
-    flags = {}
-    for name, config in (("ddp", ddp_config), ("optimizer", optimizer_config)):
-        flags[name] = check_bool(
-            f"cfg.{name}", "use_distributed_optimizer", config.use_distributed_optimizer
-        )
-    target = distributed_optimizer_to_turn_on(flags["ddp"], flags["optimizer"])
-    if target is None:
-        return None
-    ddp_config.use_distributed_optimizer = True
-    optimizer_config.use_distributed_optimizer = True
-    return _turned_on_note(target)
-
-
-def _turned_on_note(target: ConfigName) -> str:
-    source = "optimizer" if target == "ddp" else "ddp"
-    return (
-        f"cfg.{source}.use_distributed_optimizer=True but cfg.{target}.use_distributed_optimizer="
-        f"False: cfg.{target}.use_distributed_optimizer set to True to match (megatron-core reads "
-        "both)."
-    )
-
-
-def _users_flag(config: Any, field: str) -> bool:
+def _users_flag(config: Any, name: ConfigName, field: str) -> bool:
     # The user's bool, seen through our own earlier write of it (a second setup must see the
-    # same request as the first).
+    # same request as the first); a non-bool is a TypeError naming the field.
     value = _users_value(config, field)
-    return False if value is _NOTHING else bool(value)
+    return False if value is _NOTHING else check_bool(f"cfg.{name}", field, value)
 
 
-def _cuda_graph_modules(model_config: Any) -> tuple[str, ...]:
-    # megatron-core 0.19 normalizes cuda_graph_modules to CudaGraphModule members in
-    # __post_init__ and migrates the deprecated cuda_graph_scope into it; a value set after
-    # construction may still be a string or a list of strings. "full" (and an empty list) mean
-    # the whole layer, which names no module.
-    names: list[str] = []
-    for raw in (
-        getattr(model_config, "cuda_graph_modules", None),
-        getattr(model_config, "cuda_graph_scope", None),
-    ):
-        items = raw if isinstance(raw, list | tuple) else [] if raw is None else [raw]
-        for item in items:
-            name = getattr(item, "name", item)
-            if isinstance(name, str) and name != "full" and name not in names:
-                names.append(name)
-    return tuple(names)
-
-
-def facts_from_configs(
+def describe_configs(
     model_config: Any,
     optimizer_config: Any,
     ddp_config: Any,
     *,
-    data_parallel_size: int,
+    world_size: int,
     micro_batch_size: int | None = None,
+    global_batch_size: int | None = None,
     te_status: TEStatus | None = None,
     gpu: str | None = None,
-) -> LayoutFacts:
-    """Read the layout facts from megatron-core's configs (model, optimizer, DDP).
+) -> JobDescription:
+    """The job description of megatron-core's configs (model, optimizer, DDP) on ``world_size`` GPUs.
 
-    ``gpu`` names the GPU model when it is known (a recipe's, or the CLI's); ``te_status``
-    defaults to what this process sees (``current_te_status``). ``use_distributed_optimizer``
-    True on either the DDP or the optimizer config counts for both
-    (:func:`distributed_optimizer_to_turn_on`); the facts name the config to turn on.
+    The model is read field by field (:func:`describe_model`). ``gpu`` names the GPU model when
+    it is known (a recipe's, or the CLI's); ``te_status`` defaults to what this process sees
+    (``current_te_status``). ``use_distributed_optimizer`` True on either the DDP or the
+    optimizer config counts for both (:func:`distributed_optimizer_to_turn_on`); the description
+    names the config to turn on.
     """
     te = te_status or current_te_status()
     megatron_ddp = _is_megatron_ddp_config(ddp_config)
-    ddp_flag = _users_flag(ddp_config, "use_distributed_optimizer") if megatron_ddp else False
+    ddp_flag = (
+        _users_flag(ddp_config, "ddp", "use_distributed_optimizer") if megatron_ddp else False
+    )
     opt_flag = (
-        _users_flag(optimizer_config, "use_distributed_optimizer")
+        _users_flag(optimizer_config, "optimizer", "use_distributed_optimizer")
         if optimizer_config is not None
         else False
     )
-    dist_opt = ddp_flag or opt_flag
     turned_on = (
         distributed_optimizer_to_turn_on(ddp_flag, opt_flag)
         if megatron_ddp and optimizer_config is not None
         else None
     )
-
-    graph_impl = getattr(model_config, "cuda_graph_impl", "none") or "none"
-    graph_modules = _cuda_graph_modules(model_config) if graph_impl != "none" else ()
-    graphed_attn = graph_impl in ("local", "transformer_engine") and "attn" in graph_modules
     configs: dict[ConfigName, Any] = {"model": model_config, "optimizer": optimizer_config}
     if megatron_ddp:
         configs["ddp"] = ddp_config
-    m = model_config
-    moe = bool(m.num_moe_experts)
-    return LayoutFacts(
-        tp_size=m.tensor_model_parallel_size,
-        pp_size=m.pipeline_model_parallel_size,
-        vpp_size=m.virtual_pipeline_model_parallel_size,
-        cp_size=m.context_parallel_size,
-        ep_size=m.expert_model_parallel_size,
-        etp_size=m.expert_tensor_parallel_size,
-        dp_size=data_parallel_size,
-        sequence_parallel=bool(m.sequence_parallel),
+    return JobDescription(
+        model=describe_model(model_config),
+        world_size=world_size,
         gpu=gpu,
+        micro_batch_size=micro_batch_size,
+        global_batch_size=global_batch_size,
+        use_distributed_optimizer=ddp_flag or opt_flag,
+        megatron_ddp=megatron_ddp,
+        num_buckets=ddp_config.num_buckets if megatron_ddp else None,
+        grad_reduce_in_fp32=bool(getattr(ddp_config, "grad_reduce_in_fp32", False)),
         te_available=te.available,
         te_reason=te.reason,
         te_version=te.version,
-        use_distributed_optimizer=dist_opt,
-        megatron_ddp=megatron_ddp,
-        num_layers=m.num_layers,
-        hidden_size=m.hidden_size,
-        num_attention_heads=m.num_attention_heads,
-        num_query_groups=m.num_query_groups,
-        account_for_embedding_in_pipeline_split=bool(m.account_for_embedding_in_pipeline_split),
-        account_for_loss_in_pipeline_split=bool(m.account_for_loss_in_pipeline_split),
-        # seq_length is a GPT provider field, not a TransformerConfig one.
-        seq_length=getattr(m, "seq_length", None),
-        micro_batch_size=micro_batch_size,
-        bf16=bool(m.bf16),
-        fp16=bool(m.fp16),
-        fp8=m.fp8 is not None,
-        num_moe_experts=m.num_moe_experts,
-        moe_token_dispatcher_type=m.moe_token_dispatcher_type if moe else None,
-        # megatron-core fills the backend in for every model; it matters only with flex dispatch.
-        moe_flex_dispatcher_backend=(
-            m.moe_flex_dispatcher_backend if moe and m.moe_token_dispatcher_type == "flex" else None
-        ),
-        moe_shared_expert_overlap=bool(m.moe_shared_expert_overlap),
-        recompute_granularity=m.recompute_granularity,
-        recompute_method=m.recompute_method,
-        recompute_num_layers=m.recompute_num_layers,
-        recompute_modules=tuple(m.recompute_modules or ()),
-        mtp_num_layers=m.mtp_num_layers,
-        gradient_accumulation_fusion=bool(m.gradient_accumulation_fusion),
-        distributed_optimizer_turned_on=turned_on,
-        cuda_graph_impl=graph_impl,
-        # cuda_graph_modules has no effect without a CUDA graph implementation.
-        cuda_graph_modules=graph_modules,
-        # megatron-core defaults add_bias_linear to True; the bias matters only to graphed
-        # attention, so elsewhere it stays out of the facts (a torch-free spec plans the same).
-        attention_bias=graphed_attn and bool(m.add_bias_linear or m.add_qkv_bias),
-        moe_shared_expert_intermediate_size=m.moe_shared_expert_intermediate_size,
-        overlap_dispatch_backward_with_experts_wgrad=bool(
-            getattr(m, "overlap_dispatch_backward_with_experts_wgrad", False)
-        ),
-        ep_overlap_early_attn_memory_release=bool(
-            getattr(m, "ep_overlap_early_attn_memory_release", False)
-        ),
-        overlap_p2p_comm_warmup_flush=bool(getattr(m, "overlap_p2p_comm_warmup_flush", False)),
-        num_buckets=ddp_config.num_buckets if megatron_ddp else None,
         direct_settings=_direct_settings(configs),
+        distributed_optimizer_turned_on=turned_on,
     )
 
 
@@ -288,16 +198,30 @@ def apply_plan(
     configs: dict[ConfigName, Any] = {
         "model": model_config,
         "optimizer": optimizer_config,
-        "ddp": ddp_config if plan.facts.megatron_ddp else None,
+        "ddp": ddp_config if plan.job.megatron_ddp else None,
     }
     for decision in plan.decisions:
         for name in KNOBS[decision.knob].targets:
             if configs[name] is not None:
                 # A fresh copy: editing the config's value must never edit the plan or a preset.
                 _write(configs[name], decision.knob, _fresh(decision.value))
-    turned_on = plan.facts.distributed_optimizer_turned_on
-    if turned_on is not None and configs[turned_on] is not None:
-        _write(configs[turned_on], "use_distributed_optimizer", True)
+    write_distributed_optimizer(plan.job, optimizer_config, configs["ddp"])
+
+
+def write_distributed_optimizer(
+    job: JobDescription, optimizer_config: Any, ddp_config: Any
+) -> None:
+    """Turn ``use_distributed_optimizer`` on where the job says the configs disagree.
+
+    megatron-core reads the flag from both the DDP and the optimizer config; the job's
+    ``distributed_optimizer_turned_on`` names the one left False (``describe_configs``). The
+    write is recorded like a plan's, so undoing it puts the user's False back.
+    """
+    target = {"ddp": ddp_config, "optimizer": optimizer_config}.get(
+        job.distributed_optimizer_turned_on
+    )
+    if target is not None:
+        _write(target, "use_distributed_optimizer", True)
 
 
 def _write(config: Any, field: str, value: Any) -> None:
@@ -338,27 +262,37 @@ def _short(value: Any) -> str:
 
 
 def setup_configs(
-    request: CommOverlapConfig,
+    request: Any,
     model_config: Any,
     optimizer_config: Any,
     ddp_config: Any,
     *,
     data_parallel_size: int,
     micro_batch_size: int | None,
+    global_batch_size: int | None = None,
     te_status: TEStatus | None = None,
     gpu: str | None = None,
 ) -> OverlapPlan:
-    """Resolve a finalized request against megatron-core configs, log the plan, write it there."""
-    facts = facts_from_configs(
+    """Resolve a request against megatron-core configs, log the plan, write it there."""
+    # The description counts GPUs; this entry point is given the data-parallel size.
+    world = validate_parallel_size("data_parallel_size", data_parallel_size)
+    for field in (
+        "tensor_model_parallel_size",
+        "context_parallel_size",
+        "pipeline_model_parallel_size",
+    ):
+        world *= validate_parallel_size(f"cfg.model.{field}", getattr(model_config, field))
+    job = describe_configs(
         model_config,
         optimizer_config,
         ddp_config,
-        data_parallel_size=data_parallel_size,
+        world_size=world,
         micro_batch_size=micro_batch_size,
+        global_batch_size=global_batch_size,
         te_status=te_status,
         gpu=gpu,
     )
-    plan = resolve(request, facts)
+    plan = plan_comm_overlap(request, job)
     log_plan(plan)
     apply_plan(plan, model_config, optimizer_config, ddp_config)
     return plan

@@ -7,13 +7,13 @@ megatron-core's configs and writes the plan there.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from megatron.bridge.training.comm_overlap.knobs import KNOBS
-from megatron.bridge.training.userbuffers import PUBLISHED_PRESETS, TransformerLayerTPOverlapCfg
+from megatron.bridge.training.comm_overlap.megatron_io import setup_configs
+from megatron.bridge.training.userbuffers import TransformerLayerTPOverlapCfg
+from megatron.bridge.training.userbuffers_file import PresetSource, load_preset
 from megatron.bridge.training.validators import (
     check_bool,
     check_choice,
@@ -25,43 +25,12 @@ if TYPE_CHECKING:
     from megatron.bridge.training.comm_overlap.plan import OverlapPlan
     from megatron.bridge.training.comm_overlap.te import TEStatus
 
-__all__ = ["DEFAULT_BUCKET_SIZE", "BootstrapBackend", "CommOverlapConfig", "load_preset"]
-
-#: DDP bucket size used when data-parallel overlap is on: 128 Mi *parameters* (elements), not bytes.
-DEFAULT_BUCKET_SIZE = 128 * 1024 * 1024
+__all__ = ["BootstrapBackend", "CommOverlapConfig"]
 
 BootstrapBackend = Literal["nccl", "mpi", "gloo"]
 """Backends that can bootstrap the TE userbuffers communicator."""
 
-PresetSource = TransformerLayerTPOverlapCfg | Mapping[str, Any] | str | os.PathLike[str]
-"""A userbuffers config as a user may give it: a preset object, a mapping or a YAML file path."""
-
 _OWNER = "CommOverlapConfig"
-
-
-def load_preset(value: object, *, owner: str = _OWNER) -> TransformerLayerTPOverlapCfg | None:
-    """The typed userbuffers config for a ``tp_comm_overlap_cfg`` value, loaded and checked.
-
-    A preset object is returned as it is; a mapping (GEMM name -> knobs) or a YAML file path is
-    loaded and checked GEMM by GEMM and knob by knob (an unknown name gets a "did you mean").
-    """
-    if value is None or isinstance(value, TransformerLayerTPOverlapCfg):
-        return value
-    if isinstance(value, str) and value in PUBLISHED_PRESETS and not os.path.exists(value):
-        raise TypeError(
-            f"{owner}.tp_comm_overlap_cfg={value!r} is a preset name, not a file: import the "
-            "preset object, e.g. `from megatron.bridge.training.comm_overlap import "
-            f"{value}`."
-        )
-    if isinstance(value, Mapping | str | os.PathLike):
-        from megatron.bridge.training.userbuffers_file import load_tp_overlap_cfg
-
-        return load_tp_overlap_cfg(value, origin=f"{owner}.tp_comm_overlap_cfg")
-    raise TypeError(
-        f"{owner}.tp_comm_overlap_cfg must be a TransformerLayerTPOverlapCfg (one of the "
-        "published userbuffers_* presets or your own), a mapping of GEMM name to knobs, a YAML "
-        f"file path, or None; got {type(value).__name__}."
-    )
 
 
 @dataclass(kw_only=True)
@@ -113,10 +82,11 @@ class CommOverlapConfig:
     _preset = None
 
     def finalize(self) -> None:
-        """Check the types and ranges of what the user wrote, and load a YAML/mapping preset.
+        """Check the types and ranges of what the user wrote, and load the userbuffers config.
 
-        Changes no field; safe to call twice. A preset given as a file is read here, so a
-        missing or malformed file fails now rather than when the model is built.
+        No field the user wrote changes; the loaded config is kept aside as :attr:`preset`
+        (a preset given as a file is read here, so a missing or malformed file fails now rather
+        than when the model is built). Safe to call twice.
         """
         for name, knob in KNOBS.items():
             value = getattr(self, name)
@@ -148,6 +118,7 @@ class CommOverlapConfig:
         *,
         data_parallel_size: int | None = None,
         micro_batch_size: int | None = None,
+        global_batch_size: int | None = None,
         te_status: TEStatus | None = None,
         gpu: str | None = None,
     ) -> OverlapPlan:
@@ -155,8 +126,8 @@ class CommOverlapConfig:
 
         ``data_parallel_size`` comes from the world size (``runtime_config_update`` passes it);
         the ``data_parallel_size`` field, when the user set it, must agree. ``micro_batch_size``
-        enables the TP-overlap token-divisibility check. ``te_status`` defaults to what this
-        process sees (``te_status("assume")`` plans for a cluster); ``gpu`` names the GPU model
+        enables the TP-overlap token-divisibility check (``global_batch_size`` completes the job
+        description the plan carries). ``te_status`` defaults to what this process sees (``te_status("assume")`` plans for a cluster); ``gpu`` names the GPU model
         when known (it enables the FP8 and connection checks). Returns the plan, also kept as
         :attr:`resolved_plan`. Calling it again with the same configs gives the same result.
 
@@ -164,9 +135,6 @@ class CommOverlapConfig:
         itself that need the world size (pipeline split, expert grid, heads per TP rank) run in
         ``runtime_config_update`` and ``bridge-overlap explain``.
         """
-        from megatron.bridge.training.comm_overlap.megatron_io import setup_configs
-
-        self.finalize()
         plan = setup_configs(
             self,
             model_config,
@@ -174,6 +142,7 @@ class CommOverlapConfig:
             ddp_config,
             data_parallel_size=self._data_parallel_size(data_parallel_size),
             micro_batch_size=micro_batch_size,
+            global_batch_size=global_batch_size,
             te_status=te_status,
             gpu=gpu,
         )

@@ -1,7 +1,7 @@
-"""The resolution rules: from a request and the layout facts to a plan, as a pure function.
+"""The resolution rules: from a request and the job description to a plan, as a pure function.
 
-:func:`plan_comm_overlap` decides every knob from a :class:`CommOverlapConfig` and
-:class:`LayoutFacts` alone (no megatron-core objects, no I/O, no torch). Each decision records
+:func:`plan_comm_overlap` decides every knob from a :class:`CommOverlapConfig` and a
+:class:`~megatron.bridge.training.job.JobDescription` alone (no megatron-core objects, no I/O, no torch). Each decision records
 its source and a one-line reason; a refused request becomes a warning naming every failed
 condition and its fix, and a contradiction raises ``ValueError``/``TypeError`` naming the field.
 """
@@ -11,32 +11,29 @@ from __future__ import annotations
 from typing import Any, Literal, get_args
 
 from megatron.bridge.training import hardware
-from megatron.bridge.training.comm_overlap.knobs import KNOBS
+from megatron.bridge.training.comm_overlap.knobs import DEFAULT_BUCKET_SIZE, KNOBS
 from megatron.bridge.training.comm_overlap.plan import (
     Decision,
-    LayoutFacts,
     OverlapPlan,
     OverlapRefusedError,
     Source,
 )
-from megatron.bridge.training.comm_overlap.request import (
-    DEFAULT_BUCKET_SIZE,
-    CommOverlapConfig,
-    load_preset,
-)
+from megatron.bridge.training.job import JobDescription
+from megatron.bridge.training.parallel_layout import check_parallel_layout
 from megatron.bridge.training.userbuffers import (
     TransformerLayerTPOverlapCfg,
+    mtp_userbuffers_pitfall,
     preset_fits_model,
     preset_names_of,
     preset_shapes_of,
 )
+from megatron.bridge.training.userbuffers_file import load_preset
 from megatron.bridge.training.validators import check_int
 
 __all__ = [
     "EPDispatcher",
     "check_layout",
     "plan_comm_overlap",
-    "resolve",
     "tp_overlap_buffer_rows",
 ]
 
@@ -47,7 +44,7 @@ EPDispatcher = Literal["alltoall", "flex"]
 class _Planner:
     """Collects decisions, warnings and notes while the rules run."""
 
-    def __init__(self, user: CommOverlapConfig, facts: LayoutFacts) -> None:
+    def __init__(self, user: Any, facts: JobDescription) -> None:
         self.user = user
         self.facts = facts
         self.decisions: dict[str, Decision] = {}
@@ -112,7 +109,7 @@ class _Planner:
         self._hardware_notes()
         ordered = tuple(self.decisions[k] for k in KNOBS)
         return OverlapPlan(
-            facts=self.facts,
+            job=self.facts,
             decisions=ordered,
             warnings=tuple(self.warnings + self.cautions),
             notes=tuple(self.notes),
@@ -131,7 +128,7 @@ class _Planner:
 
     def _hardware_notes(self) -> None:
         f = self.facts
-        if f.moe:
+        if f.model.moe:
             self.notes.append(
                 f"expert parameters are replicated over expert-DP={f.expert_data_parallel_size} "
                 "(world / (ETP x EP x PP)): their gradients are reduced, and overlapped by "
@@ -203,15 +200,10 @@ class _Planner:
             return
 
         self._check_tp_token_divisibility()
-        if f.mtp_num_layers:
+        if f.model.mtp_num_layers:
             self.warnings.append(
-                f"TP overlap with mtp_num_layers={f.mtp_num_layers}: the multi-token-prediction "
-                "layers' userbuffer names are not in the userbuffers preset, and when they are "
-                "built megatron-core/Transformer Engine write tp_comm_overlap=False back into the "
-                "shared model config, silently turning TP overlap off for every decoder layer "
-                "(Megatron-Bridge issue #4227). Set mtp_num_layers=None, or tp_comm_overlap=False "
-                "to run MTP knowingly without TP overlap; build_model checks the config after the "
-                "build and reports such a flip."
+                f"TP overlap {mtp_userbuffers_pitfall(f.model.mtp_num_layers)}; build_model "
+                "checks the config after the build and reports such a flip."
             )
         self.set(
             "tp_comm_overlap",
@@ -241,10 +233,13 @@ class _Planner:
 
     def _check_tp_token_divisibility(self) -> None:
         f = self.facts
-        if f.seq_length is None or f.micro_batch_size is None:
+        if f.model.seq_length is None or f.micro_batch_size is None:
             missing = [
                 n
-                for n, v in (("seq_length", f.seq_length), ("micro_batch_size", f.micro_batch_size))
+                for n, v in (
+                    ("seq_length", f.model.seq_length),
+                    ("micro_batch_size", f.micro_batch_size),
+                )
                 if v is None
             ]
             self.notes.append(
@@ -252,7 +247,7 @@ class _Planner:
             )
             return
         tp_overlap_buffer_rows(
-            seq_length=f.seq_length,
+            seq_length=f.model.seq_length,
             micro_batch_size=f.micro_batch_size,
             cp_size=f.cp_size,
             tp_size=f.tp_size,
@@ -261,13 +256,16 @@ class _Planner:
     def _check_preset_shape(self, preset: TransformerLayerTPOverlapCfg) -> None:
         f = self.facts
         names = preset_names_of(preset)
-        if preset_fits_model(names, hidden_size=f.hidden_size, tp_size=f.tp_size) is not False:
+        if (
+            preset_fits_model(names, hidden_size=f.model.hidden_size, tp_size=f.tp_size)
+            is not False
+        ):
             return
         shapes = preset_shapes_of(preset)
         published = ", ".join(f"hidden {s.hidden_size} TP{s.tp_size}" for s in shapes)
         self.warnings.append(
             f"tp_comm_overlap_cfg {', '.join(preset_names_of(preset))} was tuned for {published}, "
-            f"but the model has hidden {f.hidden_size} TP{f.tp_size}: almost always a mistake. Use "
+            f"but the model has hidden {f.model.hidden_size} TP{f.tp_size}: almost always a mistake. Use "
             "find_userbuffers_preset(...) for your shape, or tp_comm_overlap_cfg=None for TE defaults."
         )
 
@@ -323,7 +321,7 @@ class _Planner:
             )
         if f.pp_size == 1 and (overlap or batch):
             self.notes.append("p2p settings have no effect without pipeline parallelism (PP=1).")
-        if f.overlap_p2p_comm_warmup_flush and (
+        if f.model.overlap_p2p_comm_warmup_flush and (
             not self.value("overlap_p2p_comm") or self.value("batch_p2p_comm")
         ):
             raise ValueError(
@@ -342,14 +340,8 @@ class _Planner:
         dist_opt = f.use_distributed_optimizer
         many = f.dp_size > 1
         why_dp = f"DP={f.dp_size}"
-        if f.distributed_optimizer_turned_on is not None:
-            target = f.distributed_optimizer_turned_on
-            source = "optimizer" if target == "ddp" else "ddp"
-            self.notes.append(
-                f"cfg.{source}.use_distributed_optimizer=True but cfg.{target}."
-                f"use_distributed_optimizer=False: cfg.{target}.use_distributed_optimizer is set "
-                "to True to match (megatron-core reads both)."
-            )
+        if f.distributed_optimizer_note is not None:
+            self.notes.append(f.distributed_optimizer_note)
 
         grad, where = self.user_value("overlap_grad_reduce")
         if grad is not None:
@@ -522,43 +514,43 @@ class _Planner:
                 for bad, text in (
                     (f.ep_size <= 1, f"expert_model_parallel_size > 1 (got {f.ep_size})"),
                     (
-                        not f.num_moe_experts or f.num_moe_experts <= 1,
-                        f"more than one expert (num_moe_experts={f.num_moe_experts})",
+                        not f.model.num_moe_experts or f.model.num_moe_experts <= 1,
+                        f"more than one expert (num_moe_experts={f.model.num_moe_experts})",
                     ),
                     (
-                        f.moe_token_dispatcher_type not in get_args(EPDispatcher),
-                        f"moe_token_dispatcher_type alltoall or flex (got {f.moe_token_dispatcher_type!r})",
+                        f.model.token_dispatcher not in get_args(EPDispatcher),
+                        f"moe_token_dispatcher_type alltoall or flex (got {f.model.token_dispatcher!r})",
                     ),
-                    (not (f.bf16 or f.fp16), "bf16 or fp16 training"),
+                    (not (f.model.bf16 or f.model.fp16), "bf16 or fp16 training"),
                     (
                         f.pp_size > 1 and f.vpp_size is None,
                         "virtual_pipeline_model_parallel_size set when PP > 1",
                     ),
                     (
-                        f.recompute_granularity == "full",
+                        f.model.recompute_granularity == "full",
                         "no full activation recompute (recompute_granularity='full')",
                     ),
                     (
-                        f.recompute_method is not None,
-                        f"recompute_method=None (got {f.recompute_method!r})",
+                        f.model.recompute_method is not None,
+                        f"recompute_method=None (got {f.model.recompute_method!r})",
                     ),
                     (
-                        f.recompute_num_layers is not None,
-                        f"recompute_num_layers=None (got {f.recompute_num_layers})",
+                        f.model.recompute_num_layers is not None,
+                        f"recompute_num_layers=None (got {f.model.recompute_num_layers})",
                     ),
-                    ("moe" in f.recompute_modules, "'moe' not in recompute_modules"),
-                    (f.moe_shared_expert_overlap, "moe_shared_expert_overlap=False"),
+                    ("moe" in (f.model.recompute_modules or ()), "'moe' not in recompute_modules"),
+                    (f.model.moe_shared_expert_overlap, "moe_shared_expert_overlap=False"),
                     (
-                        f.mtp_num_layers not in (None, 0, 1),
-                        f"mtp_num_layers None, 0 or 1 (got {f.mtp_num_layers})",
+                        f.model.mtp_num_layers not in (None, 0, 1),
+                        f"mtp_num_layers None, 0 or 1 (got {f.model.mtp_num_layers})",
                     ),
                 )
                 if bad
             ]
-            if f.overlap_dispatch_backward_with_experts_wgrad:
+            if f.model.overlap_dispatch_backward_with_experts_wgrad:
                 failed.append("overlap_dispatch_backward_with_experts_wgrad=False on cfg.model")
-            if f.cuda_graph_impl == "transformer_engine":
-                graphed = [m for m in ("moe", "mlp") if m in f.cuda_graph_modules]
+            if f.model.cuda_graph_impl == "transformer_engine":
+                graphed = [m for m in ("moe", "mlp") if m in f.model.cuda_graph_modules]
                 if graphed:
                     failed.append(
                         f"no {' or '.join(graphed)} in cuda_graph_modules with "
@@ -573,14 +565,14 @@ class _Planner:
                 "overlap_moe_expert_parallel_comm",
                 True,
                 "user",
-                f"set in CommOverlapConfig; EP={f.ep_size}, {f.num_moe_experts} experts",
+                f"set in CommOverlapConfig; EP={f.ep_size}, {f.model.num_moe_experts} experts",
             )
         elif ep is False:
             self.set("overlap_moe_expert_parallel_comm", False, "user", "set in CommOverlapConfig")
         else:
             self.set("overlap_moe_expert_parallel_comm", False, "default", "off unless requested")
 
-        if f.ep_overlap_early_attn_memory_release and not self.value(
+        if f.model.ep_overlap_early_attn_memory_release and not self.value(
             "overlap_moe_expert_parallel_comm"
         ):
             raise ValueError(
@@ -596,7 +588,9 @@ class _Planner:
                     "delay_wgrad_compute=True needs overlap_moe_expert_parallel_comm=True."
                 )
             self._check_delayed_wgrad_with_cuda_graphs()
-            needs_recent_te = self.value("overlap_grad_reduce") or f.gradient_accumulation_fusion
+            needs_recent_te = (
+                self.value("overlap_grad_reduce") or f.model.gradient_accumulation_fusion
+            )
             te_version = f.te_version if f.te_available else None
             if needs_recent_te and not _version_at_least(te_version, (2, 7)):
                 raise ValueError(
@@ -613,7 +607,9 @@ class _Planner:
     def _check_delayed_wgrad_with_cuda_graphs(self) -> None:
         f = self.facts
         te_version = f.te_version if f.te_available else None
-        if f.cuda_graph_impl == "transformer_engine" and not _version_at_least(te_version, (2, 10)):
+        if f.model.cuda_graph_impl == "transformer_engine" and not _version_at_least(
+            te_version, (2, 10)
+        ):
             raise ValueError(
                 "delay_wgrad_compute=True with cuda_graph_impl='transformer_engine' needs "
                 f"Transformer Engine >= 2.10 (found {te_version or 'none'}): upgrade TE, or set "
@@ -622,13 +618,13 @@ class _Planner:
         # The per-layer graph implementations capture the delayed wgrad too when the captured
         # region holds weights whose wgrad is delayed: attention, or the router region when it
         # runs non-overlapped shared experts (megatron-core's TECudaGraphHelper condition).
-        attn = "attn" in f.cuda_graph_modules
+        attn = "attn" in f.model.cuda_graph_modules
         shared_experts_in_router = (
-            "moe_router" in f.cuda_graph_modules
-            and f.moe_shared_expert_intermediate_size is not None
-            and not f.moe_shared_expert_overlap
+            "moe_router" in f.model.cuda_graph_modules
+            and f.model.moe_shared_expert_intermediate_size is not None
+            and not f.model.moe_shared_expert_overlap
         )
-        if f.cuda_graph_impl not in ("local", "transformer_engine") or not (
+        if f.model.cuda_graph_impl not in ("local", "transformer_engine") or not (
             attn or shared_experts_in_router
         ):
             return
@@ -639,7 +635,7 @@ class _Planner:
                 f"Transformer Engine >= 2.12 (found {te_version or 'none'}): upgrade TE, or drop "
                 f"{scope.split()[0]} from cuda_graph_modules."
             )
-        if not f.gradient_accumulation_fusion:
+        if not f.model.gradient_accumulation_fusion:
             raise ValueError(
                 f"delay_wgrad_compute=True with a CUDA graph scope covering {scope} needs "
                 "gradient_accumulation_fusion=True on cfg.model: without it the delayed wgrad "
@@ -647,7 +643,7 @@ class _Planner:
                 f"replay. Set cfg.model.gradient_accumulation_fusion=True or drop "
                 f"{scope.split()[0]} from cuda_graph_modules."
             )
-        if attn and f.attention_bias:
+        if attn and f.model.attention_bias:
             raise ValueError(
                 "delay_wgrad_compute=True with 'attn' in cuda_graph_modules does not support "
                 "attention bias: set cfg.model.add_bias_linear=False and "
@@ -665,7 +661,7 @@ class _Planner:
                     "defer_embedding_wgrad_compute=True needs pipeline parallelism (it hides the "
                     "embedding wgrad in the pipeline flush); drop it or set PP > 1."
                 )
-            if not f.gradient_accumulation_fusion:
+            if not f.model.gradient_accumulation_fusion:
                 raise ValueError(
                     "defer_embedding_wgrad_compute=True needs gradient_accumulation_fusion=True on the model config."
                 )
@@ -735,20 +731,15 @@ def _version_at_least(version: str | None, minimum: tuple[int, int]) -> bool:
     return tuple(parts) >= minimum
 
 
-def plan_comm_overlap(user: CommOverlapConfig, facts: LayoutFacts) -> OverlapPlan:
-    """Resolve ``user``'s request against ``facts``: the pure core of the rules.
+def plan_comm_overlap(user: Any, facts: JobDescription) -> OverlapPlan:
+    """Resolve a ``CommOverlapConfig`` request against a job: the pure core of the rules.
 
-    Raises ``TypeError``/``ValueError`` for bad or contradictory input and
-    :class:`OverlapRefusedError` when ``user.strict`` and a requested overlap was refused or a
-    likely mistake was found (cautions about a setting the user chose, such as
-    ``overlap_param_gather_with_optimizer_step``, stay warnings).
+    Runs the request's ``finalize()`` checks, then every rule. Raises ``TypeError``/``ValueError``
+    for bad or contradictory input and :class:`OverlapRefusedError` when ``user.strict`` and a
+    requested overlap was refused or a likely mistake was found (cautions about a setting the
+    user chose, such as ``overlap_param_gather_with_optimizer_step``, stay warnings).
     """
     user.finalize()
-    return resolve(user, facts)
-
-
-def resolve(user: CommOverlapConfig, facts: LayoutFacts) -> OverlapPlan:
-    """:func:`plan_comm_overlap` for a request that already passed ``finalize()``."""
     _check_facts(facts)
     planner = _Planner(user, facts)
     plan = planner.plan()
@@ -761,7 +752,7 @@ def resolve(user: CommOverlapConfig, facts: LayoutFacts) -> OverlapPlan:
     return plan
 
 
-def _check_facts(facts: LayoutFacts) -> None:
+def _check_facts(facts: JobDescription) -> None:
     # ValueError for a wrong type too: facts are built by the library, so a bad one is a bad
     # layout value that reached it, not a programming error of the caller.
     for name in ("tp_size", "pp_size", "cp_size", "ep_size", "dp_size"):
@@ -769,15 +760,15 @@ def _check_facts(facts: LayoutFacts) -> None:
     check_int(
         "",
         "virtual_pipeline_model_parallel_size",
-        facts.vpp_size,
+        facts.model.virtual_pipeline_model_parallel_size,
         optional=True,
         type_error=ValueError,
     )
     if facts.gpu is not None:
-        hardware.check_precision_on_gpu(gpu=facts.gpu, fp8=facts.fp8)
+        hardware.check_precision_on_gpu(gpu=facts.gpu, fp8=(facts.precision == "fp8"))
 
 
-def check_layout(facts: LayoutFacts) -> None:
+def check_layout(facts: JobDescription) -> None:
     """Raise ``ValueError`` for a layout megatron-core would reject when the job starts.
 
     Checks the whole layout: the world splits into TP x CP x PP x DP and into the expert grid,
@@ -787,23 +778,21 @@ def check_layout(facts: LayoutFacts) -> None:
     layout is known: ``runtime_config_update`` (before anything is written) and
     ``bridge-overlap explain``.
     """
-    from megatron.bridge.training.parallel_layout import check_parallel_layout
-
     _check_facts(facts)
     check_parallel_layout(
         world_size=facts.world_size,
         tp_size=facts.tp_size,
         pp_size=facts.pp_size,
-        vpp_size=facts.vpp_size,
+        vpp_size=facts.model.virtual_pipeline_model_parallel_size,
         cp_size=facts.cp_size,
         ep_size=facts.ep_size,
-        etp_size=facts.etp_size,
+        etp_size=facts.model.expert_tensor_parallel_size,
         sequence_parallel=facts.sequence_parallel,
-        num_layers=facts.num_layers,
-        num_attention_heads=facts.num_attention_heads,
-        num_query_groups=facts.num_query_groups,
-        num_moe_experts=facts.num_moe_experts,
-        seq_length=facts.seq_length,
-        account_for_embedding_in_pipeline_split=facts.account_for_embedding_in_pipeline_split,
-        account_for_loss_in_pipeline_split=facts.account_for_loss_in_pipeline_split,
+        num_layers=facts.model.num_layers,
+        num_attention_heads=facts.model.num_attention_heads,
+        num_query_groups=facts.model.num_query_groups,
+        num_moe_experts=facts.model.num_moe_experts,
+        seq_length=facts.model.seq_length,
+        account_for_embedding_in_pipeline_split=facts.model.account_for_embedding_in_pipeline_split,
+        account_for_loss_in_pipeline_split=facts.model.account_for_loss_in_pipeline_split,
     )

@@ -1,0 +1,363 @@
+"""The one description of a training job: plain values, megatron-core's field names, no torch.
+
+A :class:`JobDescription` says what the overlap plan, the layout checks, the launch environment
+and the step estimate read about a job: the model (:class:`ModelDescription`, every field named
+and defaulted as megatron-core's ``TransformerConfig`` / the GPT provider name it), the world
+size, the GPU, the batch sizes, the optimizer sharding and where Transformer Engine stands.
+
+Every route builds one, through one function each way:
+
+- from megatron-core configs: ``megatron.bridge.training.job_configs.describe_configs``;
+- onto a megatron-core model config: ``megatron.bridge.training.job_configs.write_model``;
+- from a recipe (``RecipeSpec.job``) and from ``bridge-overlap explain`` flags
+  (``megatron.bridge.cli_flags``), which change fields of a recipe's description by name.
+
+Derived layout facts (data-parallel size, interleaving, expert data parallelism, the precision
+name) are properties, computed from the fields and never stored twice. A new model field is one
+field here plus the rules that read it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from megatron.bridge.training.parallel_layout import data_parallel_size
+
+__all__ = [
+    "ConfigName",
+    "JobDescription",
+    "ModelDescription",
+    "PositionEmbeddingType",
+    "PrecisionName",
+]
+
+ConfigName = Literal["model", "ddp", "optimizer"]
+"""A megatron-core config of the job, by its ``ConfigContainer`` attribute: TransformerConfig,
+DistributedDataParallelConfig or OptimizerConfig (``cfg.model``, ``cfg.ddp``, ``cfg.optimizer``)."""
+
+PositionEmbeddingType = Literal["learned_absolute", "rope", "mrope", "yarn", "none"]
+"""Position embeddings megatron-core's GPT model takes (``position_embedding_type``)."""
+
+PrecisionName = Literal["bf16", "fp16", "fp8"]
+"""Training precision as the userbuffers presets name it."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelDescription:
+    """The model fields the plan, the checks and the estimate read.
+
+    Names and defaults are megatron-core's ``TransformerConfig`` (and the GPT provider's
+    ``seq_length``, ``vocab_size``, embeddings); shape fields left None are unknown, and the
+    rules that need them are skipped.
+    """
+
+    # --- parallel layout (megatron-core's ModelParallelConfig) ------------------------------
+    tensor_model_parallel_size: int = 1
+    """Tensor-parallel size."""
+    pipeline_model_parallel_size: int = 1
+    """Pipeline-parallel size."""
+    virtual_pipeline_model_parallel_size: int | None = None
+    """Model chunks per pipeline rank (None or 1: no interleaving)."""
+    context_parallel_size: int = 1
+    """Context-parallel size."""
+    expert_model_parallel_size: int = 1
+    """Expert-parallel size."""
+    expert_tensor_parallel_size: int | None = None
+    """Expert tensor-parallel size (None: the tensor-parallel size)."""
+    sequence_parallel: bool = False
+    """Sequence parallelism (splits LayerNorm/dropout activations over TP ranks)."""
+    account_for_embedding_in_pipeline_split: bool = False
+    """Count the embedding as a layer when layers are split across pipeline stages."""
+    account_for_loss_in_pipeline_split: bool = False
+    """Count the loss as a layer when layers are split across pipeline stages."""
+
+    # --- shape --------------------------------------------------------------------------------
+    num_layers: int | None = None
+    """Transformer layers."""
+    hidden_size: int | None = None
+    """Model width."""
+    num_attention_heads: int | None = None
+    """Attention heads."""
+    num_query_groups: int | None = None
+    """Key/value heads of grouped-query attention (None: one per head)."""
+    kv_channels: int | None = None
+    """Head dimension (None: hidden_size / num_attention_heads)."""
+    ffn_hidden_size: int | None = None
+    """Dense MLP width (None: 4 x hidden_size)."""
+    seq_length: int | None = None
+    """Training sequence length."""
+    vocab_size: int | None = None
+    """Tokenizer vocabulary, before padding."""
+    make_vocab_size_divisible_by: int = 128
+    """The vocabulary is padded to a multiple of this times the TP size."""
+    gated_linear_unit: bool = False
+    """Gated MLP (SwiGLU / GeGLU): fc1 produces twice ffn_hidden_size."""
+    add_bias_linear: bool = True
+    """Linear layers carry biases."""
+    add_qkv_bias: bool = False
+    """The QKV projection carries a bias even without add_bias_linear."""
+    normalization: str = "LayerNorm"
+    """LayerNorm (weight and bias) or RMSNorm (weight only)."""
+    position_embedding_type: PositionEmbeddingType = "learned_absolute"
+    """learned_absolute (an s x h table), rope, mrope, yarn or none."""
+    share_embeddings_and_output_weights: bool = True
+    """The output layer shares the input embedding's weight."""
+
+    # --- precision ------------------------------------------------------------------------------
+    bf16: bool = False
+    """bf16 training."""
+    fp16: bool = False
+    """fp16 training."""
+    fp8: str | None = None
+    """FP8 format (e4m3, hybrid) or None."""
+    fp8_recipe: str = "delayed"
+    """FP8 scaling recipe (delayed, tensorwise, mxfp8, blockwise)."""
+
+    # --- mixture of experts ----------------------------------------------------------------------
+    num_moe_experts: int | None = None
+    """Routed experts (None: dense model)."""
+    moe_router_topk: int = 2
+    """Experts each token is routed to."""
+    moe_ffn_hidden_size: int | None = None
+    """Width of one routed expert (None: ffn_hidden_size)."""
+    moe_shared_expert_intermediate_size: int | None = None
+    """Total width of the shared experts (None: none)."""
+    moe_layer_freq: int = 1
+    """Every moe_layer_freq-th layer (from layer 0) is an MoE layer."""
+    moe_token_dispatcher_type: str = "allgather"
+    """Token dispatcher: allgather, alltoall or flex."""
+    moe_flex_dispatcher_backend: str = "deepep"
+    """Backend of the flex dispatcher (read only with flex dispatch)."""
+    moe_shared_expert_overlap: bool = False
+    """The shared expert's compute overlaps the dispatcher."""
+
+    # --- recompute, MTP, graphs and other model-side overlap settings ---------------------------
+    recompute_granularity: str | None = None
+    """Activation recompute: None, full or selective."""
+    recompute_method: str | None = None
+    """Full recompute method: uniform or block."""
+    recompute_num_layers: int | None = None
+    """Layers recomputed per stage (full recompute)."""
+    recompute_modules: tuple[str, ...] | None = None
+    """Modules recomputed under selective recompute (None: megatron-core's core_attn)."""
+    mtp_num_layers: int | None = None
+    """Multi-token-prediction layers."""
+    gradient_accumulation_fusion: bool = False
+    """Weight-gradient GEMMs accumulate into main_grad directly."""
+    cuda_graph_impl: str = "none"
+    """CUDA graph implementation: none, local, transformer_engine, full_iteration."""
+    cuda_graph_modules: tuple[str, ...] = ()
+    """Per-layer CUDA graph capture regions (attn, mlp, moe, moe_router, ...); empty: whole layer."""
+    overlap_dispatch_backward_with_experts_wgrad: bool = False
+    """megatron-core's alternative to EP overlap: the dispatch backward overlaps expert wgrad."""
+    ep_overlap_early_attn_memory_release: bool = False
+    """Release attention memory early under EP overlap."""
+    overlap_p2p_comm_warmup_flush: bool = False
+    """Overlap pipeline p2p also in warmup and flush."""
+
+    # --- derived views ----------------------------------------------------------------------------
+
+    @property
+    def moe(self) -> bool:
+        """Whether the model has routed experts."""
+        return bool(self.num_moe_experts)
+
+    @property
+    def head_dim(self) -> int:
+        """Attention head dimension."""
+        return self.kv_channels or self.hidden_size // self.num_attention_heads
+
+    @property
+    def query_groups(self) -> int:
+        """Key/value heads (the attention heads without grouped-query attention)."""
+        return self.num_query_groups or self.num_attention_heads
+
+    @property
+    def ffn_size(self) -> int:
+        """Dense MLP width, megatron-core's default (4 x hidden) when not given."""
+        return self.ffn_hidden_size or 4 * self.hidden_size
+
+    @property
+    def token_dispatcher(self) -> str | None:
+        """The MoE token dispatcher (None for a dense model)."""
+        return self.moe_token_dispatcher_type if self.moe else None
+
+    @property
+    def flex_backend(self) -> str | None:
+        """The flex dispatcher's backend, None unless the model dispatches with flex."""
+        return self.moe_flex_dispatcher_backend if self.token_dispatcher == "flex" else None
+
+    @property
+    def attention_bias(self) -> bool:
+        """Whether the attention projections carry biases."""
+        return self.add_bias_linear or self.add_qkv_bias
+
+    @property
+    def precision(self) -> PrecisionName:
+        """fp8, fp16 or bf16: the training precision as preset names spell it."""
+        return "fp8" if self.fp8 is not None else ("fp16" if self.fp16 else "bf16")
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobDescription:
+    """One training job: the model, the world it runs on, batches, optimizer sharding, TE.
+
+    The parallel sizes are the model's (``model.tensor_model_parallel_size`` ...); the properties
+    below give them short names and derive the data-parallel layout from ``world_size``.
+    """
+
+    model: ModelDescription
+    """The model, as megatron-core's TransformerConfig names it."""
+    world_size: int = 1
+    """GPUs in the job."""
+    gpu: str | None = None
+    """GPU model (a name from the GPU catalogue); None when unknown."""
+    micro_batch_size: int | None = None
+    """Samples per micro-batch."""
+    global_batch_size: int | None = None
+    """Samples per optimizer step (None: micro-batch x DP x PP)."""
+    use_distributed_optimizer: bool = False
+    """The distributed optimizer shards optimizer state over data-parallel ranks."""
+    megatron_ddp: bool = True
+    """DDP is megatron-core's DistributedDataParallel (the DP knobs are written only then)."""
+    num_buckets: int | None = None
+    """DDP bucket count set on the DDP config (exclusive with bucket_size in megatron-core)."""
+    grad_reduce_in_fp32: bool = False
+    """Gradients are reduced in fp32."""
+    te_available: bool = True
+    """Transformer Engine imports where the job runs."""
+    te_reason: str = ""
+    """Why Transformer Engine is not available (empty when it is)."""
+    te_version: str | None = None
+    """Transformer Engine version, when known."""
+    direct_settings: tuple[tuple[str, str, Any], ...] = ()
+    """Overlap knobs set straight on a megatron-core config, as (config, knob, value)."""
+    distributed_optimizer_turned_on: ConfigName | None = None
+    """The config (ddp or optimizer) whose use_distributed_optimizer the job turns on to match
+    the other one's True (megatron-core reads both); None when they agree."""
+
+    # --- the layout, by short name ------------------------------------------------------------
+
+    @property
+    def tp_size(self) -> int:
+        """Tensor-parallel size."""
+        return self.model.tensor_model_parallel_size
+
+    @property
+    def pp_size(self) -> int:
+        """Pipeline-parallel size."""
+        return self.model.pipeline_model_parallel_size
+
+    @property
+    def vpp_size(self) -> int | None:
+        """Model chunks per pipeline rank, None without interleaving (megatron-core's "off")."""
+        vpp = self.model.virtual_pipeline_model_parallel_size
+        return None if vpp in (None, 1) else vpp
+
+    @property
+    def cp_size(self) -> int:
+        """Context-parallel size."""
+        return self.model.context_parallel_size
+
+    @property
+    def ep_size(self) -> int:
+        """Expert-parallel size."""
+        return self.model.expert_model_parallel_size
+
+    @property
+    def etp_size(self) -> int:
+        """Expert tensor-parallel size (megatron-core's default: the tensor-parallel size)."""
+        etp = self.model.expert_tensor_parallel_size
+        return self.tp_size if etp is None else etp
+
+    @property
+    def sequence_parallel(self) -> bool:
+        """Whether sequence parallelism is on."""
+        return self.model.sequence_parallel
+
+    @property
+    def interleaved(self) -> bool:
+        """An interleaved (virtual) pipeline: PP > 1 and more than one chunk per rank."""
+        return self.pp_size > 1 and self.vpp_size is not None
+
+    @property
+    def dp_size(self) -> int:
+        """Data-parallel size: world / (TP x CP x PP); ``ValueError`` when that does not divide."""
+        return data_parallel_size(
+            num_gpus=self.world_size,
+            tp_size=self.tp_size,
+            cp_size=self.cp_size,
+            pp_size=self.pp_size,
+        )
+
+    @property
+    def expert_data_parallel_size(self) -> int | None:
+        """Replicas of each expert: world / (ETP x EP x PP); None for a dense model.
+
+        Expert gradients are reduced (and, with the distributed optimizer, expert parameters
+        gathered) over this group, not over the dense data-parallel group.
+        """
+        if not self.model.moe:
+            return None
+        return self.world_size // (self.etp_size * self.ep_size * self.pp_size)
+
+    @property
+    def precision(self) -> PrecisionName:
+        """fp8, fp16 or bf16 (the model's precision fields)."""
+        return self.model.precision
+
+    @property
+    def distributed_optimizer_note(self) -> str | None:
+        """The sentence saying which config's ``use_distributed_optimizer`` the job turns on."""
+        target = self.distributed_optimizer_turned_on
+        if target is None:
+            return None
+        source = "optimizer" if target == "ddp" else "ddp"
+        return (
+            f"cfg.{source}.use_distributed_optimizer=True but cfg.{target}."
+            f"use_distributed_optimizer=False: cfg.{target}.use_distributed_optimizer is set to "
+            "True to match (megatron-core reads both)."
+        )
+
+    def direct_setting(self, knob: str) -> tuple[str, Any] | None:
+        """``(config, value)`` when the user set ``knob`` straight on a megatron-core config."""
+        for config, name, value in self.direct_settings:
+            if name == knob:
+                return config, value
+        return None
+
+    def replace(self, **changes: Any) -> JobDescription:
+        """This job with fields changed; ``model.<field>`` keys change model fields."""
+        model = {k.removeprefix("model."): v for k, v in changes.items() if k.startswith("model.")}
+        top = {k: v for k, v in changes.items() if not k.startswith("model.")}
+        if model:
+            top["model"] = dataclasses.replace(top.get("model", self.model), **model)
+        return dataclasses.replace(self, **top)
+
+    # --- JSON ---------------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """The description as JSON-ready values (tuples as lists)."""
+        return _jsonable(dataclasses.asdict(self))
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> JobDescription:
+        """Rebuild a description from :meth:`to_dict` output."""
+        fields = dict(data)
+        model = dict(fields.pop("model"))
+        for name in ("recompute_modules", "cuda_graph_modules"):
+            if model.get(name) is not None:
+                model[name] = tuple(model[name])
+        fields["direct_settings"] = tuple(tuple(t) for t in fields.get("direct_settings", ()))
+        return cls(model=ModelDescription(**model), **fields)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value

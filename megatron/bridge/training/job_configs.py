@@ -1,0 +1,82 @@
+"""The model description and megatron-core's model config, one function each way.
+
+:func:`describe_model` reads a ``TransformerConfig`` (or a GPT provider) into a
+:class:`~megatron.bridge.training.job.ModelDescription`; :func:`write_model` writes a description
+onto one. Both go field by field over the description's fields, whose names are megatron-core's,
+so a new field needs no edit here. Attribute access only: this module imports no torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+from megatron.bridge.training.job import ModelDescription
+
+__all__ = ["describe_model", "model_fields", "write_model"]
+
+
+@functools.cache
+def model_fields() -> tuple[dataclasses.Field, ...]:
+    """The fields of :class:`ModelDescription`, in declaration order."""
+    return dataclasses.fields(ModelDescription)
+
+
+def _cuda_graph_modules(raw: Any) -> tuple[str, ...]:
+    # megatron-core 0.19 normalizes cuda_graph_modules to CudaGraphModule members in
+    # __post_init__ and migrates the deprecated cuda_graph_scope into it; a value set after
+    # construction may still be a string or a list of strings. "full" (and an empty list) mean
+    # the whole layer, which names no module.
+    names: list[str] = []
+    items = raw if isinstance(raw, list | tuple) else [] if raw is None else [raw]
+    for item in items:
+        name = getattr(item, "name", item)
+        if isinstance(name, str) and name != "full" and name not in names:
+            names.append(name)
+    return tuple(names)
+
+
+def _read(model_config: Any, field: dataclasses.Field) -> Any:
+    name = field.name
+    if name == "cuda_graph_modules":
+        return _cuda_graph_modules(
+            [
+                *_cuda_graph_modules(getattr(model_config, "cuda_graph_modules", None)),
+                *_cuda_graph_modules(getattr(model_config, "cuda_graph_scope", None)),
+            ]
+        )
+    value = getattr(model_config, name, field.default)
+    if name == "recompute_modules" and value is not None:
+        return tuple(value)
+    if field.default is None and value == 0 and not isinstance(value, bool):
+        # megatron-core's "unset" for the shape counts (num_layers, hidden_size, heads) is 0.
+        return None
+    if isinstance(field.default, bool):
+        # megatron-core reads these flags for truth; the description holds the bool.
+        return bool(value)
+    return value
+
+
+def describe_model(model_config: Any) -> ModelDescription:
+    """The description of a megatron-core model config, read field by field as it stands.
+
+    A field the config does not declare (``seq_length`` on a plain ``TransformerConfig``) keeps
+    the description's default. The config need not be finalized.
+    """
+    return ModelDescription(**{f.name: _read(model_config, f) for f in model_fields()})
+
+
+def write_model(model_config: Any, model: ModelDescription) -> None:
+    """Write every field of ``model`` onto ``model_config`` (a GPT provider), by name.
+
+    Tuples are written as the lists megatron-core holds (``recompute_modules``); an empty
+    ``cuda_graph_modules`` is megatron-core's "full" (the whole layer).
+    """
+    for field in model_fields():
+        value = getattr(model, field.name)
+        if field.name == "cuda_graph_modules":
+            value = list(value) if value else "full"
+        elif isinstance(value, tuple):
+            value = list(value)
+        setattr(model_config, field.name, value)
