@@ -7,16 +7,22 @@ preset name or ``null``, ``comm_overlap=null``).
 
 Values are parsed as YAML scalars (``yaml.safe_load``: ``true``, ``8``, ``null``, ``[a, b]``),
 the grammar upstream Megatron-Bridge's OmegaConf/Hydra overrides share for plain values (no
-interpolation, no ``+``/``~`` prefixes), then checked against the target field's annotation:
-``bool``, ``int``, ``float`` (YAML 1.1 reads ``1e-5`` as a string; it is accepted as a float),
-``str``, ``Optional``, ``Literal`` (the error lists the values), ``torch.dtype`` by name, enums by
-member name, functions as ``module:qualname``. ``comm_overlap.tp_comm_overlap_cfg=NAME`` takes a
-published userbuffers preset by name (``null`` for TE's defaults, anything else is a YAML file
-path that must exist). ``env_vars.NAME=VALUE`` takes VALUE verbatim as a string (it is exported
-as text; ``true`` stays ``"true"``).
+interpolation, no ``+``/``~`` prefixes), then checked against the target field's annotation
+by ``value_types.check_field``, the check ``serialization.from_yaml`` and
+``runtime_config_update`` make too: ``bool``, ``int``, ``float``, ``str``, ``Optional``,
+``Literal`` (the error lists the values), enums, lists, dicts. Text has a few readings on top
+(``text=`` of that check): a float written ``1e-5`` (YAML 1.1 reads it as a string),
+``torch.dtype`` by name, enums by member name, functions as ``module:qualname``, and a str field
+takes the text as written. ``comm_overlap.tp_comm_overlap_cfg=NAME`` takes a published
+userbuffers preset by name (``null`` for TE's defaults, anything else is a YAML file path that
+must exist). ``env_vars.NAME=VALUE`` takes VALUE verbatim as a string (it is exported as text;
+``true`` stays ``"true"``) after ``check_env_vars`` (a variable read as an integer must be one).
 
-An unknown key gets a "did you mean" with the close field names; a bad value names the key and
-the expected type. Both raise :class:`OverrideError` (a ``ValueError``).
+An unknown key gets a "did you mean" with the close field names and raises
+:class:`OverrideError` (a ``ValueError``). A bad value raises :class:`OverrideValueError`, both
+an ``OverrideError`` and a ``value_types.ConfigValueError`` (the error a bad value from YAML or
+Python raises), naming the override as typed, the expected type and the value:
+``model.sequence_parallel='maybe': expected bool, got str 'maybe'``.
 """
 
 from __future__ import annotations
