@@ -182,8 +182,8 @@ def check_env_vars(env_vars: object, *, owner: str = "ConfigContainer.env_vars")
     A variable read as an integer (``CUDA_DEVICE_MAX_CONNECTIONS`` 1-32, the
     ``NVTE_*_LAYERNORM_SM_MARGIN`` pair >= 0, ``NCCL_P2P_NET_CHUNKSIZE`` >= 2) must be an int
     or the text of one in that range: ``value_types.ConfigValueError`` (a ``ValueError``) naming
-    ``owner.NAME`` otherwise. Every
-    source of ``env_vars`` (Python, ``from_yaml``, ``env_vars.NAME=VALUE`` overrides) meets it.
+    ``owner.NAME`` otherwise. Every source of ``env_vars`` (Python, ``from_yaml``,
+    ``env_vars.NAME=VALUE`` overrides) meets it.
     """
     if not isinstance(env_vars, Mapping):
         raise TypeError(
