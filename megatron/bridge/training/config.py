@@ -58,6 +58,7 @@ from megatron.bridge.training.mixed_precision import (
 )
 from megatron.bridge.training.parallel_layout import data_parallel_size
 from megatron.bridge.training.validators import check_int
+from megatron.bridge.training.value_types import ConfigValueError, check_fields
 
 __all__ = [
     "AppliedEnvVars",
@@ -65,8 +66,10 @@ __all__ = [
     "EnvValue",
     "ResolvedConfig",
     "TrainingConfig",
+    "check_config_types",
     "check_env_vars",
     "check_launch_environment",
+    "configs_as_written",
     "default_optimizer",
     "gpu_sm100_or_newer",
     "resolve_config",
@@ -150,6 +153,35 @@ def env_var_text(value: EnvValue) -> str:
     return str(value)
 
 
+#: Variables read as integers, by name: (smallest, largest or None, who reads it). Their readers
+#: parse the text as a number and ignore (CUDA) or misread anything else, so a value that is not
+#: an integer in range is refused where it is set. Bounds as ``launch_env`` plans them.
+_INTEGER_ENV_VARS: dict[str, tuple[int, int | None, str]] = {
+    launch_env.CUDA_DEVICE_MAX_CONNECTIONS: (1, 32, "CUDA (hardware work queues, 1 to 32)"),
+    launch_env.NVTE_FWD_LAYERNORM_SM_MARGIN: (0, None, "Transformer Engine (SMs left free)"),
+    launch_env.NVTE_BWD_LAYERNORM_SM_MARGIN: (0, None, "Transformer Engine (SMs left free)"),
+    launch_env.NCCL_P2P_NET_CHUNKSIZE: (2, None, "NCCL (bytes per P2P network chunk)"),
+}
+_INTEGER_TEXT = re.compile(r"-?[0-9]+")
+
+
+def _check_integer_env_var(owner: str, name: str, value: EnvValue, text: str) -> None:
+    minimum, maximum, reader = _INTEGER_ENV_VARS[name]
+    bounds = f">= {minimum}" + ("" if maximum is None else f" and <= {maximum}")
+    # A bool is exported as "True"/"False" and a float as "8.0": neither is an integer's text.
+    if _INTEGER_TEXT.fullmatch(text) is None or isinstance(value, bool | float):
+        raise ConfigValueError(
+            f"{owner}.{name}",
+            f"expected an integer {bounds}, got {type(value).__name__} {value!r}; {reader} "
+            "reads it as an integer.",
+        )
+    number = int(text)
+    if number < minimum or (maximum is not None and number > maximum):
+        raise ConfigValueError(
+            f"{owner}.{name}", f"expected an integer {bounds}, got {number}; {reader}."
+        )
+
+
 def check_env_vars(env_vars: object, *, owner: str = "ConfigContainer.env_vars") -> dict[str, str]:
     """Check a recipe's environment variables; return them as the strings that would be exported.
 
@@ -157,6 +189,11 @@ def check_env_vars(env_vars: object, *, owner: str = "ConfigContainer.env_vars")
     ``ValueError`` for an empty name, a name with ``=`` or a NUL (the OS refuses them), a value
     with a NUL, and a name that looks like a secret (``*_API_KEY``, ``*TOKEN*``, ``*SECRET*``,
     ``*PASSWORD*``, any case): configs are serialized and shared, so secrets go on the launcher.
+    A variable read as an integer (``CUDA_DEVICE_MAX_CONNECTIONS`` 1-32, the
+    ``NVTE_*_LAYERNORM_SM_MARGIN`` pair >= 0, ``NCCL_P2P_NET_CHUNKSIZE`` >= 2) must be an int
+    or the text of one in that range: ``value_types.ConfigValueError`` (a ``ValueError``) naming
+    ``owner.NAME`` otherwise. Every source of ``env_vars`` (Python, ``from_yaml``,
+    ``env_vars.NAME=VALUE`` overrides) meets it.
     """
     if not isinstance(env_vars, Mapping):
         raise TypeError(
@@ -188,8 +225,25 @@ def check_env_vars(env_vars: object, *, owner: str = "ConfigContainer.env_vars")
         text = env_var_text(value)
         if "\0" in text:
             raise ValueError(f"{owner}[{name!r}] holds a NUL character; the OS refuses it.")
+        if name in _INTEGER_ENV_VARS:
+            _check_integer_env_var(owner, name, value, text)
         out[name] = text
     return out
+
+
+def check_config_types(cfg: ConfigContainer, *, where: str = "cfg") -> None:
+    """Check every field of ``cfg``'s sections against its annotation; ``where`` prefixes keys.
+
+    The check every source of values meets (``value_types.check_field``): a value set in Python
+    here, as ``from_yaml`` and ``apply_overrides`` do for theirs. Raises
+    ``value_types.ConfigValueError`` (a ``TypeError`` and a ``ValueError``) naming the key:
+    ``cfg.model.sequence_parallel: expected bool, got str 'yes'``. ``runtime_config_update``,
+    ``resolve_config`` and ``serialization.to_yaml`` run it first.
+    """
+    for name in ("model", "train", "optimizer", "ddp", "mixed_precision", "comm_overlap"):
+        section = getattr(cfg, name)
+        if dataclasses.is_dataclass(section) and not isinstance(section, type):
+            check_fields(section, f"{where}.{name}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -270,19 +324,6 @@ class ConfigContainer:
     def applied_env_vars(self) -> AppliedEnvVars | None:
         """What the last runtime_config_update exported from ``env_vars`` and what it kept."""
         return self._applied_env_vars
-
-    def to_yaml(self) -> str:
-        """This config as YAML text (see ``megatron.bridge.training.serialization``)."""
-        from megatron.bridge.training.serialization import to_yaml
-
-        return to_yaml(self)
-
-    @classmethod
-    def from_yaml(cls, source: str | os.PathLike[str]) -> ConfigContainer:
-        """A config from :meth:`to_yaml` text or a file holding it."""
-        from megatron.bridge.training.serialization import from_yaml
-
-        return from_yaml(source)
 
     @property
     def data_parallel_size(self) -> int | None:
@@ -435,6 +476,20 @@ def _working_copies(cfg: ConfigContainer) -> tuple[dict[str, Any], dict[int, Any
             if attr not in names:
                 object.__setattr__(work, attr, _relink(value, memo))
     return copies, memo
+
+
+def configs_as_written(cfg: ConfigContainer) -> dict[str, Any]:
+    """Copies of ``cfg.model``, ``cfg.optimizer`` and ``cfg.ddp`` as the user wrote them.
+
+    Keyed by section name. The fields an earlier :func:`runtime_config_update` derived are
+    cleared and the overlap fields it wrote are given back their user values (``undo_plan``);
+    what mixed precision wrote stays, as it writes the same values again. ``cfg`` is not
+    changed. ``serialization.to_yaml`` writes these.
+    """
+    work, _ = _working_copies(cfg)
+    work["model"].clear_derived()
+    undo_plan(work["model"], work["optimizer"], work["ddp"])
+    return work
 
 
 def _commit(original: Any, work: Any, memo: dict[int, Any]) -> None:
@@ -601,6 +656,8 @@ def resolve_config(
         raise TypeError(
             f"cfg.comm_overlap must be a CommOverlapConfig or None, got {type(cfg.comm_overlap).__name__}."
         )
+
+    check_config_types(cfg)
 
     if isinstance(te, str):
         te = te_status(te)

@@ -7,36 +7,46 @@ preset name or ``null``, ``comm_overlap=null``).
 
 Values are parsed as YAML scalars (``yaml.safe_load``: ``true``, ``8``, ``null``, ``[a, b]``),
 the grammar upstream Megatron-Bridge's OmegaConf/Hydra overrides share for plain values (no
-interpolation, no ``+``/``~`` prefixes), then checked against the target field's annotation:
-``bool``, ``int``, ``float`` (YAML 1.1 reads ``1e-5`` as a string; it is accepted as a float),
-``str``, ``Optional``, ``Literal`` (the error lists the values), ``torch.dtype`` by name, enums by
-member name, functions as ``module:qualname``. ``comm_overlap.tp_comm_overlap_cfg=NAME`` takes a
-published userbuffers preset by name (``null`` for TE's defaults, anything else is a YAML file
-path that must exist). ``env_vars.NAME=VALUE`` takes VALUE verbatim as a string (it is exported
-as text; ``true`` stays ``"true"``).
+interpolation, no ``+``/``~`` prefixes), then checked against the target field's annotation
+by ``value_types.check_field``, the check ``serialization.from_yaml`` and
+``runtime_config_update`` make too: ``bool``, ``int``, ``float``, ``str``, ``Optional``,
+``Literal`` (the error lists the values), enums, lists, dicts. Text has a few readings on top
+(``text=`` of that check): a float written ``1e-5`` (YAML 1.1 reads it as a string),
+``torch.dtype`` by name, enums by member name, functions as ``module:qualname``, and a str field
+takes the text as written. ``comm_overlap.tp_comm_overlap_cfg=NAME`` takes a published
+userbuffers preset by name (``null`` for TE's defaults, anything else is a YAML file path that
+must exist). ``env_vars.NAME=VALUE`` takes VALUE verbatim as a string (it is exported as text;
+``true`` stays ``"true"``) after ``check_env_vars`` (a variable read as an integer must be one).
 
-An unknown key gets a "did you mean" with the close field names; a bad value names the key and
-the expected type. Both raise :class:`OverrideError` (a ``ValueError``).
+An unknown key gets a "did you mean" with the close field names and raises
+:class:`OverrideError` (a ``ValueError``). A bad value raises :class:`OverrideValueError`, both
+an ``OverrideError`` and a ``value_types.ConfigValueError`` (the error a bad value from YAML or
+Python raises), naming the override as typed, the expected type and the value:
+``model.sequence_parallel='maybe': expected bool, got str 'maybe'``.
 """
 
 from __future__ import annotations
 
-import collections.abc
 import dataclasses
 import difflib
-import enum
 import os
-import types
-import typing
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from megatron.bridge.training.value_types import ConfigValueError, check_field
+
 if TYPE_CHECKING:
     from megatron.bridge.training.config import ConfigContainer
 
-__all__ = ["OVERRIDE_SECTIONS", "OverrideError", "apply_overrides", "parse_override"]
+__all__ = [
+    "OVERRIDE_SECTIONS",
+    "OverrideError",
+    "OverrideValueError",
+    "apply_overrides",
+    "parse_override",
+]
 
 #: Sections a dotted key may start with (``env_vars`` takes one variable name after the dot).
 OVERRIDE_SECTIONS = (
@@ -55,6 +65,14 @@ class OverrideError(ValueError):
     """An override that names no setting, or gives a value of the wrong type."""
 
 
+class OverrideValueError(OverrideError, ConfigValueError):
+    """An override whose value its field's annotation does not admit.
+
+    The same check, and the same kind of error, as a bad value in a YAML file or set in Python
+    (:class:`~megatron.bridge.training.value_types.ConfigValueError`).
+    """
+
+
 def parse_override(text: str) -> tuple[str, str]:
     """Split ``"key=value"`` into its key and its raw value text."""
     if not isinstance(text, str) or "=" not in text:
@@ -71,88 +89,16 @@ def _did_you_mean(word: str, choices: Iterable[str]) -> str:
     return f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
 
 
-def _type_hints(cls: type) -> dict[str, Any]:
+def _check(cls: type, name: str, key: str, raw: str, value: Any) -> Any:
+    """``value`` (parsed from ``raw``) checked against field ``name`` of ``cls``, with the
+    readings of text (``value_types.check_field``); the error shows the override as typed."""
     try:
-        return typing.get_type_hints(cls)
-    except Exception:  # unresolvable forward references: fall back to what is there
-        return {f.name: f.type for f in dataclasses.fields(cls)}
-
-
-def _type_name(tp: Any) -> str:
-    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
-
-
-def _coerce(key: str, raw: str, value: Any, tp: Any) -> Any:
-    """``value`` (parsed from ``raw``) as type ``tp``; OverrideError naming ``key`` otherwise."""
-    import torch
-
-    origin = typing.get_origin(tp)
-    if tp is Any or isinstance(tp, str | typing.TypeVar):
-        return value
-    if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(tp)
-        if value is None and type(None) in args:
-            return None
-        errors = []
-        for arm in args:
-            if arm is type(None):
-                continue
-            try:
-                return _coerce(key, raw, value, arm)
-            except OverrideError as exc:
-                errors.append(exc)
-        raise OverrideError(f"{key}={raw!r}: expected {_type_name(tp)}.")
-    if origin is typing.Literal:
-        choices = typing.get_args(tp)
-        if value in choices:
-            return value
-        raise OverrideError(f"{key}={raw!r}: expected one of {list(choices)}.")
-    if value is None:
-        raise OverrideError(f"{key}={raw!r}: expected {_type_name(tp)}, not null.")
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-    elif tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    elif tp is float:
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value)  # YAML 1.1 reads 1e-5 (no dot) as a string
-            except ValueError:
-                pass
-    elif tp is str:
-        return value if isinstance(value, str) else raw.strip()
-    elif tp is torch.dtype:
-        dtype = getattr(torch, str(value).removeprefix("torch."), None)
-        if isinstance(dtype, torch.dtype):
-            return dtype
-    elif isinstance(tp, type) and issubclass(tp, enum.Enum):
-        if isinstance(value, str) and value in tp.__members__:
-            return tp[value]
-        raise OverrideError(f"{key}={raw!r}: expected one of {list(tp.__members__)}.")
-    elif origin in (list, tuple) and isinstance(value, list):
-        args = typing.get_args(tp)
-        item = args[0] if args else Any
-        items = [_coerce(f"{key}[{i}]", str(v), v, item) for i, v in enumerate(value)]
-        return items if origin is list else tuple(items)
-    elif origin is dict or tp is dict:
-        if isinstance(value, dict):
-            return value
-    elif origin is collections.abc.Callable or tp is collections.abc.Callable:
-        # A function is named by its import path, "module:qualname".
-        from megatron.bridge.training.serialization import _import_path
-
-        if isinstance(value, str) and ":" in value:
-            try:
-                return _import_path(value, key)
-            except ValueError as exc:
-                raise OverrideError(str(exc)) from None
-    elif isinstance(tp, type) and isinstance(value, tp):
-        return value
-    raise OverrideError(f"{key}={raw!r}: expected {_type_name(tp)}, got {type(value).__name__}.")
+        return check_field(cls, name, value, key, text=raw)
+    except ConfigValueError as exc:
+        detail = exc.problem if exc.where == key else str(exc)  # else it names a list item
+        raise OverrideValueError(f"{key}={raw!r}", detail) from None
+    except ValueError as exc:  # a function's module:qualname that does not import
+        raise OverrideError(f"{key}={raw!r}: {exc}") from None
 
 
 def _preset(key: str, raw: str, value: Any) -> Any:
@@ -228,8 +174,10 @@ def apply_overrides(cfg: ConfigContainer, overrides: Iterable[str]) -> ConfigCon
         if head == "env_vars":
             try:
                 check_env_vars({rest: raw}, owner="env_vars")
+            except ConfigValueError as exc:  # it names env_vars.NAME
+                raise OverrideValueError(exc.where, exc.problem) from None
             except (TypeError, ValueError) as exc:
-                raise OverrideError(f"{key}: {exc}") from None
+                raise OverrideError(str(exc)) from None
             env[rest] = raw
             continue
         if head not in OVERRIDE_SECTIONS:
@@ -260,7 +208,7 @@ def apply_overrides(cfg: ConfigContainer, overrides: Iterable[str]) -> ConfigCon
         if isinstance(target, CommOverlapConfig) and rest == "tp_comm_overlap_cfg":
             value = _preset(key, raw, value)
         else:
-            value = _coerce(key, raw, value, _type_hints(type(target)).get(rest, Any))
+            value = _check(type(target), rest, key, raw, value)
         setattr(target, rest, value)
 
     try:

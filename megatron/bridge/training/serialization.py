@@ -21,7 +21,11 @@ What is written is what round-trips, nothing else:
   preset as its GEMM -> knobs mapping (the layout ``load_tp_overlap_cfg`` reads), a file path
   as the path.
 
-Anything else is refused with ``TypeError`` naming the field. A container that
+Anything else is refused with ``TypeError`` naming the field. :func:`from_yaml` checks every
+value against its field's annotation (``value_types.check_field``, the check ``apply_overrides``
+and ``runtime_config_update`` make too) and ``env_vars`` with ``check_env_vars``; an error names
+the file and the dotted key (``config.yaml: model.sequence_parallel: expected bool, got str
+'yes'``). A key given twice in one mapping is refused too. A container that
 ``runtime_config_update`` already resolved is written with the derived fields and the overlap
 writes taken back (on copies); the precision fields mixed precision wrote stay, as it writes
 the same values again. Either way the file resolves to the same plan.
@@ -33,10 +37,10 @@ of the section's type.
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import difflib
 import enum
-import importlib
 import json
 import os
 from collections.abc import Mapping
@@ -44,10 +48,33 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
+from megatron.core.distributed import DistributedDataParallelConfig
+from megatron.core.optimizer import OptimizerConfig
+
+from megatron.bridge.models.gpt_provider import GPTModelProvider
+from megatron.bridge.training import hardware
+from megatron.bridge.training.comm_overlap import CommOverlapConfig
+from megatron.bridge.training.config import (
+    ConfigContainer,
+    TrainingConfig,
+    check_config_types,
+    check_env_vars,
+    configs_as_written,
+    resolve_config,
+)
+from megatron.bridge.training.mixed_precision import (
+    MixedPrecisionConfig,
+    get_mixed_precision_config,
+)
+from megatron.bridge.training.value_types import (
+    ConfigValueError,
+    check_field,
+    check_value,
+    import_object,
+)
 
 if TYPE_CHECKING:
     from megatron.bridge.training.comm_overlap import TEMode, TEStatus
-    from megatron.bridge.training.config import ConfigContainer
 
 __all__ = [
     "CONFIG_FILE",
@@ -82,22 +109,6 @@ _TAGS = ("_dtype_", "_enum_", "_callable_", "_tuple_")
 # --------------------------------------------------------------------------- values
 
 
-def _import_path(path: str, where: str) -> Any:
-    module_name, sep, qualname = path.partition(":")
-    if not sep or not module_name or not qualname:
-        raise ValueError(f"{where}: {path!r} is not 'module:qualname'.")
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ValueError(f"{where}: cannot import {module_name!r} ({exc}).") from None
-    for part in qualname.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise ValueError(f"{where}: {module_name} has no {qualname!r}.") from None
-    return obj
-
-
 def callable_path(fn: Any) -> str | None:
     """``"module:qualname"`` that imports back to ``fn`` itself, or None when there is none.
 
@@ -112,7 +123,7 @@ def callable_path(fn: Any) -> str | None:
         if not module_name:
             continue
         try:
-            if _import_path(f"{module_name}:{qualname}", "") is fn:
+            if import_object(f"{module_name}:{qualname}", "") is fn:
                 return f"{module_name}:{qualname}"
         except ValueError:
             continue
@@ -173,7 +184,7 @@ def _decode(value: Any, where: str) -> Any:
             raise ValueError(f"{where}: {value['_dtype_']!r} is not a torch dtype name.")
         return dtype
     if tag == "_enum_":
-        cls = _import_path(value["_enum_"], where)
+        cls = import_object(value["_enum_"], where)
         if not (isinstance(cls, type) and issubclass(cls, enum.Enum)):
             raise ValueError(f"{where}: {value['_enum_']!r} is not an Enum class.")
         try:
@@ -184,7 +195,7 @@ def _decode(value: Any, where: str) -> Any:
                 f"{[m.name for m in cls]}."
             ) from None
     if tag == "_callable_":
-        return _import_path(value["_callable_"], where)
+        return import_object(value["_callable_"], where)
     return tuple(_decode(v, f"{where}[{i}]") for i, v in enumerate(value["_tuple_"]))
 
 
@@ -204,12 +215,16 @@ def _encode_dataclass(obj: Any, where: str) -> dict[str, Any]:
 
 def _decode_dataclass(data: Any, base: type, where: str) -> Any:
     if not isinstance(data, Mapping):
-        raise TypeError(f"{where} must be a mapping of field values, got {type(data).__name__}.")
+        raise ConfigValueError(
+            where,
+            f"expected a mapping of {base.__name__} fields, got {type(data).__name__} {data!r:.80}",
+        )
     target = data.get("_target_")
-    cls = base if target is None else _import_path(str(target), f"{where}._target_")
+    cls = base if target is None else import_object(str(target), f"{where}._target_")
     if not (isinstance(cls, type) and issubclass(cls, base)):
         raise ValueError(f"{where}._target_ {target!r} is not a {base.__name__}.")
-    names = [f.name for f in dataclasses.fields(cls) if f.init and not f.name.startswith("_")]
+    fields = [f for f in dataclasses.fields(cls) if f.init and not f.name.startswith("_")]
+    names = [f.name for f in fields]
     kwargs = {}
     for key, raw in data.items():
         if key == "_target_":
@@ -218,8 +233,21 @@ def _decode_dataclass(data: Any, base: type, where: str) -> Any:
             raise ValueError(
                 f"{where}.{key} is not a field of {cls.__name__}.{_did_you_mean(key, names)}"
             )
-        kwargs[key] = _decode(raw, f"{where}.{key}")
-    return cls(**kwargs)
+        kwargs[key] = check_field(cls, key, _decode(raw, f"{where}.{key}"), f"{where}.{key}")
+    missing = [
+        f.name
+        for f in fields
+        if f.name not in kwargs
+        and f.default is dataclasses.MISSING
+        and f.default_factory is dataclasses.MISSING
+    ]
+    if missing:
+        raise ValueError(f"{where}: {cls.__name__} needs {', '.join(missing)}; set them here.")
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as exc:
+        kind = TypeError if isinstance(exc, TypeError) else ValueError
+        raise kind(f"{where}: {cls.__name__} refused these values: {exc}") from exc
 
 
 # --------------------------------------------------------------------------- comm overlap
@@ -267,26 +295,17 @@ def _decode_preset(value: Any, where: str) -> Any:
 # --------------------------------------------------------------------------- container
 
 
-def _as_written(cfg: ConfigContainer) -> dict[str, Any]:
-    """cfg's megatron-core configs as the user wrote them (derived fields and overlap writes
-    taken back, on copies)."""
-    from megatron.bridge.training.comm_overlap.megatron_io import undo_plan
-    from megatron.bridge.training.config import _working_copies
-
-    work, _ = _working_copies(cfg)
-    work["model"].clear_derived()
-    undo_plan(work["model"], work["optimizer"], work["ddp"])
-    return work
-
-
 def to_dict(cfg: ConfigContainer) -> dict[str, Any]:
-    """The plain-value document :func:`to_yaml` writes (see the module docstring)."""
-    from megatron.bridge.training.config import ConfigContainer, check_env_vars
+    """The plain-value document :func:`to_yaml` writes (see the module docstring).
 
+    Refuses what :func:`from_dict` would refuse: a field value its annotation does not admit
+    (``check_config_types``) and bad ``env_vars`` (``check_env_vars``).
+    """
     if not isinstance(cfg, ConfigContainer):
         raise TypeError(f"to_yaml expects a ConfigContainer, got {type(cfg).__name__}.")
     check_env_vars(cfg.env_vars)
-    work = _as_written(cfg)
+    check_config_types(cfg)
+    work = configs_as_written(cfg)
     doc: dict[str, Any] = {"format_version": FORMAT_VERSION}
     for name in _SECTIONS:
         obj = work.get(name, getattr(cfg, name))
@@ -319,32 +338,35 @@ def to_yaml(cfg: ConfigContainer) -> str:
     return yaml.safe_dump(to_dict(cfg), sort_keys=False, default_flow_style=False)
 
 
-def from_dict(doc: Mapping[str, Any]) -> ConfigContainer:
-    """The container of a :func:`to_dict` document."""
-    from megatron.core.distributed import DistributedDataParallelConfig
-    from megatron.core.optimizer import OptimizerConfig
+def from_dict(doc: Mapping[str, Any], *, origin: str | None = None) -> ConfigContainer:
+    """The container of a :func:`to_dict` document.
 
-    from megatron.bridge.models.gpt_provider import GPTModelProvider
-    from megatron.bridge.training.comm_overlap import CommOverlapConfig
-    from megatron.bridge.training.config import ConfigContainer, TrainingConfig
-    from megatron.bridge.training.mixed_precision import MixedPrecisionConfig
-
+    Every value is checked against its field's annotation (``value_types.check_field``) and
+    ``env_vars`` by ``check_env_vars``, before anything is built. Errors name ``origin`` (the
+    file, when there is one) and the dotted key: ``config.yaml: model.sequence_parallel:
+    expected bool, got str 'yes'``.
+    """
+    at = f"{origin}: " if origin else ""
     if not isinstance(doc, Mapping):
-        raise TypeError(f"A ConfigContainer document is a mapping, got {type(doc).__name__}.")
+        raise ConfigValueError(
+            origin or "document",
+            f"expected a mapping of ConfigContainer sections, got {type(doc).__name__}",
+        )
     for key in doc:
         if key not in _TOP_KEYS:
             raise ValueError(
-                f"{key!r} is not a ConfigContainer section.{_did_you_mean(str(key), _TOP_KEYS)}"
+                f"{at}{key!r} is not a ConfigContainer section.{_did_you_mean(str(key), _TOP_KEYS)}"
             )
     version = doc.get("format_version", FORMAT_VERSION)
     if version != FORMAT_VERSION:
         raise ValueError(
-            f"format_version {version!r} is not supported (this library writes {FORMAT_VERSION})."
+            f"{at}format_version {version!r} is not supported (this library writes "
+            f"{FORMAT_VERSION})."
         )
     if "model" not in doc:
-        raise ValueError("The document has no 'model' section; a ConfigContainer needs one.")
+        raise ValueError(f"{at}the document has no 'model' section; a ConfigContainer needs one.")
     kwargs: dict[str, Any] = {
-        "model": _decode_dataclass(doc["model"], GPTModelProvider, "model"),
+        "model": _decode_dataclass(doc["model"], GPTModelProvider, f"{at}model"),
     }
     bases = {
         "train": TrainingConfig,
@@ -353,49 +375,105 @@ def from_dict(doc: Mapping[str, Any]) -> ConfigContainer:
     }
     for name, base in bases.items():
         if name in doc:
-            kwargs[name] = _decode_dataclass(doc[name], base, name)
+            kwargs[name] = _decode_dataclass(doc[name], base, f"{at}{name}")
     mixed = doc.get("mixed_precision")
     if isinstance(mixed, Mapping):
-        mixed = _decode_dataclass(mixed, MixedPrecisionConfig, "mixed_precision")
+        mixed = _decode_dataclass(mixed, MixedPrecisionConfig, f"{at}mixed_precision")
+    elif mixed is not None:
+        check_value(mixed, str, f"{at}mixed_precision")
+        try:
+            get_mixed_precision_config(mixed)
+        except ValueError as exc:
+            raise ValueError(f"{at}mixed_precision: {exc}") from None
     kwargs["mixed_precision"] = mixed
     overlap = doc.get("comm_overlap")
     if overlap is not None:
         if not isinstance(overlap, Mapping):
-            raise TypeError(f"comm_overlap must be a mapping or null, got {overlap!r}.")
+            raise ConfigValueError(
+                f"{at}comm_overlap",
+                "expected a mapping of CommOverlapConfig fields or null, got "
+                f"{type(overlap).__name__} {overlap!r:.80}",
+            )
         preset = _decode_preset(
-            overlap.get("tp_comm_overlap_cfg"), "comm_overlap.tp_comm_overlap_cfg"
+            overlap.get("tp_comm_overlap_cfg"), f"{at}comm_overlap.tp_comm_overlap_cfg"
         )
         rest = {k: v for k, v in overlap.items() if k != "tp_comm_overlap_cfg"}
         overlap = dataclasses.replace(
-            _decode_dataclass(rest, CommOverlapConfig, "comm_overlap"), tp_comm_overlap_cfg=preset
+            _decode_dataclass(rest, CommOverlapConfig, f"{at}comm_overlap"),
+            tp_comm_overlap_cfg=preset,
         )
     kwargs["comm_overlap"] = overlap
-    kwargs["gpu"] = doc.get("gpu")
-    kwargs["env_vars"] = dict(doc.get("env_vars") or {})
+    gpu = check_value(doc.get("gpu"), str | None, f"{at}gpu")
+    if gpu is not None:
+        try:
+            hardware.gpu_spec(gpu)
+        except ValueError as exc:
+            raise ValueError(f"{at}{exc}") from None
+    kwargs["gpu"] = gpu
+    env_vars = doc.get("env_vars")
+    env_vars = {} if env_vars is None else env_vars
+    check_env_vars(env_vars, owner=f"{at}env_vars")
+    kwargs["env_vars"] = dict(env_vars)
     return ConfigContainer(**kwargs)
 
 
+def _looks_like_path(text: str) -> bool:
+    return "\n" not in text and (text.endswith((".yaml", ".yml")) or "/" in text or os.sep in text)
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key given twice in one mapping (PyYAML keeps the last
+    one silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, collections.abc.Hashable) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"key {key!r} appears twice in one mapping (first on line {seen[key] + 1})",
+                    key_node.start_mark,
+                )
+            if isinstance(key, collections.abc.Hashable):
+                seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
+
+
 def from_yaml(source: str | os.PathLike[str]) -> ConfigContainer:
-    """The container of :func:`to_yaml` text, or of a file holding it (a path)."""
-    if isinstance(source, os.PathLike) or (
-        isinstance(source, str) and "\n" not in source and os.path.isfile(source)
-    ):
-        text = Path(source).read_text()
-        origin = os.fspath(source)
+    """The container of :func:`to_yaml` text, or of a file holding it.
+
+    A path object, or a str that looks like a path (one line ending in ``.yaml``/``.yml`` or
+    holding a path separator), is read as a file: ``FileNotFoundError`` naming it when there is
+    none. Any other str is YAML text. Errors name the file (when there is one) and the dotted
+    key (:func:`from_dict`).
+    """
+    if isinstance(source, os.PathLike) or (isinstance(source, str) and _looks_like_path(source)):
+        path = Path(source)
+        if not path.exists():
+            raise FileNotFoundError(
+                f"from_yaml: config file {os.fspath(source)!r} does not exist. (A str ending in "
+                ".yaml/.yml or holding a path separator is read as a path; YAML text is a "
+                "document of several lines.)"
+            )
+        text, origin, label = path.read_text(), os.fspath(source), os.fspath(source)
     elif isinstance(source, str):
-        text, origin = source, "YAML text"
+        text, origin, label = source, None, "YAML text"
     else:
         raise TypeError(f"from_yaml takes YAML text or a path, got {type(source).__name__}.")
     try:
-        doc = yaml.safe_load(text)
+        doc = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader: no arbitrary objects
     except yaml.YAMLError as exc:
-        raise ValueError(f"{origin} is not valid YAML: {exc}") from None
+        raise ValueError(f"{label} is not valid YAML: {exc}") from None
     if not isinstance(doc, Mapping):
         raise ValueError(
-            f"{origin} does not hold a ConfigContainer document (a mapping of sections); a path "
-            "that does not exist is read as YAML text."
+            f"{label} does not hold a ConfigContainer document (a mapping of sections), got "
+            f"{type(doc).__name__}."
         )
-    return from_dict(doc)
+    return from_dict(doc, origin=origin)
 
 
 def write_run_config(
@@ -414,8 +492,6 @@ def write_run_config(
     the layout needs, null when the GPU is unknown). ``te`` defaults to "assume". Both files are
     written only after both documents were built. Returns their paths.
     """
-    from megatron.bridge.training.config import check_env_vars, resolve_config
-
     text = to_yaml(cfg)
     resolved = resolve_config(cfg, world_size=world_size, te=te)
     launch = None
