@@ -64,43 +64,88 @@ class _Planner:
     def value(self, knob: str) -> Any:
         return self.decisions[knob].value
 
+    def direct_values(self, knob: str) -> tuple[tuple[str, Any], ...]:
+        """Each ``(config, value)`` written straight on one of ``knob``'s targets, in table order."""
+        return tuple((c, v) for c, name, v in self.facts.direct_settings if name == knob)
+
     def user_value(self, knob: str) -> tuple[Any, str]:
         """The user's setting of ``knob`` and where it was made, or (None, "").
 
-        A value written straight onto a megatron-core config counts when the knob table says
-        such a setting is honoured; it must then agree with CommOverlapConfig.
+        A value written straight onto any megatron-core config the knob targets counts when the
+        knob table says such a setting is honoured; it must then agree with CommOverlapConfig.
+        Two configs that disagree: the first target in the knob table wins (a warning names
+        both, see :meth:`_report_direct_settings`).
         """
         mine = getattr(self.user, knob)
-        direct = KNOBS[knob].direct
-        found = self.facts.direct_setting(knob)
-        theirs = None
-        if direct is not None and direct[1] == "honoured" and found is not None:
-            config, theirs = found
-            where = f"cfg.{config}.{knob}"
-        if mine is not None and theirs is not None and mine != theirs:
-            raise ValueError(
-                f"{knob} is {mine!r} in CommOverlapConfig but {theirs!r} on {where}: choose one, "
-                "preferably in CommOverlapConfig."
-            )
+        found = self.direct_values(knob) if KNOBS[knob].direct == "honoured" else ()
+        for config, theirs in found:
+            if mine is not None and mine != theirs:
+                raise ValueError(
+                    f"{knob} is {mine!r} in CommOverlapConfig but {theirs!r} on "
+                    f"cfg.{config}.{knob}: choose one, preferably in CommOverlapConfig."
+                )
         if mine is not None:
             return mine, "set in CommOverlapConfig"
-        if theirs is not None:
+        if found:
+            theirs = found[0][1]
+            where = " and ".join(f"cfg.{c}.{knob}" for c, v in found if v == theirs)
             return theirs, f"set on {where}"
         return None, ""
 
-    def _report_replaced_direct_settings(self) -> None:
-        # A flag written straight onto a megatron-core config that the plan replaces is said, so
-        # nothing the user wrote is overridden silently.
-        for config, knob, value in self.facts.direct_settings:
-            direct = KNOBS[knob].direct
-            if direct is None or direct[1] != "reported":
-                continue
+    def _report_direct_settings(self) -> None:
+        # Nothing the user wrote straight onto a megatron-core config is overridden silently: a
+        # reported setting the plan replaces is said, and so is an honoured one that another
+        # config contradicts (the first target won in user_value; the plan writes it to every target).
+        for knob, spec in KNOBS.items():
             decided = self.decisions[knob]
-            if decided.value != value:
-                self.warnings.append(
-                    f"cfg.{config}.{knob}={value!r} is replaced by {decided.value!r} "
-                    f"({decided.reason}); set {knob} in CommOverlapConfig to make it a request."
-                )
+            found = self.direct_values(knob)
+            if spec.direct == "reported":
+                for config, value in found:
+                    if decided.value != value:
+                        self.warnings.append(
+                            f"cfg.{config}.{knob}={value!r} is replaced by {decided.value!r} "
+                            f"({decided.reason}); set {knob} in CommOverlapConfig to make it a "
+                            "request."
+                        )
+            elif spec.direct == "honoured" and found:
+                kept_config, kept = found[0]
+                for config, value in found[1:]:
+                    if value != kept:
+                        self.warnings.append(
+                            f"cfg.{kept_config}.{knob}={kept!r} but cfg.{config}.{knob}={value!r}: "
+                            f"the plan keeps cfg.{kept_config}'s and writes {decided.value!r} to "
+                            f"both (megatron-core reads each); set {knob} in CommOverlapConfig, or "
+                            "the same value on both, to choose."
+                        )
+
+    def _note_defaults_read_as_unset(self) -> None:
+        # A field holding megatron-core's default, not written by the library, cannot be told
+        # apart from one the user never touched, so it reads as not set. Where the plan then
+        # derives another value for an honoured knob, say so: a False the user wrote there before
+        # the library first wrote the field would otherwise vanish without a word. (A default of
+        # None cannot be asked for in CommOverlapConfig, where None means "let the rules decide".)
+        changed: list[str] = []
+        for knob, spec in KNOBS.items():
+            decided = self.decisions[knob]
+            if (
+                spec.direct != "honoured"
+                or spec.core_default is None
+                or decided.source != "derived"
+                or decided.value == spec.core_default
+            ):
+                continue
+            for target in spec.targets:
+                if target != "ddp" or self.facts.megatron_ddp:
+                    changed.append(
+                        f"cfg.{target}.{knob} {spec.core_default!r} -> {decided.value!r}"
+                    )
+        if changed:
+            self.notes.append(
+                f"{', '.join(changed)}: derived, since megatron-core's default there reads as not "
+                "set (the default written by you before the library first wrote the field cannot "
+                "be told apart from an untouched one); to keep one at its default, set it in "
+                "CommOverlapConfig (e.g. overlap_grad_reduce=False)."
+            )
 
     def plan(self) -> OverlapPlan:
         self._tp()
@@ -108,7 +153,8 @@ class _Planner:
         self._dp()
         self._ep()
         self._wgrad_deferral()
-        self._report_replaced_direct_settings()
+        self._report_direct_settings()
+        self._note_defaults_read_as_unset()
         self._hardware_notes()
         ordered = tuple(self.decisions[k] for k in KNOBS)
         return OverlapPlan(
@@ -352,6 +398,7 @@ class _Planner:
             )
 
         grad, where = self.user_value("overlap_grad_reduce")
+        gather, gather_where = self.user_value("overlap_param_gather")
         if grad is not None:
             self.set("overlap_grad_reduce", grad, "user", where)
         elif many:
@@ -360,6 +407,15 @@ class _Planner:
                 True,
                 "derived",
                 f"{why_dp} > 1: hide the gradient reduction under backward",
+            )
+        elif gather:
+            # megatron-core overlaps the param all-gather only together with the grad reduce, so
+            # a param-gather request brings it along (at DP=1 neither has anything to do).
+            self.set(
+                "overlap_grad_reduce",
+                True,
+                "derived",
+                f"overlap_param_gather=True ({gather_where}) needs it",
             )
         else:
             self.set(
@@ -370,21 +426,22 @@ class _Planner:
             )
         grad = self.value("overlap_grad_reduce")
 
-        gather, where = self.user_value("overlap_param_gather")
         if gather:
             if not dist_opt:
                 raise ValueError(
                     "overlap_param_gather=True needs the distributed optimizer (it overlaps the "
                     "all-gather of sharded parameters): set cfg.ddp.use_distributed_optimizer=True "
-                    "and cfg.optimizer.use_distributed_optimizer=True, or drop overlap_param_gather."
+                    "and cfg.optimizer.use_distributed_optimizer=True, or drop overlap_param_gather "
+                    f"({gather_where})."
                 )
             if not grad:
                 raise ValueError(
                     "overlap_param_gather=True needs overlap_grad_reduce=True (megatron-core "
-                    "overlaps the param all-gather only together with the grad reduce-scatter)."
+                    "overlaps the param all-gather only together with the grad reduce-scatter); "
+                    f"overlap_param_gather was {gather_where}."
                 )
         if gather is not None:
-            self.set("overlap_param_gather", gather, "user", where)
+            self.set("overlap_param_gather", gather, "user", gather_where)
         elif not many:
             self.set("overlap_param_gather", False, "derived", f"{why_dp}: nothing to gather")
         elif not dist_opt:
@@ -505,11 +562,17 @@ class _Planner:
                 "DDP is not megatron-core's DistributedDataParallelConfig: the DP decisions above "
                 "are not written there; configure that implementation's overlap yourself."
             )
-        if not many and any(
-            self.decisions[k].source == "user" and self.value(k)
-            for k in ("overlap_grad_reduce", "overlap_param_gather")
-        ):
-            self.notes.append(f"DP overlap was requested but has no effect with {why_dp}.")
+        if not many:
+            for knob, idle in (
+                ("overlap_grad_reduce", "no gradient is reduced across replicas"),
+                ("overlap_param_gather", "no parameter is gathered across replicas"),
+            ):
+                decided = self.decisions[knob]
+                if decided.source == "user" and decided.value:
+                    self.notes.append(
+                        f"{knob}=True ({decided.reason}) is kept but has no effect with "
+                        f"{why_dp}: {idle}."
+                    )
 
     # --- EP -----------------------------------------------------------------------------------
 
