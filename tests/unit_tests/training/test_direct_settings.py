@@ -177,9 +177,12 @@ def test_false_set_before_the_first_update_reads_as_unset_and_the_plan_says_so()
     plan = _update(cfg, WORLD_DP32)
     grad = plan.decision("overlap_grad_reduce")
     assert (grad.value, grad.source) == (True, "derived")
-    (note,) = [n for n in plan.notes if "cfg.ddp.overlap_grad_reduce False -> True" in n]
-    assert "cfg.optimizer.overlap_param_gather False -> True" in note
-    assert "set it in CommOverlapConfig" in note
+    (note,) = [n for n in plan.notes if "reads as not set" in n]
+    assert note.startswith(
+        "cfg.ddp.overlap_grad_reduce, cfg.ddp.overlap_param_gather, "
+        "cfg.optimizer.overlap_param_gather, cfg.ddp.align_param_gather: derived True"
+    ), note
+    assert "set it in CommOverlapConfig (e.g. overlap_grad_reduce=False)" in note
     assert _update(cfg, WORLD_DP32).notes == plan.notes
 
     # The remedy the note names.

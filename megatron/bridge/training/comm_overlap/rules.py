@@ -65,7 +65,7 @@ class _Planner:
         return self.decisions[knob].value
 
     def direct_values(self, knob: str) -> tuple[tuple[str, Any], ...]:
-        """Each ``(config, value)`` written straight on one of ``knob``'s targets, in table order."""
+        """Each ``(config, value)`` set straight on one of ``knob``'s targets, in table order."""
         return tuple((c, v) for c, name, v in self.facts.direct_settings if name == knob)
 
     def user_value(self, knob: str) -> tuple[Any, str]:
@@ -95,7 +95,7 @@ class _Planner:
     def _report_direct_settings(self) -> None:
         # Nothing the user wrote straight onto a megatron-core config is overridden silently: a
         # reported setting the plan replaces is said, and so is an honoured one that another
-        # config contradicts (the first target won in user_value; the plan writes it to every target).
+        # config contradicts (the first target won in user_value; the plan writes every target).
         for knob, spec in KNOBS.items():
             decided = self.decisions[knob]
             found = self.direct_values(knob)
@@ -124,7 +124,8 @@ class _Planner:
         # derives another value for an honoured knob, say so: a False the user wrote there before
         # the library first wrote the field would otherwise vanish without a word. (A default of
         # None cannot be asked for in CommOverlapConfig, where None means "let the rules decide".)
-        changed: list[str] = []
+        # Keyed by (megatron-core's default, derived value): one note per kind of move.
+        moved: dict[tuple[Any, Any], list[str]] = {}
         for knob, spec in KNOBS.items():
             decided = self.decisions[knob]
             if (
@@ -134,17 +135,19 @@ class _Planner:
                 or decided.value == spec.core_default
             ):
                 continue
-            for target in spec.targets:
-                if target != "ddp" or self.facts.megatron_ddp:
-                    changed.append(
-                        f"cfg.{target}.{knob} {spec.core_default!r} -> {decided.value!r}"
-                    )
-        if changed:
+            fields = moved.setdefault((spec.core_default, decided.value), [])
+            fields += [
+                f"cfg.{target}.{knob}"
+                for target in spec.targets
+                if target != "ddp" or self.facts.megatron_ddp
+            ]
+        for (default, value), fields in moved.items():
+            example = fields[0].rsplit(".", 1)[1]
             self.notes.append(
-                f"{', '.join(changed)}: derived, since megatron-core's default there reads as not "
-                "set (the default written by you before the library first wrote the field cannot "
-                "be told apart from an untouched one); to keep one at its default, set it in "
-                "CommOverlapConfig (e.g. overlap_grad_reduce=False)."
+                f"{', '.join(fields)}: derived {value!r}; a {default!r} written there before the "
+                "library first writes the field cannot be told from megatron-core's default and "
+                f"reads as not set. To keep one {default!r}, set it in CommOverlapConfig (e.g. "
+                f"{example}={default!r})."
             )
 
     def plan(self) -> OverlapPlan:
@@ -431,8 +434,8 @@ class _Planner:
                 raise ValueError(
                     "overlap_param_gather=True needs the distributed optimizer (it overlaps the "
                     "all-gather of sharded parameters): set cfg.ddp.use_distributed_optimizer=True "
-                    "and cfg.optimizer.use_distributed_optimizer=True, or drop overlap_param_gather "
-                    f"({gather_where})."
+                    "and cfg.optimizer.use_distributed_optimizer=True, or drop "
+                    f"overlap_param_gather ({gather_where})."
                 )
             if not grad:
                 raise ValueError(
