@@ -50,6 +50,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from megatron.bridge.training.comm_overlap.knobs import KNOBS
 from megatron.bridge.training.validators import positive_int_argument
 
 if TYPE_CHECKING:
@@ -83,19 +84,9 @@ SHARED_KEYS = ("recipe", "layout", "model", "device", "notes", "plan", "launch_e
 #: Split sizes ``--tiny`` fills in, in this order (TP first: it is what TP overlap needs).
 _TINY_ORDER = ("tp", "pp", "cp")
 
-#: The request fields that switch an overlap on; ``overlap_off_request`` sets each to False.
-#: (``batch_p2p_comm`` batches pipeline sends, it overlaps nothing, so the rules keep deciding it.)
-OVERLAP_FIELDS = (
-    "tp_comm_overlap",
-    "overlap_p2p_comm",
-    "overlap_grad_reduce",
-    "overlap_param_gather",
-    "overlap_param_gather_with_optimizer_step",
-    "align_param_gather",
-    "overlap_moe_expert_parallel_comm",
-    "delay_wgrad_compute",
-    "defer_embedding_wgrad_compute",
-)
+#: The request fields that switch an overlap on (the knob table's switches);
+#: ``overlap_off_request`` sets each to False.
+OVERLAP_FIELDS = tuple(name for name, knob in KNOBS.items() if knob.switch)
 
 #: Forward/backward steps timed per configuration on CUDA (the first is a warm-up).
 CUDA_STEPS = 6

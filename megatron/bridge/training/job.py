@@ -233,7 +233,7 @@ class JobDescription:
     """Why Transformer Engine is not available (empty when it is)."""
     te_version: str | None = None
     """Transformer Engine version, when known."""
-    direct_settings: tuple[tuple[str, str, Any], ...] = ()
+    direct_settings: tuple[tuple[ConfigName, str, Any], ...] = ()
     """Overlap knobs set straight on a megatron-core config, as (config, knob, value)."""
     distributed_optimizer_turned_on: ConfigName | None = None
     """The config (ddp or optimizer) whose use_distributed_optimizer the job turns on to match

@@ -2,9 +2,10 @@
 
 One row per knob drives the whole package: ``CommOverlapConfig.finalize`` checks each request
 field by its ``kind``, a plan lists decisions in this order and groups them by ``area``,
-the megatron-core reader finds settings the user wrote straight onto a megatron-core config
-through ``direct``, and ``apply_plan`` writes each value to the configs in ``targets``. Adding a
-knob is one row here plus its rule.
+the megatron-core reader finds settings the user wrote straight onto any of the knob's
+``targets`` (and ``direct`` says what such a setting counts as), ``apply_plan`` writes each value
+to the configs in ``targets``, and ``bridge-overlap-check`` turns every ``switch`` off for its
+baseline. Adding a knob is one row here plus its rule.
 
 The megatron-core field a knob is written to has the knob's name on every config it targets.
 """
@@ -14,11 +15,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Literal
+from typing import Any, Literal
 
 from megatron.bridge.training.job import ConfigName
 
-__all__ = ["DEFAULT_BUCKET_SIZE", "KNOBS", "Area", "ConfigName", "Knob", "KnobKind"]
+__all__ = ["DEFAULT_BUCKET_SIZE", "KNOBS", "Area", "ConfigName", "DirectUse", "Knob", "KnobKind"]
 
 #: DDP bucket size used when data-parallel overlap is on: 128 Mi *parameters* (elements), not bytes.
 DEFAULT_BUCKET_SIZE = 128 * 1024 * 1024
@@ -35,7 +36,7 @@ DirectUse = Literal["honoured", "reported"]
 counts as: the user's setting (honoured) or something the plan may replace and then says so."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Knob:
     """One overlap knob."""
 
@@ -44,39 +45,116 @@ class Knob:
     kind: KnobKind
     """How the CommOverlapConfig field is checked."""
     targets: tuple[ConfigName, ...]
-    """megatron-core configs the resolved value is written to (same field name on each)."""
-    direct: tuple[ConfigName, DirectUse] | None = None
-    """Where a user may have set it straight on a megatron-core config, and what that counts as."""
+    """megatron-core configs the resolved value is written to (same field name on each). When
+    two of them hold different settings of the user's, the first one named here wins."""
+    core_default: Any
+    """megatron-core's default for the field, the same on every target. A value equal to it that
+    the library did not write cannot be told apart from an untouched field: it reads as not set."""
+    direct: DirectUse | None = None
+    """What a setting written straight onto any of ``targets`` counts as; None: not read."""
+    switch: bool = False
+    """True turns an overlap on: the all-off baseline sets every switch to False."""
 
 
 #: Every knob, in plan order.
 KNOBS: Mapping[str, Knob] = MappingProxyType(
     {
-        "tp_comm_overlap": Knob("tp", "flag", ("model",), ("model", "reported")),
+        "tp_comm_overlap": Knob(
+            area="tp",
+            kind="flag",
+            targets=("model",),
+            core_default=False,
+            direct="reported",
+            switch=True,
+        ),
         # A preset written onto a GPT provider counts as the user's (it is where Megatron-LM
         # users put their YAML path).
-        "tp_comm_overlap_cfg": Knob("tp", "preset", ("model",), ("model", "honoured")),
-        "tp_comm_bootstrap_backend": Knob("tp", "backend", ("model",)),
-        "overlap_p2p_comm": Knob("pp", "optional_flag", ("model",), ("model", "reported")),
-        "batch_p2p_comm": Knob("pp", "optional_flag", ("model",), ("model", "reported")),
+        "tp_comm_overlap_cfg": Knob(
+            area="tp", kind="preset", targets=("model",), core_default=None, direct="honoured"
+        ),
+        "tp_comm_bootstrap_backend": Knob(
+            area="tp", kind="backend", targets=("model",), core_default="nccl"
+        ),
+        "overlap_p2p_comm": Knob(
+            area="pp",
+            kind="optional_flag",
+            targets=("model",),
+            core_default=False,
+            direct="reported",
+            switch=True,
+        ),
+        # Batching pipeline sends overlaps nothing: not a switch (the rules keep deciding it).
+        "batch_p2p_comm": Knob(
+            area="pp",
+            kind="optional_flag",
+            targets=("model",),
+            core_default=True,
+            direct="reported",
+        ),
         # Recipes set DP overlap straight on cfg.ddp (megatron-core's own place for it), so a
         # value found there is the user's setting.
-        "overlap_grad_reduce": Knob("dp", "optional_flag", ("ddp",), ("ddp", "honoured")),
-        "overlap_param_gather": Knob(
-            "dp", "optional_flag", ("ddp", "optimizer"), ("ddp", "honoured")
+        "overlap_grad_reduce": Knob(
+            area="dp",
+            kind="optional_flag",
+            targets=("ddp",),
+            core_default=False,
+            direct="honoured",
+            switch=True,
         ),
-        "align_param_gather": Knob("dp", "optional_flag", ("ddp",), ("ddp", "honoured")),
-        "bucket_size": Knob("dp", "count", ("ddp",), ("ddp", "honoured")),
+        # megatron-core reads it from both configs; cfg.ddp wins a disagreement.
+        "overlap_param_gather": Knob(
+            area="dp",
+            kind="optional_flag",
+            targets=("ddp", "optimizer"),
+            core_default=False,
+            direct="honoured",
+            switch=True,
+        ),
+        "align_param_gather": Knob(
+            area="dp",
+            kind="optional_flag",
+            targets=("ddp",),
+            core_default=False,
+            direct="honoured",
+            switch=True,
+        ),
+        "bucket_size": Knob(
+            area="dp", kind="count", targets=("ddp",), core_default=None, direct="honoured"
+        ),
         "overlap_param_gather_with_optimizer_step": Knob(
-            "dp", "optional_flag", ("optimizer",), ("optimizer", "reported")
+            area="dp",
+            kind="optional_flag",
+            targets=("optimizer",),
+            core_default=False,
+            direct="reported",
+            switch=True,
         ),
         "overlap_moe_expert_parallel_comm": Knob(
-            "ep", "optional_flag", ("model",), ("model", "reported")
+            area="ep",
+            kind="optional_flag",
+            targets=("model",),
+            core_default=False,
+            direct="reported",
+            switch=True,
         ),
-        "delay_wgrad_compute": Knob("ep", "optional_flag", ("model", "ddp"), ("model", "reported")),
+        "delay_wgrad_compute": Knob(
+            area="ep",
+            kind="optional_flag",
+            targets=("model", "ddp"),
+            core_default=False,
+            direct="reported",
+            switch=True,
+        ),
         "defer_embedding_wgrad_compute": Knob(
-            "wgrad", "optional_flag", ("model",), ("model", "reported")
+            area="wgrad",
+            kind="optional_flag",
+            targets=("model",),
+            core_default=False,
+            direct="reported",
+            switch=True,
         ),
-        "wgrad_deferral_limit": Knob("wgrad", "limit", ("model",), ("model", "reported")),
+        "wgrad_deferral_limit": Knob(
+            area="wgrad", kind="limit", targets=("model",), core_default=0, direct="reported"
+        ),
     }
 )

@@ -71,37 +71,45 @@ def _field_defaults(cls: type) -> dict[str, Any]:
 def _users_value(config: Any, knob: str) -> Any:
     """The user's own setting of ``knob`` on ``config``, or ``_NOTHING``.
 
-    A value other than megatron-core's default counts, unless it is what our own earlier
-    apply_plan wrote; then the user's setting is the one that write replaced.
+    Where our own earlier apply_plan wrote the field, the record tells: a value still equal to
+    what was written is ours, and the user's setting is the one that write replaced; any other
+    value was set by the user since, megatron-core's default included. Where we never wrote it,
+    a value other than megatron-core's default counts; the default itself cannot be told apart
+    from an untouched field and reads as not set (the plan says so where that matters).
     """
-    defaults = _field_defaults(type(config))
     value = getattr(config, knob, None)
     written = getattr(config, _WRITTEN_ATTR, {})
-    if knob in written and written[knob][0] == value:
-        return written[knob][1]
-    if value == defaults.get(knob):
+    if knob in written:
+        ours, replaced = written[knob]
+        return replaced if value == ours else value
+    if value == _field_defaults(type(config)).get(knob):
         return _NOTHING
     return value
 
 
 def _direct_settings(configs: dict[ConfigName, Any]) -> tuple[tuple[str, str, Any], ...]:
+    """Every overlap knob the user set straight on a megatron-core config, as (config, knob, value).
+
+    Each knob the table marks ``direct`` is read from every config it targets, in the table's
+    order, so a setting on any of them is seen (and two that disagree are both there).
+    """
     found: list[tuple[str, str, Any]] = []
     for knob, spec in KNOBS.items():
         if spec.direct is None:
             continue
-        name = spec.direct[0]
-        config = configs.get(name)
-        # A field the config does not declare (tp_comm_overlap_cfg on a plain TransformerConfig)
-        # cannot hold a user's setting.
-        if config is None or knob not in _field_defaults(type(config)):
-            continue
-        value = _users_value(config, knob)
-        if value is _NOTHING:
-            continue
-        if knob == "tp_comm_overlap_cfg":
-            # Kept as plain data (the job description is JSON); a bad file or mapping fails here.
-            value = load_preset(value, owner=f"cfg.{name}").to_ub_cfgs()
-        found.append((name, knob, value))
+        for name in spec.targets:
+            config = configs.get(name)
+            # A field the config does not declare (tp_comm_overlap_cfg on a plain
+            # TransformerConfig) cannot hold a user's setting.
+            if config is None or knob not in _field_defaults(type(config)):
+                continue
+            value = _users_value(config, knob)
+            if value is _NOTHING:
+                continue
+            if knob == "tp_comm_overlap_cfg":
+                # Kept as plain data (the job description is JSON); a bad file or mapping fails here.
+                value = load_preset(value, owner=f"cfg.{name}").to_ub_cfgs()
+            found.append((name, knob, value))
     return tuple(found)
 
 

@@ -44,9 +44,9 @@ EPDispatcher = Literal["alltoall", "flex"]
 class _Planner:
     """Collects decisions, warnings and notes while the rules run."""
 
-    def __init__(self, user: Any, facts: JobDescription) -> None:
+    def __init__(self, user: Any, job: JobDescription) -> None:
         self.user = user
-        self.facts = facts
+        self.job = job
         self.decisions: dict[str, Decision] = {}
         self.warnings: list[str] = []
         # Cautions about a setting the user chose knowingly: shown with the warnings, but strict
@@ -61,43 +61,59 @@ class _Planner:
     def value(self, knob: str) -> Any:
         return self.decisions[knob].value
 
+    def direct_values(self, knob: str) -> tuple[tuple[str, Any], ...]:
+        """Each ``(config, value)`` set straight on one of ``knob``'s targets, in table order."""
+        return tuple((c, v) for c, name, v in self.job.direct_settings if name == knob)
+
     def user_value(self, knob: str) -> tuple[Any, str]:
         """The user's setting of ``knob`` and where it was made, or (None, "").
 
-        A value written straight onto a megatron-core config counts when the knob table says
-        such a setting is honoured; it must then agree with CommOverlapConfig.
+        A value written straight onto any megatron-core config the knob targets counts when the
+        knob table says such a setting is honoured; it must then agree with CommOverlapConfig.
+        Two configs that disagree: the first target in the knob table wins (a warning names
+        both, see :meth:`_report_direct_settings`).
         """
         mine = getattr(self.user, knob)
-        direct = KNOBS[knob].direct
-        found = self.facts.direct_setting(knob)
-        theirs = None
-        if direct is not None and direct[1] == "honoured" and found is not None:
-            config, theirs = found
-            where = f"cfg.{config}.{knob}"
-        if mine is not None and theirs is not None and mine != theirs:
-            raise ValueError(
-                f"{knob} is {mine!r} in CommOverlapConfig but {theirs!r} on {where}: choose one, "
-                "preferably in CommOverlapConfig."
-            )
+        found = self.direct_values(knob) if KNOBS[knob].direct == "honoured" else ()
+        for config, theirs in found:
+            if mine is not None and mine != theirs:
+                raise ValueError(
+                    f"{knob} is {mine!r} in CommOverlapConfig but {theirs!r} on "
+                    f"cfg.{config}.{knob}: choose one, preferably in CommOverlapConfig."
+                )
         if mine is not None:
             return mine, "set in CommOverlapConfig"
-        if theirs is not None:
+        if found:
+            theirs = found[0][1]
+            where = " and ".join(f"cfg.{c}.{knob}" for c, v in found if v == theirs)
             return theirs, f"set on {where}"
         return None, ""
 
-    def _report_replaced_direct_settings(self) -> None:
-        # A flag written straight onto a megatron-core config that the plan replaces is said, so
-        # nothing the user wrote is overridden silently.
-        for config, knob, value in self.facts.direct_settings:
-            direct = KNOBS[knob].direct
-            if direct is None or direct[1] != "reported":
-                continue
+    def _report_direct_settings(self) -> None:
+        # Nothing the user wrote straight onto a megatron-core config is overridden silently: a
+        # reported setting the plan replaces is said, and so is an honoured one that another
+        # config contradicts (the first target won in user_value; the plan writes every target).
+        for knob, spec in KNOBS.items():
             decided = self.decisions[knob]
-            if decided.value != value:
-                self.warnings.append(
-                    f"cfg.{config}.{knob}={value!r} is replaced by {decided.value!r} "
-                    f"({decided.reason}); set {knob} in CommOverlapConfig to make it a request."
-                )
+            found = self.direct_values(knob)
+            if spec.direct == "reported":
+                for config, value in found:
+                    if decided.value != value:
+                        self.warnings.append(
+                            f"cfg.{config}.{knob}={value!r} is replaced by {decided.value!r} "
+                            f"({decided.reason}); set {knob} in CommOverlapConfig to make it a "
+                            "request."
+                        )
+            elif spec.direct == "honoured" and found:
+                kept_config, kept = found[0]
+                for config, value in found[1:]:
+                    if value != kept:
+                        self.warnings.append(
+                            f"cfg.{kept_config}.{knob}={kept!r} but cfg.{config}.{knob}={value!r}: "
+                            f"the plan keeps cfg.{kept_config}'s and writes {decided.value!r} to "
+                            f"both (megatron-core reads each); set {knob} in CommOverlapConfig, or "
+                            "the same value on both, to choose."
+                        )
 
     def plan(self) -> OverlapPlan:
         self._tp()
@@ -105,11 +121,11 @@ class _Planner:
         self._dp()
         self._ep()
         self._wgrad_deferral()
-        self._report_replaced_direct_settings()
+        self._report_direct_settings()
         self._hardware_notes()
         ordered = tuple(self.decisions[k] for k in KNOBS)
         return OverlapPlan(
-            job=self.facts,
+            job=self.job,
             decisions=ordered,
             warnings=tuple(self.warnings + self.cautions),
             notes=tuple(self.notes),
@@ -120,14 +136,14 @@ class _Planner:
         """The userbuffers config in use and where it was set."""
         if self.user.preset is not None:
             return self.user.preset, "set in CommOverlapConfig"
-        found = self.facts.direct_setting("tp_comm_overlap_cfg")
+        found = self.job.direct_setting("tp_comm_overlap_cfg")
         if found is None:
             return None, ""
         config, value = found
         return load_preset(value, owner=f"cfg.{config}"), f"set on cfg.{config}.tp_comm_overlap_cfg"
 
     def _hardware_notes(self) -> None:
-        f = self.facts
+        f = self.job
         if f.model.moe:
             self.notes.append(
                 f"expert parameters are replicated over expert-DP={f.expert_data_parallel_size} "
@@ -156,7 +172,7 @@ class _Planner:
     # --- TP -----------------------------------------------------------------------------------
 
     def _tp(self) -> None:
-        f, user = self.facts, self.user
+        f, user = self.job, self.user
         preset, where = self._preset()
         backend = user.tp_comm_bootstrap_backend
         backend_source: Source = "default" if backend == "nccl" else "user"
@@ -232,7 +248,7 @@ class _Planner:
         )
 
     def _check_tp_token_divisibility(self) -> None:
-        f = self.facts
+        f = self.job
         if f.model.seq_length is None or f.micro_batch_size is None:
             missing = [
                 n
@@ -254,7 +270,7 @@ class _Planner:
         )
 
     def _check_preset_shape(self, preset: TransformerLayerTPOverlapCfg) -> None:
-        f = self.facts
+        f = self.job
         names = preset_names_of(preset)
         if (
             preset_fits_model(names, hidden_size=f.model.hidden_size, tp_size=f.tp_size)
@@ -272,7 +288,7 @@ class _Planner:
     # --- PP -----------------------------------------------------------------------------------
 
     def _pp(self) -> None:
-        f, user = self.facts, self.user
+        f, user = self.job, self.user
         overlap, batch = user.overlap_p2p_comm, user.batch_p2p_comm
         if overlap and batch:
             raise ValueError(
@@ -336,7 +352,7 @@ class _Planner:
     # --- DP -----------------------------------------------------------------------------------
 
     def _dp(self) -> None:
-        f = self.facts
+        f = self.job
         dist_opt = f.use_distributed_optimizer
         many = f.dp_size > 1
         why_dp = f"DP={f.dp_size}"
@@ -344,6 +360,7 @@ class _Planner:
             self.notes.append(f.distributed_optimizer_note)
 
         grad, where = self.user_value("overlap_grad_reduce")
+        gather, gather_where = self.user_value("overlap_param_gather")
         if grad is not None:
             self.set("overlap_grad_reduce", grad, "user", where)
         elif many:
@@ -352,6 +369,15 @@ class _Planner:
                 True,
                 "derived",
                 f"{why_dp} > 1: hide the gradient reduction under backward",
+            )
+        elif gather:
+            # megatron-core overlaps the param all-gather only together with the grad reduce, so
+            # a param-gather request brings it along (at DP=1 neither has anything to do).
+            self.set(
+                "overlap_grad_reduce",
+                True,
+                "derived",
+                f"overlap_param_gather=True ({gather_where}) needs it",
             )
         else:
             self.set(
@@ -362,21 +388,22 @@ class _Planner:
             )
         grad = self.value("overlap_grad_reduce")
 
-        gather, where = self.user_value("overlap_param_gather")
         if gather:
             if not dist_opt:
                 raise ValueError(
                     "overlap_param_gather=True needs the distributed optimizer (it overlaps the "
                     "all-gather of sharded parameters): set cfg.ddp.use_distributed_optimizer=True "
-                    "and cfg.optimizer.use_distributed_optimizer=True, or drop overlap_param_gather."
+                    "and cfg.optimizer.use_distributed_optimizer=True, or drop "
+                    f"overlap_param_gather ({gather_where})."
                 )
             if not grad:
                 raise ValueError(
                     "overlap_param_gather=True needs overlap_grad_reduce=True (megatron-core "
-                    "overlaps the param all-gather only together with the grad reduce-scatter)."
+                    "overlaps the param all-gather only together with the grad reduce-scatter); "
+                    f"overlap_param_gather was {gather_where}."
                 )
         if gather is not None:
-            self.set("overlap_param_gather", gather, "user", where)
+            self.set("overlap_param_gather", gather, "user", gather_where)
         elif not many:
             self.set("overlap_param_gather", False, "derived", f"{why_dp}: nothing to gather")
         elif not dist_opt:
@@ -497,16 +524,22 @@ class _Planner:
                 "DDP is not megatron-core's DistributedDataParallelConfig: the DP decisions above "
                 "are not written there; configure that implementation's overlap yourself."
             )
-        if not many and any(
-            self.decisions[k].source == "user" and self.value(k)
-            for k in ("overlap_grad_reduce", "overlap_param_gather")
-        ):
-            self.notes.append(f"DP overlap was requested but has no effect with {why_dp}.")
+        if not many:
+            for knob, idle in (
+                ("overlap_grad_reduce", "no gradient is reduced across replicas"),
+                ("overlap_param_gather", "no parameter is gathered across replicas"),
+            ):
+                decided = self.decisions[knob]
+                if decided.source == "user" and decided.value:
+                    self.notes.append(
+                        f"{knob}=True ({decided.reason}) is kept but has no effect with "
+                        f"{why_dp}: {idle}."
+                    )
 
     # --- EP -----------------------------------------------------------------------------------
 
     def _ep(self) -> None:
-        f, user = self.facts, self.user
+        f, user = self.job, self.user
         ep = user.overlap_moe_expert_parallel_comm
         if ep:
             failed = [
@@ -605,7 +638,7 @@ class _Planner:
             self.set("delay_wgrad_compute", False, "default", "off unless requested")
 
     def _check_delayed_wgrad_with_cuda_graphs(self) -> None:
-        f = self.facts
+        f = self.job
         te_version = f.te_version if f.te_available else None
         if f.model.cuda_graph_impl == "transformer_engine" and not _version_at_least(
             te_version, (2, 10)
@@ -653,7 +686,7 @@ class _Planner:
     # --- embedding wgrad deferral ----------------------------------------------------------------
 
     def _wgrad_deferral(self) -> None:
-        f, user = self.facts, self.user
+        f, user = self.job, self.user
         defer, limit = user.defer_embedding_wgrad_compute, user.wgrad_deferral_limit
         if defer:
             if f.pp_size == 1:
@@ -731,7 +764,7 @@ def _version_at_least(version: str | None, minimum: tuple[int, int]) -> bool:
     return tuple(parts) >= minimum
 
 
-def plan_comm_overlap(user: Any, facts: JobDescription) -> OverlapPlan:
+def plan_comm_overlap(user: Any, job: JobDescription) -> OverlapPlan:
     """Resolve a ``CommOverlapConfig`` request against a job: the pure core of the rules.
 
     Runs the request's ``finalize()`` checks, then every rule. Raises ``TypeError``/``ValueError``
@@ -740,8 +773,8 @@ def plan_comm_overlap(user: Any, facts: JobDescription) -> OverlapPlan:
     user chose, such as ``overlap_param_gather_with_optimizer_step``, stay warnings).
     """
     user.finalize()
-    _check_facts(facts)
-    planner = _Planner(user, facts)
+    _check_job(job)
+    planner = _Planner(user, job)
     plan = planner.plan()
     if user.strict and planner.warnings:
         raise OverlapRefusedError(
@@ -752,23 +785,23 @@ def plan_comm_overlap(user: Any, facts: JobDescription) -> OverlapPlan:
     return plan
 
 
-def _check_facts(facts: JobDescription) -> None:
-    # ValueError for a wrong type too: facts are built by the library, so a bad one is a bad
+def _check_job(job: JobDescription) -> None:
+    # ValueError for a wrong type too: a job description is built by the library, so a bad one is a bad
     # layout value that reached it, not a programming error of the caller.
     for name in ("tp_size", "pp_size", "cp_size", "ep_size", "dp_size"):
-        check_int("", name, getattr(facts, name), type_error=ValueError)
+        check_int("", name, getattr(job, name), type_error=ValueError)
     check_int(
         "",
         "virtual_pipeline_model_parallel_size",
-        facts.model.virtual_pipeline_model_parallel_size,
+        job.model.virtual_pipeline_model_parallel_size,
         optional=True,
         type_error=ValueError,
     )
-    if facts.gpu is not None:
-        hardware.check_precision_on_gpu(gpu=facts.gpu, fp8=(facts.precision == "fp8"))
+    if job.gpu is not None:
+        hardware.check_precision_on_gpu(gpu=job.gpu, fp8=(job.precision == "fp8"))
 
 
-def check_layout(facts: JobDescription) -> None:
+def check_layout(job: JobDescription) -> None:
     """Raise ``ValueError`` for a layout megatron-core would reject when the job starts.
 
     Checks the whole layout: the world splits into TP x CP x PP x DP and into the expert grid,
@@ -778,21 +811,21 @@ def check_layout(facts: JobDescription) -> None:
     layout is known: ``runtime_config_update`` (before anything is written) and
     ``bridge-overlap explain``.
     """
-    _check_facts(facts)
+    _check_job(job)
     check_parallel_layout(
-        world_size=facts.world_size,
-        tp_size=facts.tp_size,
-        pp_size=facts.pp_size,
-        vpp_size=facts.model.virtual_pipeline_model_parallel_size,
-        cp_size=facts.cp_size,
-        ep_size=facts.ep_size,
-        etp_size=facts.model.expert_tensor_parallel_size,
-        sequence_parallel=facts.sequence_parallel,
-        num_layers=facts.model.num_layers,
-        num_attention_heads=facts.model.num_attention_heads,
-        num_query_groups=facts.model.num_query_groups,
-        num_moe_experts=facts.model.num_moe_experts,
-        seq_length=facts.model.seq_length,
-        account_for_embedding_in_pipeline_split=facts.model.account_for_embedding_in_pipeline_split,
-        account_for_loss_in_pipeline_split=facts.model.account_for_loss_in_pipeline_split,
+        world_size=job.world_size,
+        tp_size=job.tp_size,
+        pp_size=job.pp_size,
+        vpp_size=job.model.virtual_pipeline_model_parallel_size,
+        cp_size=job.cp_size,
+        ep_size=job.ep_size,
+        etp_size=job.model.expert_tensor_parallel_size,
+        sequence_parallel=job.sequence_parallel,
+        num_layers=job.model.num_layers,
+        num_attention_heads=job.model.num_attention_heads,
+        num_query_groups=job.model.num_query_groups,
+        num_moe_experts=job.model.num_moe_experts,
+        seq_length=job.model.seq_length,
+        account_for_embedding_in_pipeline_split=job.model.account_for_embedding_in_pipeline_split,
+        account_for_loss_in_pipeline_split=job.model.account_for_loss_in_pipeline_split,
     )
