@@ -13,7 +13,7 @@ would raise at cluster start) and runs the rules; a recipe that builds a contain
 the way ``runtime_config_update`` resolves it. The launch environment comes from one function
 for all of them.
 
-Exit codes (every failure is one line on stderr, never a traceback):
+Exit codes (every failure is a message on stderr, never a traceback):
 
 - 0: the plan is valid (``recipes``: the list was printed);
 - 1: ``--strict`` refused a requested overlap;
@@ -62,12 +62,12 @@ EXIT_OK, EXIT_REFUSED, EXIT_INVALID, EXIT_INTERNAL = 0, 1, 2, 3
 EXIT_INTERRUPTED = 130
 #: The reader closed stdout early: 128 + SIGPIPE, as a shell reports a program SIGPIPE ends.
 EXIT_BROKEN_PIPE = 141
-_REJECTED = "megatron-core rejected the configuration: "
-
 #: Every exit code ``main`` returns.
 EXIT_CODES = frozenset(
     {EXIT_OK, EXIT_REFUSED, EXIT_INVALID, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE}
 )
+
+_REJECTED = "megatron-core rejected the configuration: "
 
 
 class StepInputs(NamedTuple):

@@ -121,9 +121,9 @@ def available_recipes() -> dict[str, str]:
     """Every recipe by name: the shipped ones, then those registered under the entry-point group.
 
     A registered name that shadows a shipped recipe is left out (the name means the shipped
-    recipe; using it warns about the entry point). A registered recipe is listed even when it is broken (its module does
-    not import, or its name is registered twice with different targets): using it fails with
-    the reason, and only using it.
+    recipe; using it warns about the entry point). A registered recipe is listed even when it
+    is broken (its module does not import, or its name is registered twice with different
+    targets): using it fails with the reason, and only using it.
     """
     return _catalogue().targets
 
@@ -216,8 +216,8 @@ def _call_recipe(name: str, overrides: Mapping[str, Any]) -> RecipeSpec | Config
             raise ValueError(f"Recipe {name!r} failed: {type(exc).__name__}: {exc}") from exc
     if isinstance(result, RecipeSpec):
         return result
-    # A ConfigContainer exists only once its module is imported; looking it up in sys.modules
-    # keeps a recipe that returns something else from importing megatron-core to be refused.
+    # A ConfigContainer exists only once its module is imported, so looking the module up in
+    # sys.modules refuses any other result without importing megatron-core.
     config = sys.modules.get("megatron.bridge.training.config")
     if config is not None and isinstance(result, config.ConfigContainer):
         return result
