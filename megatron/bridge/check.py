@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any
 
 from megatron.bridge.training.comm_overlap.knobs import KNOBS
 from megatron.bridge.training.validators import positive_int_argument
+from megatron.bridge.utils.megatron_core_errors import megatron_core_rejection
 
 if TYPE_CHECKING:
     from megatron.bridge.training.comm_overlap import CommOverlapConfig
@@ -360,9 +361,11 @@ def gather_outcomes(step: Callable[[], Any]) -> list[dict[str, Any]]:
     try:
         outcome: dict[str, Any] = {"rank": rank, "ok": True, "value": step()}
     except Exception as exc:
-        # Input errors explain themselves (rank 0 reports every rank's); anything else gets its
-        # traceback logged on the rank where it happened.
-        expected = isinstance(exc, ValueError | TypeError)
+        # Input errors (megatron-core refusing a config among them) explain themselves (rank 0
+        # reports every rank's); anything else gets its traceback logged where it happened.
+        expected = (
+            isinstance(exc, ValueError | TypeError) or megatron_core_rejection(exc) is not None
+        )
         if expected:
             logger.info("rank %d failed: %s", rank, exc)
         else:
@@ -924,8 +927,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 plan = kept["cfg"].overlap_plan if "cfg" in kept else None
                 text = _render(document, plan.render() if plan is not None else None)
             # One write: the ranks share torchrun's stdout.
-            sys.stdout.write(text + "\n")
-            sys.stdout.flush()
+            try:
+                sys.stdout.write(text + "\n")
+                sys.stdout.flush()
+            except BrokenPipeError:
+                # The reader is gone (``| head``); the other ranks still wait at the barrier
+                # below, and the exit code stays the check's. Python's signal docs: point
+                # stdout at devnull so that the interpreter's last flush does not fail again.
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, sys.stdout.fileno())
+                os.close(devnull)
         # Nobody leaves before rank 0 has printed: torchrun stops every process as soon as one
         # exits non-zero, which would cut the report short.
         dist.barrier()

@@ -13,16 +13,30 @@ would raise at cluster start) and runs the rules; a recipe that builds a contain
 the way ``runtime_config_update`` resolves it. The launch environment comes from one function
 for all of them.
 
-Exit codes: 0 the plan is valid; 1 ``--strict`` refused a requested overlap; 2 invalid input.
-With ``--json``, an error is a JSON document too (``{"error": ..., "exit_code": ...}``).
+Exit codes (every failure is a message on stderr, never a traceback):
+
+- 0: the plan is valid (``recipes``: the list was printed);
+- 1: ``--strict`` refused a requested overlap;
+- 2: invalid input: a flag, an override, a recipe (unknown, not importable, returning neither a
+  ``RecipeSpec`` nor a ``ConfigContainer``, failing), or a configuration megatron-core's own
+  validation rejects (its message is quoted);
+- 3: an internal error, a bug of ``bridge-overlap`` (the message names the exception and where it
+  was raised; please report it);
+- 130: interrupted (Ctrl-C);
+- 141: stdout was closed before everything was written (``bridge-overlap explain | head``): the
+  command stops quietly, with the code a shell gives a program that SIGPIPE ends.
+
+With ``--json``, an error is a JSON document on stdout too (``{"error": ..., "exit_code": ...}``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, get_args
 
 from megatron.bridge.recipes import (
@@ -48,11 +62,22 @@ from megatron.bridge.training.userbuffers import (
     preset_fits_model,
 )
 from megatron.bridge.training.validators import positive_int_argument
+from megatron.bridge.utils.megatron_core_errors import megatron_core_rejection
 
 #: Version of the ``--json`` document layout; bumped when a key changes meaning or goes away.
 JSON_SCHEMA_VERSION = 2
 
-EXIT_OK, EXIT_REFUSED, EXIT_INVALID = 0, 1, 2
+EXIT_OK, EXIT_REFUSED, EXIT_INVALID, EXIT_INTERNAL = 0, 1, 2, 3
+#: Ctrl-C: 128 + SIGINT, as a shell reports it.
+EXIT_INTERRUPTED = 130
+#: The reader closed stdout early: 128 + SIGPIPE, as a shell reports a program SIGPIPE ends.
+EXIT_BROKEN_PIPE = 141
+#: Every exit code ``main`` returns.
+EXIT_CODES = frozenset(
+    {EXIT_OK, EXIT_REFUSED, EXIT_INVALID, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE}
+)
+
+_REJECTED = "megatron-core rejected the configuration: "
 
 
 class UsageError(ValueError):
@@ -306,11 +331,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def list_recipes() -> list[dict[str, Any]]:
-    """Every available recipe with its target and, when it has a spec, its published layout."""
+    """Every available recipe with its target and, when it has a spec, its published layout.
+
+    A recipe that cannot be used (its module does not import, it fails or returns the wrong
+    type) is listed with ``error`` set to why; the others have ``error`` None.
+    """
     rows = []
     for name, target in sorted(available_recipes().items()):
-        row: dict[str, Any] = {"name": name, "target": target, "layout": None}
-        spec = recipe_spec(name)
+        row: dict[str, Any] = {"name": name, "target": target, "layout": None, "error": None}
+        try:
+            spec = recipe_spec(name)
+        except Exception as exc:
+            rejection = megatron_core_rejection(exc)
+            if rejection is None and not isinstance(exc, ValueError | TypeError):
+                raise
+            row["error"] = str(exc) if rejection is None else _REJECTED + rejection
+            rows.append(row)
+            continue
         if spec is not None:
             job = spec.job
             row["layout"] = {
@@ -334,7 +371,9 @@ def _render_recipes(rows: list[dict[str, Any]]) -> str:
     lines = []
     for row in rows:
         lay = row["layout"]
-        if lay is None:
+        if row.get("error"):
+            shape = f"BROKEN: {row['error']}"
+        elif lay is None:
             shape = "builds a ConfigContainer (plan it with --world-size)"
         else:
             shape = (
@@ -438,10 +477,7 @@ def _plan_container(args: argparse.Namespace) -> OverlapPlan:
         world = change_container(args.recipe, cfg, flag_changes(args))
     apply_overrides(cfg, args.overrides)
     if cfg.comm_overlap is None:
-        raise ValueError(
-            f"comm_overlap=null leaves recipe {args.recipe!r} without an overlap request: there "
-            "is no plan to explain. Drop that override, or set comm_overlap fields instead."
-        )
+        raise ValueError(_no_request_message(args.recipe, args.overrides))
     resolved = resolve_config(cfg, world_size=world, te=te_status(args.te))
     # The environment the job gets from the container (the launcher may add to it): a value
     # contradicting the layout warns, or is refused with --strict, as at model-build time.
@@ -461,6 +497,8 @@ def explain(
             f"KEY=VALUE overrides ({overrides[0]!r}, ...) apply to a recipe's container: "
             "give --recipe NAME."
         )
+    if args.plot is not None:
+        _check_plot_path(args.plot)  # before planning, which can take seconds
     spec = None
     if overrides:
         plan = _plan_container(args)
@@ -494,8 +532,37 @@ def explain(
             )
         from megatron.bridge.training.estimate_plot import plot_step  # matplotlib: only here
 
-        plot_step(estimate, args.plot, title=args.recipe)
+        try:
+            plot_step(estimate, args.plot, title=args.recipe)
+        except (ValueError, ImportError, OSError) as exc:
+            raise ValueError(f"--plot {args.plot}: {exc}") from None
     return doc, plan, env_plan
+
+
+def _check_plot_path(path: str) -> None:
+    """Refuse a ``--plot`` path whose file cannot be created, naming the flag and the fix."""
+    target = Path(path)
+    folder = target.parent
+    if not folder.is_dir():
+        raise ValueError(
+            f"--plot {path}: the directory {str(folder)!r} does not exist; create it or give a "
+            "path in an existing directory."
+        )
+    if target.is_dir():
+        raise ValueError(f"--plot {path}: is a directory; give a file name ending in .png or .svg.")
+    if not os.access(folder, os.W_OK):
+        raise ValueError(f"--plot {path}: the directory {str(folder)!r} is not writable.")
+
+
+def _no_request_message(recipe: str, overrides: Sequence[str]) -> str:
+    """Why a recipe whose overrides leave it without a ``comm_overlap`` request has no plan."""
+    dropped = [o for o in overrides if o.partition("=")[0].strip() == "comm_overlap"]
+    cause = f"the override {dropped[-1]!r}" if dropped else "the overrides"
+    return (
+        f"Recipe {recipe!r}: {cause} leaves it without a comm_overlap request, so there is no "
+        "overlap plan to explain. Drop that override to explain the recipe's request, or turn "
+        "single overlaps off instead (e.g. comm_overlap.tp_comm_overlap=false)."
+    )
 
 
 def document(
@@ -610,16 +677,43 @@ def _render(
 
 
 def _fail(message: str, code: int, *, as_json: bool) -> int:
+    """Report a failure: one line on stderr and, with ``--json``, the error document on stdout."""
     if as_json:
         print(json.dumps({"error": message, "exit_code": code}, indent=2))
     print(message, file=sys.stderr)
     return code
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``bridge-overlap`` console script."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    as_json = "--json" in argv
+def _raised_at(exc: BaseException) -> str:
+    tb = exc.__traceback__
+    if tb is None:
+        return "an unknown place"
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    code = tb.tb_frame.f_code
+    return f"{code.co_filename}:{tb.tb_lineno} in {code.co_name}"
+
+
+def _fail_with(exc: Exception, *, as_json: bool) -> int:
+    """The exit code and message of an exception out of a subcommand (see the exit codes above)."""
+    if isinstance(exc, OverlapRefusedError):
+        return _fail(f"bridge-overlap: refused (--strict): {exc}", EXIT_REFUSED, as_json=as_json)
+    rejection = megatron_core_rejection(exc)
+    if rejection is not None:
+        return _fail(
+            f"bridge-overlap: error: {_REJECTED}{rejection}", EXIT_INVALID, as_json=as_json
+        )
+    if isinstance(exc, ValueError | TypeError):
+        return _fail(f"bridge-overlap: error: {exc}", EXIT_INVALID, as_json=as_json)
+    return _fail(
+        f"bridge-overlap: internal error (a bug in bridge-overlap, please report it with the "
+        f"command line): {type(exc).__name__}: {exc} (raised at {_raised_at(exc)})",
+        EXIT_INTERNAL,
+        as_json=as_json,
+    )
+
+
+def _run(argv: list[str], *, as_json: bool) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -627,24 +721,57 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not as_json:
             parser.print_usage(sys.stderr)
         return _fail(str(exc), EXIT_INVALID, as_json=as_json)
+    except SystemExit as exc:  # --help, after printing the help
+        return exc.code if isinstance(exc.code, int) else EXIT_OK
     if args.command == "recipes":
         try:
             rows = list_recipes()
-        except (ValueError, TypeError) as exc:
-            return _fail(f"bridge-overlap: error: {exc}", EXIT_INVALID, as_json=as_json)
+        except Exception as exc:
+            return _fail_with(exc, as_json=as_json)
         print(json.dumps({"recipes": rows}, indent=2) if args.json else _render_recipes(rows))
         return EXIT_OK
     try:
         doc, plan, env_plan = explain(args)
-    except OverlapRefusedError as exc:
-        return _fail(f"bridge-overlap: refused (--strict): {exc}", EXIT_REFUSED, as_json=as_json)
-    except (ValueError, TypeError) as exc:
-        return _fail(f"bridge-overlap: error: {exc}", EXIT_INVALID, as_json=as_json)
+    except Exception as exc:
+        return _fail_with(exc, as_json=as_json)
     if args.json:
         print(json.dumps(doc, indent=2))
     else:
         print(_render(doc, plan, env_plan, args._estimate))
     return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``bridge-overlap`` console script; returns the exit code.
+
+    Never raises: every failure is a message and one of the exit codes of this module's
+    docstring (``EXIT_CODES``).
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    as_json = "--json" in argv
+    try:
+        try:
+            code = _run(argv, as_json=as_json)
+        except KeyboardInterrupt:
+            code = _fail("bridge-overlap: interrupted", EXIT_INTERRUPTED, as_json=as_json)
+        # Written out here, inside the guard, rather than at interpreter exit.
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader is gone (``| head``): stop quietly. Python's signal docs: point stdout at
+        # devnull so that the interpreter's last flush does not fail again.
+        _stdout_to_devnull()
+        return EXIT_BROKEN_PIPE
+    return code
+
+
+def _stdout_to_devnull() -> None:
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        return  # stdout is no file (a test's capture): nothing is flushed to it at exit
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
 
 
 if __name__ == "__main__":  # pragma: no cover

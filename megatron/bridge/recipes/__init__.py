@@ -28,13 +28,15 @@ import contextlib
 import dataclasses
 import difflib
 import importlib
+import sys
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from megatron.bridge.recipes.spec import PRECISIONS, RecipeSpec
 from megatron.bridge.training.comm_overlap import PUBLISHED_PRESETS, OverlapPlan, te_status
+from megatron.bridge.utils.megatron_core_errors import megatron_core_rejection
 
 if TYPE_CHECKING:
     from megatron.bridge.training.config import ConfigContainer
@@ -64,49 +66,106 @@ ENTRY_POINT_GROUP = "megatron_bridge.recipes"
 """Entry-point group under which installed packages register recipes (name = "module:function")."""
 
 
-def available_recipes() -> dict[str, str]:
-    """Every recipe by name: the shipped ones, then those registered under the entry-point group.
+def _entry_point_label(ep: Any) -> str:
+    dist = getattr(ep, "dist", None)
+    source = f", from {dist.name}" if dist is not None else ""
+    return f"entry point {ep.name} = {ep.value!r} (group {ENTRY_POINT_GROUP}{source})"
 
-    A registered name that shadows a shipped one is refused (``ValueError``), so a name always
-    means one recipe.
+
+class _Catalogue(NamedTuple):
+    targets: dict[str, str]
+    """Every recipe name -> its ``"module:function"`` target."""
+    labels: dict[str, str]
+    """Registered name -> its entry point, in words (for error messages)."""
+    problems: dict[str, str]
+    """Registered name -> why that name cannot be used."""
+    shadowed: dict[str, str]
+    """Shipped name -> the warning about an entry point that registers it again."""
+
+
+def _catalogue() -> _Catalogue:
+    """The shipped recipes and the registered ones, with the registered names' problems.
+
+    A registered name that shadows a shipped recipe is ignored: the shipped one keeps the name,
+    and using it warns. A name registered twice with different targets is ambiguous: using it
+    fails. Nothing here imports a recipe; an entry point whose target does not import fails
+    when it is used (:func:`recipe_function`).
     """
     from importlib.metadata import entry_points
 
     found = dict(RECIPES)
+    labels: dict[str, str] = {}
+    problems: dict[str, str] = {}
+    shadowed: dict[str, str] = {}
     for ep in entry_points(group=ENTRY_POINT_GROUP):
-        if ep.name in RECIPES and ep.value != RECIPES[ep.name]:
-            raise ValueError(
-                f"The entry point {ep.name!r} = {ep.value!r} (group {ENTRY_POINT_GROUP}) shadows "
-                f"the shipped recipe of that name; register it under another name."
+        label = _entry_point_label(ep)
+        if ep.name in RECIPES:
+            if ep.value != RECIPES[ep.name]:
+                shadowed[ep.name] = (
+                    f"The {label} shadows the shipped recipe {ep.name!r} and is ignored: "
+                    f"{ep.name!r} is {RECIPES[ep.name]!r}. Register it under another name."
+                )
+            continue
+        if ep.name in labels and found[ep.name] != ep.value:
+            problems[ep.name] = (
+                f"Recipe {ep.name!r} is registered twice with different targets: the "
+                f"{labels[ep.name]} and the {label}. Uninstall one, or name the recipe by its "
+                "target ('package.module:function')."
             )
         found[ep.name] = ep.value
-    return found
+        labels[ep.name] = label
+    return _Catalogue(found, labels, problems, shadowed)
 
 
-def _import_target(target: str) -> Callable[..., Any]:
+def available_recipes() -> dict[str, str]:
+    """Every recipe by name: the shipped ones, then those registered under the entry-point group.
+
+    A registered name that shadows a shipped recipe is left out (the name means the shipped
+    recipe; using it warns about the entry point). A registered recipe is listed even when it
+    is broken (its module does not import, or its name is registered twice with different
+    targets): using it fails with the reason, and only using it.
+    """
+    return _catalogue().targets
+
+
+def _import_target(target: str, label: str | None = None) -> Callable[..., Any]:
+    """The function ``target`` names; an error message starts with ``label``."""
+    label = label or f"Recipe {target!r}"
     module_name, sep, attribute = target.partition(":")
     if not sep or not module_name or not attribute:
-        raise ValueError(f"A recipe target is 'package.module:function', got {target!r}.")
+        raise ValueError(f"{label}: a recipe target is 'package.module:function', got {target!r}.")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ValueError(f"Recipe {target!r}: cannot import {module_name!r} ({exc}).") from None
+        raise ValueError(f"{label}: cannot import {module_name!r} ({exc}).") from None
+    except Exception as exc:
+        if target in RECIPES.values():
+            raise  # a shipped recipe module that fails to import is our bug, not the user's input
+        raise ValueError(
+            f"{label}: importing {module_name!r} failed: {type(exc).__name__}: {exc}"
+        ) from exc
     function = getattr(module, attribute, None)
     if not callable(function):
-        raise ValueError(f"Recipe {target!r}: {module_name} has no function {attribute!r}.")
+        raise ValueError(f"{label}: {module_name} has no function {attribute!r}.")
     return function
 
 
 def recipe_function(name: str) -> Callable[..., Any]:
     """The function behind a recipe name or a ``"module:function"`` target.
 
-    ``ValueError`` for an unknown name, listing the known ones with a "did you mean".
+    ``ValueError`` for an unknown name, listing the known ones with a "did you mean", and for a
+    registered recipe that cannot be used, naming its entry point and why. A shipped name that
+    an entry point registers again means the shipped recipe, with a warning.
     """
     if not isinstance(name, str):
         raise ValueError(f"A recipe is named by a string, got {name!r}.")
     if ":" in name:
         return _import_target(name)
-    known = available_recipes()
+    known, labels, problems, shadowed = _catalogue()
+    if name in problems:
+        raise ValueError(problems[name])
+    if name in shadowed:
+        warnings.warn(shadowed[name], stacklevel=2)
     if name not in known:
         close = difflib.get_close_matches(name, known, n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
@@ -114,7 +173,9 @@ def recipe_function(name: str) -> Callable[..., Any]:
             f"Unknown recipe {name!r}.{hint} known recipes: {', '.join(sorted(known))}; or name "
             "your own as 'package.module:function'."
         )
-    return _import_target(known[name])
+    if name in RECIPES:
+        return _import_target(known[name])
+    return _import_target(known[name], f"Recipe {name!r}, the {labels[name]}")
 
 
 @contextlib.contextmanager
@@ -130,27 +191,56 @@ def _quiet_megatron_import() -> Iterator[None]:
         yield
 
 
-def _call_recipe(name: str, overrides: Mapping[str, Any]) -> Any:
-    """What recipe ``name`` returns for ``overrides``: a shipped recipe's spec, else its result."""
+def _call_recipe(name: str, overrides: Mapping[str, Any]) -> RecipeSpec | ConfigContainer:
+    """What recipe ``name`` returns for ``overrides``: a shipped recipe's spec, else its result.
+
+    The result is checked once here: a recipe returns a ``RecipeSpec`` or a ``ConfigContainer``
+    (``TypeError`` otherwise). An exception a recipe of the user's raises, other than a
+    ``ValueError``/``TypeError`` or megatron-core refusing a config, becomes a ``ValueError``
+    naming the recipe: it is a fault of that recipe, not of this package.
+    """
     function = recipe_function(name)
-    if name in RECIPES:
+    shipped = name in RECIPES
+    if shipped:
         function = importlib.import_module(RECIPES[name].partition(":")[0]).spec
     with _quiet_megatron_import():
-        return function(**overrides)
+        try:
+            result = function(**overrides)
+        except (ValueError, TypeError):
+            raise
+        except Exception as exc:
+            if shipped or megatron_core_rejection(exc) is not None:
+                raise
+            raise ValueError(f"Recipe {name!r} failed: {type(exc).__name__}: {exc}") from exc
+    if isinstance(result, RecipeSpec):
+        return result
+    # A ConfigContainer exists only once its module is imported, so looking the module up in
+    # sys.modules refuses any other result without importing megatron-core.
+    config = sys.modules.get("megatron.bridge.training.config")
+    if config is not None and isinstance(result, config.ConfigContainer):
+        return result
+    raise TypeError(
+        f"Recipe {name!r} returned {type(result).__name__}; a recipe returns a RecipeSpec or a "
+        "ConfigContainer."
+    )
 
 
 def recipe_spec(name: str, **overrides: Any) -> RecipeSpec | None:
     """The torch-free spec of a recipe with ``overrides``, or None for a container-only recipe.
 
     A shipped recipe's spec comes from its module's ``spec`` function; a recipe of your own has
-    one when its function returns a ``RecipeSpec``.
+    one when its function returns a ``RecipeSpec``. ``TypeError`` when the function returns
+    neither a ``RecipeSpec`` nor a ``ConfigContainer``.
     """
     result = _call_recipe(name, overrides)
     return result if isinstance(result, RecipeSpec) else None
 
 
 def get_recipe(name: str, **overrides: Any) -> ConfigContainer:
-    """Build recipe ``name`` with keyword ``overrides`` (``gpu``, ``precision``, ``tp_size``, ...)."""
+    """Build recipe ``name`` with keyword ``overrides`` (``gpu``, ``precision``, ``tp_size``, ...).
+
+    ``TypeError`` when its function returns neither a ``RecipeSpec`` nor a ``ConfigContainer``.
+    """
     result = _call_recipe(name, overrides)
     if isinstance(result, RecipeSpec):
         with _quiet_megatron_import():

@@ -1,0 +1,50 @@
+"""megatron_core_rejection (megatron/bridge/utils/megatron_core_errors.py) on megatron-core's own errors."""
+
+from __future__ import annotations
+
+import pytest
+from megatron.core.transformer.transformer_config import TransformerConfig
+
+from megatron.bridge.utils.megatron_core_errors import megatron_core_rejection
+
+SMALL = {"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4}
+
+
+def _raised(function, **kwargs) -> BaseException:
+    with pytest.raises(Exception) as info:
+        function(**kwargs)
+    return info.value
+
+
+def test_a_validation_error_of_megatron_core_is_quoted_with_its_type_and_module():
+    exc = _raised(TransformerConfig, **SMALL, fp4_param=True)
+    assert megatron_core_rejection(exc) == (
+        "fp4_param must be used together with fp4 mode. "
+        "(ValueError in megatron.core.transformer.transformer_config)"
+    )
+
+
+def test_a_bare_assert_of_megatron_core_is_quoted_by_its_source_line():
+    # megatron-core asserts a non-empty offload_modules without a message.
+    exc = _raised(TransformerConfig, **SMALL, fine_grained_activation_offloading=True)
+    assert isinstance(exc, AssertionError) and str(exc) == ""
+    assert megatron_core_rejection(exc) == (
+        "failed check `assert self.offload_modules is not None and len(self.offload_modules) > 0` "
+        "(AssertionError in megatron.core.transformer.transformer_config)"
+    )
+
+
+def _ours() -> None:
+    raise ValueError("raised by our own code")
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        pytest.param(_raised(_ours), id="our-valueerror"),
+        pytest.param(ValueError("never raised"), id="no-traceback"),
+        pytest.param(_raised(TransformerConfig, **SMALL, no_such_field=1), id="our-call-typeerror"),
+    ],
+)
+def test_errors_not_raised_by_megatron_core_are_not_rejections(exc):
+    assert megatron_core_rejection(exc) is None
