@@ -1,4 +1,4 @@
-"""``bridge-overlap explain``'s step estimate: text, JSON, picture (estimate.py behind it)."""
+"""``bridge-overlap explain``'s step estimate: text, JSON, picture (estimate/ behind it)."""
 
 from __future__ import annotations
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from megatron.bridge.training.estimate import CP_RING
+from megatron.bridge.training.estimate.result import CP_RING
 
 if TYPE_CHECKING:
-    from megatron.bridge.training.estimate import Estimate
+    from megatron.bridge.training.estimate.result import Estimate
 
 __all__ = ["plot_step"]
 

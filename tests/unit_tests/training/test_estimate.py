@@ -1,4 +1,4 @@
-"""Tests for megatron/bridge/training/estimate.py and estimate_plot.py.
+"""Tests for megatron/bridge/training/estimate/ and estimate_plot.py.
 
 The parameter count behind the DP bytes is checked against real megatron-core GPTModels built
 on the CPU in a 1-rank gloo world; the FLOPs per token against what the published performance

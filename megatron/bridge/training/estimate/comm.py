@@ -1,0 +1,283 @@
+"""Communication of one step: bytes per GPU for each parallelism, then time on its link.
+
+One function per mode (:func:`tp_transfers`, :func:`cp_transfers`, :func:`pp_transfers`,
+:func:`dp_transfers`, :func:`ep_transfers`) returns that mode's :class:`Transfer` list: the
+bytes one GPU of the stage sends per step, with their formula, the ranks the group spans and
+the overlap knob that would hide them. :func:`price` places each transfer on NVLink or the
+network, times it at that link's peak and asks the plan whether its knob is on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from megatron.bridge.training.estimate.model_cost import ModelCost
+from megatron.bridge.training.estimate.result import CP_RING, CommEntry, Link
+from megatron.bridge.training.estimate.stage import Stage
+from megatron.bridge.training.job import JobDescription
+
+if TYPE_CHECKING:
+    from megatron.bridge.training.comm_overlap import OverlapPlan
+    from megatron.bridge.training.hardware import GpuSpec
+
+__all__ = [
+    "Transfer",
+    "cp_transfers",
+    "dp_transfers",
+    "ep_transfers",
+    "pp_transfers",
+    "price",
+    "tp_transfers",
+]
+
+_ACT_BYTES = 2
+"""Bytes per activation element on the wire (bf16; FP8 all-gathers are not modelled)."""
+_PARAM_BYTES = 2
+"""Bytes per parameter in the distributed optimizer's all-gather (bf16 model weights)."""
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """One communication stream of a step before it is placed on a link."""
+
+    mode: str
+    """Parallelism: tp, cp, pp, dp, dp-expert or ep."""
+    collective: str
+    """The collective(s), in words."""
+    nbytes: float
+    """Bytes one GPU sends per step (ring collectives: the (n-1)/n share)."""
+    span: int
+    """Consecutive ranks the group covers: more than the NVLink domain crosses the network."""
+    knob: str | None
+    """The overlap knob that hides it (:data:`CP_RING`: hidden whatever the knobs say)."""
+    formula: str
+    """The byte count's formula, in words."""
+
+
+def _activation_bytes(job: JobDescription, stage: Stage) -> int:
+    """One micro-batch's hidden activations on this GPU's CP slice, before any SP split."""
+    return (
+        stage.micro_batch_size
+        * (job.model.seq_length // job.cp_size)
+        * job.model.hidden_size
+        * _ACT_BYTES
+    )
+
+
+def tp_transfers(job: JobDescription, stage: Stage) -> list[Transfer]:
+    """TP's activation collectives (none at TP 1).
+
+    With SP each layer's attention and MLP all-gather their input (fwd) and reduce-scatter
+    their output (fwd); backward reduce-scatters the input grad, all-gathers the output grad
+    and all-gathers the input again for the weight grad: 10 ring collectives of `act` bytes per
+    layer, each sending (TP-1)/TP x act per GPU; a recomputed layer adds its 4 forward ones. The
+    output layer adds 3 (gather fwd, scatter bwd, re-gather for wgrad), the embedding 2 (scatter
+    fwd, gather bwd). An MoE layer's expert MLP traffic is EP's (:func:`ep_transfers`); its
+    attention keeps 5.
+    Without SP: 2 all-reduces forward and 2 backward per layer (2 (TP-1)/TP x act each), a
+    recomputed layer 2 more; the embedding and the output layer one each.
+    """
+    tp = job.tp_size
+    if tp <= 1:
+        return []
+    ring = (tp - 1) / tp
+    layers, moe_layers, recomputed_layers = stage.layers, stage.moe_layers, stage.recomputed_layers
+    first, last = stage.first, stage.last
+    if job.sequence_parallel:
+        per_mb = (
+            10 * (layers - moe_layers)
+            + 5 * moe_layers
+            + 4 * recomputed_layers
+            + (3 if last else 0)
+            + (2 if first else 0)
+        )
+        collective, formula = (
+            "all-gather + reduce-scatter",
+            "M x (10/layer + 4/recomputed layer + 3 output + 2 embedding) x (TP-1)/TP x b s/CP h x 2B",
+        )
+    else:
+        per_mb = 2 * (4 * layers + 2 * recomputed_layers + (1 if last else 0) + (1 if first else 0))
+        collective, formula = (
+            "all-reduce",
+            "M x 2 x (4/layer + 2/recomputed layer + output + embedding) x (TP-1)/TP x b s/CP h x 2B",
+        )
+    act = _activation_bytes(job, stage)
+    nbytes = stage.micro_batches * per_mb * ring * act
+    return [Transfer("tp", collective, nbytes, tp, "tp_comm_overlap", formula)]
+
+
+def cp_transfers(job: JobDescription, dims: ModelCost, stage: Stage) -> list[Transfer]:
+    """CP's K/V ring exchange (none at CP 1).
+
+    TE's ring attention passes each GPU's K/V chunk around the ring: forward sends it CP-1
+    times; backward sends K/V again and dK/dV, 2 (CP-1) times; a recomputed forward (full layer
+    or core attention) sends it CP-1 more times.
+    """
+    tp, cp = job.tp_size, job.cp_size
+    if cp <= 1:
+        return []
+    layers = stage.layers
+    kv = (
+        2
+        * stage.micro_batch_size
+        * (job.model.seq_length // cp)
+        * (dims.kv_width // tp)
+        * _ACT_BYTES
+    )
+    rounds = (3 * layers + (stage.recomputed_layers + stage.recompute_core_attn * layers)) * (
+        cp - 1
+    )
+    return [
+        Transfer(
+            "cp",
+            "K/V ring exchange (p2p)",
+            stage.micro_batches * rounds * kv,
+            tp * cp,
+            CP_RING,
+            "M x (3 + recompute) x layers x (CP-1) x 2 b s/CP kv/TP x 2B",
+        )
+    ]
+
+
+def pp_transfers(job: JobDescription, stage: Stage) -> list[Transfer]:
+    """PP's stage-boundary sends (none at PP 1).
+
+    Each micro-batch's activation goes forward and its gradient backward across every stage
+    boundary, once per model chunk: VPP chunks send VPP times as many messages. The first
+    stage's first chunk receives no gradient to send on and the last stage's last chunk sends no
+    activation. With SP the message is the SP shard (1/TP).
+    """
+    if job.pp_size <= 1:
+        return []
+    pp_msg = _activation_bytes(job, stage) / (job.tp_size if job.sequence_parallel else 1)
+    sends = 2 * stage.vpp - (1 if stage.first else 0) - (1 if stage.last else 0)
+    return [
+        Transfer(
+            "pp",
+            "send/recv activations + grads",
+            stage.micro_batches * sends * pp_msg,
+            job.world_size,
+            "overlap_p2p_comm",
+            "M x (2 VPP - edge) x b s/CP h/(TP if SP) x 2B",
+        )
+    ]
+
+
+def _data_parallel(
+    job: JobDescription, mode: str, n: int, params: int, span: int
+) -> list[Transfer]:
+    """One DP group's gradient (and parameter) collectives over ``n`` replicas of ``params``."""
+    if n <= 1 or params == 0:
+        return []
+    grad_bytes = 4 if job.grad_reduce_in_fp32 else 2
+    ring = (n - 1) / n
+    if job.use_distributed_optimizer:
+        return [
+            Transfer(
+                mode,
+                "reduce-scatter (grads)",
+                ring * params * grad_bytes,
+                span,
+                "overlap_grad_reduce",
+                f"(n-1)/n x params x {grad_bytes}B, n = {n}",
+            ),
+            Transfer(
+                mode,
+                "all-gather (params)",
+                ring * params * _PARAM_BYTES,
+                span,
+                "overlap_param_gather",
+                f"(n-1)/n x params x {_PARAM_BYTES}B, n = {n}",
+            ),
+        ]
+    return [
+        Transfer(
+            mode,
+            "all-reduce (grads)",
+            2 * ring * params * grad_bytes,
+            span,
+            "overlap_grad_reduce",
+            f"2 (n-1)/n x params x {grad_bytes}B, n = {n}",
+        )
+    ]
+
+
+def dp_transfers(job: JobDescription, *, dense_params: int, expert_params: int) -> list[Transfer]:
+    """DP's gradient and parameter collectives: dense over DP x CP, experts over expert-DP.
+
+    CP ranks hold the same weights, so dense gradients reduce over DP x CP ranks. Distributed
+    optimizer: grads reduce-scattered ((n-1)/n x P x grad bytes: 4 in fp32, 2 in bf16) and bf16
+    params all-gathered ((n-1)/n x P x 2B); otherwise one all-reduce (2 (n-1)/n x P x grad
+    bytes).
+    """
+    tp, cp, pp, dp = job.tp_size, job.cp_size, job.pp_size, job.dp_size
+    transfers = _data_parallel(job, "dp", dp * cp, dense_params, tp * cp * dp)
+    if job.model.moe:
+        etp = job.etp_size
+        edp = job.expert_data_parallel_size or job.world_size // (etp * job.ep_size * pp)
+        transfers += _data_parallel(job, "dp-expert", edp, expert_params, etp * job.ep_size * edp)
+    return transfers
+
+
+def ep_transfers(job: JobDescription, stage: Stage) -> list[Transfer]:
+    """EP's token all-to-alls (none for a dense model or at EP 1).
+
+    Each MoE layer dispatches every token to its top-k experts and combines the results:
+    forward and backward, 4 all-to-alls of tokens x topk x h x 2B, of which (EP-1)/EP leaves the
+    GPU under uniform routing; a recomputed layer adds its 2 forward ones.
+    """
+    ep = job.ep_size
+    if not (job.model.moe and ep > 1):
+        return []
+    seq, mbs = job.model.seq_length, stage.micro_batch_size
+    local_tokens = mbs * seq // (job.cp_size * (job.tp_size if job.sequence_parallel else 1))
+    a2a = local_tokens * job.model.moe_router_topk * job.model.hidden_size * _ACT_BYTES
+    moe_layers = stage.moe_layers
+    count = 4 * moe_layers + 2 * stage.recompute_full * moe_layers
+    return [
+        Transfer(
+            "ep",
+            "all-to-all dispatch + combine",
+            stage.micro_batches * count * (ep - 1) / ep * a2a,
+            job.etp_size * ep,
+            "overlap_moe_expert_parallel_comm",
+            "M x 4/MoE layer x (EP-1)/EP x tokens x topk x h x 2B",
+        )
+    ]
+
+
+def price(
+    transfers: list[Transfer], *, plan: OverlapPlan, gpu: GpuSpec, nvlink_domain: int
+) -> tuple[list[CommEntry], list[str]]:
+    """Each transfer as a :class:`CommEntry` on its link, and the knobs the plan left off.
+
+    A transfer whose group spans at most ``nvlink_domain`` consecutive ranks runs on NVLink,
+    otherwise on the network; its time is bytes over that link's peak per-direction bandwidth.
+    It is hidden when its knob is on in ``plan`` (CP's ring always is). Empty transfers are
+    dropped; the knobs come back in the order their first transfer appears.
+    """
+
+    def on(knob: str) -> bool:
+        try:
+            return bool(plan.value(knob))
+        except KeyError:
+            return False
+
+    entries: list[CommEntry] = []
+    knobs_off: list[str] = []
+    for t in transfers:
+        if t.nbytes <= 0:
+            continue
+        where: Link = "nvlink" if t.span <= nvlink_domain else "network"
+        bandwidth = (gpu.nvlink_gb_per_s if where == "nvlink" else gpu.network_gb_per_s) * 1e9
+        knob = t.knob
+        hidden = knob if knob == CP_RING or (knob is not None and on(knob)) else None
+        if knob is not None and hidden is None and knob not in knobs_off:
+            knobs_off.append(knob)
+        entries.append(
+            CommEntry(
+                t.mode, t.collective, t.nbytes, where, t.nbytes / bandwidth, hidden, t.formula
+            )
+        )
+    return entries, knobs_off

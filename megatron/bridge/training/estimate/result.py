@@ -1,0 +1,186 @@
+"""What :func:`~megatron.bridge.training.estimate.estimate_step` returns, and how it reads.
+
+:class:`StepCost` (compute), :class:`CommEntry` (one communication stream) and
+:class:`Estimate` (the step) are plain results; :class:`Estimate` renders them as a text table,
+one line per overlap knob, and the communication time left exposed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+__all__ = ["CP_RING", "CommEntry", "Estimate", "Link", "StepCost"]
+
+Link = Literal["nvlink", "network"]
+"""Where a transfer runs: NVLink inside the NVLink domain, the GPU's network NIC outside it."""
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """The compute side of one step on one GPU of the busiest pipeline stage."""
+
+    tokens: int
+    """Tokens in one global batch (global batch size x sequence length)."""
+    flops_per_gpu: float
+    """Model FLOPs this GPU computes per step (recompute excluded)."""
+    compute_seconds_at_peak: float
+    """Executed FLOPs (model + recompute) over the GPU's peak dense tensor-core FLOP/s."""
+
+
+@dataclass(frozen=True)
+class CommEntry:
+    """One communication stream of a step, per GPU."""
+
+    mode: str
+    """Parallelism: tp, cp, pp, dp, dp-expert or ep."""
+    collective: str
+    """The collective(s), in words."""
+    bytes_per_gpu_per_step: float
+    """Bytes this GPU sends per step (ring collectives: the (n-1)/n share)."""
+    link: Link
+    """nvlink or network."""
+    seconds_at_link_peak: float
+    """bytes / the link's peak per-direction bandwidth: a lower bound."""
+    hidden_by: str | None
+    """The overlap that takes it off the critical path (None: exposed)."""
+    formula: str = ""
+    """The byte count's formula, in words."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The entry as JSON-ready values (the formula stays out)."""
+        return {
+            "mode": self.mode,
+            "collective": self.collective,
+            "bytes_per_gpu_per_step": self.bytes_per_gpu_per_step,
+            "link": self.link,
+            "seconds_at_link_peak": self.seconds_at_link_peak,
+            "hidden_by": self.hidden_by,
+        }
+
+
+CP_RING = "ring attention"
+"""hidden_by for CP: TE's ring exchange overlaps the attention kernels themselves, no knob."""
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """One training step's cost on one GPU of the busiest pipeline stage."""
+
+    model_flops_per_token: float
+    """Model FLOPs per token (:meth:`ModelCost.flops_per_token`)."""
+    step: StepCost
+    """Compute of one step."""
+    communication: tuple[CommEntry, ...]
+    """Communication streams, one entry per mode and collective."""
+    assumptions: tuple[str, ...]
+    """What the numbers assume and leave out."""
+    executed_flops_per_gpu: float = 0.0
+    """FLOPs this GPU executes per step: model FLOPs plus recomputed forward passes."""
+    average_flops_per_gpu: float = 0.0
+    """Model FLOPs per step averaged over every GPU (what "Model TFLOP/s/GPU" divides)."""
+    dense_params_per_gpu: int = 0
+    """Dense (non-expert) parameters held by this GPU: what DP reduces over DP x CP."""
+    expert_params_per_gpu: int = 0
+    """Expert parameters held by this GPU: what expert-DP reduces."""
+    pipeline_rank: int = 0
+    """The busiest pipeline stage (most FLOPs; the later one on a tie)."""
+    knobs_off: tuple[str, ...] = ()
+    """Overlap knobs that would hide an entry but the plan left off or refused."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: model_flops_per_token, step, communication, assumptions."""
+        return {
+            "model_flops_per_token": self.model_flops_per_token,
+            "step": {
+                "tokens": self.step.tokens,
+                "flops_per_gpu": self.step.flops_per_gpu,
+                "compute_seconds_at_peak": self.step.compute_seconds_at_peak,
+            },
+            "communication": [c.to_dict() for c in self.communication],
+            "assumptions": list(self.assumptions),
+        }
+
+    def exposed_seconds(self, *, overlap: bool = True) -> float:
+        """Communication time left on the critical path: all of it but what overlap hides.
+
+        With ``overlap=False`` only the CP ring stays hidden (attention overlaps it whatever
+        the knobs say). Each hidden stream still shows what exceeds the compute time.
+        """
+        compute = self.step.compute_seconds_at_peak
+        exposed = 0.0
+        for c in self.communication:
+            hidden = c.hidden_by is not None and (overlap or c.hidden_by == CP_RING)
+            exposed += (
+                max(0.0, c.seconds_at_link_peak - compute) if hidden else c.seconds_at_link_peak
+            )
+        return exposed
+
+    def knob_summary(self) -> list[str]:
+        """One line per overlap knob: what it hides, or what stays exposed while it is off."""
+        by_knob: dict[str, list[CommEntry]] = {}
+        for c in self.communication:
+            if c.hidden_by is not None:
+                by_knob.setdefault(c.hidden_by, []).append(c)
+        lines = []
+        for knob, entries in by_knob.items():
+            ms = sum(c.seconds_at_link_peak for c in entries) * 1e3
+            what = ", ".join(f"{c.mode} {c.collective}" for c in entries)
+            lines.append(f"{knob} hides {ms:.1f} ms/step at peak ({what})")
+        for knob in self.knobs_off:
+            ms = (
+                sum(c.seconds_at_link_peak for c in self.communication if _knob_for(c) == knob)
+                * 1e3
+            )
+            lines.append(f"{knob} is off: {ms:.1f} ms/step at peak stays exposed")
+        return lines
+
+    def render(self) -> str:
+        """A compact text table of the step, then one line per overlap knob."""
+        s = self.step
+        lines = [
+            f"model FLOPs/token {self.model_flops_per_token:.4g}; step: {s.tokens} tokens, "
+            f"{s.flops_per_gpu:.4g} model FLOPs/GPU (pipeline stage {self.pipeline_rank}), "
+            f"compute >= {s.compute_seconds_at_peak * 1e3:.1f} ms at peak",
+        ]
+        header = ("mode", "collective", "bytes/GPU/step", "link", "ms at peak", "hidden by")
+        rows = [
+            (
+                c.mode,
+                c.collective,
+                _bytes(c.bytes_per_gpu_per_step),
+                c.link,
+                f"{c.seconds_at_link_peak * 1e3:.2f}",
+                c.hidden_by or "-",
+            )
+            for c in self.communication
+        ]
+        widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
+        for row in (header, *rows):
+            lines.append("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+        lines.extend(self.knob_summary())
+        lines.append(
+            f"exposed communication >= {self.exposed_seconds() * 1e3:.1f} ms with the plan, "
+            f"{self.exposed_seconds(overlap=False) * 1e3:.1f} ms with all overlap off"
+        )
+        return "\n".join(lines)
+
+
+def _bytes(n: float) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n:.0f} B"
+
+
+_KNOB_OF_MODE = {
+    "tp": "tp_comm_overlap",
+    "pp": "overlap_p2p_comm",
+    "ep": "overlap_moe_expert_parallel_comm",
+}
+
+
+def _knob_for(entry: CommEntry) -> str | None:
+    if entry.mode in ("dp", "dp-expert"):
+        return "overlap_param_gather" if "all-gather" in entry.collective else "overlap_grad_reduce"
+    return _KNOB_OF_MODE.get(entry.mode)

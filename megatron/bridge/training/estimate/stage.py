@@ -1,0 +1,156 @@
+"""The pipeline stage a step estimate describes: its layers, FLOPs, recompute and parameters.
+
+megatron-core splits the transformer layers over the pipeline ranks; :func:`busiest_stage`
+picks the rank with the most model FLOPs and returns it as a :class:`Stage`, the one object the
+compute and communication terms read. :func:`stage_params` counts what one GPU of it holds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from megatron.bridge.training.estimate.model_cost import ModelCost
+from megatron.bridge.training.job import JobDescription
+
+__all__ = ["Stage", "busiest_stage", "stage_params"]
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One GPU of one pipeline stage, as a step's cost terms see it."""
+
+    rank: int
+    """Pipeline rank (the busiest: most FLOPs, the later one on a tie)."""
+    layers: int
+    """Transformer layers on this rank (summed over its model chunks)."""
+    moe_share: float
+    """Share of the model's layers that are MoE layers; MoE layers are taken as spread evenly."""
+    first: bool
+    """This rank holds the embedding (pipeline rank 0)."""
+    last: bool
+    """This rank holds the output layer and the loss (the last pipeline rank)."""
+    micro_batch_size: int
+    """Sequences in one micro-batch."""
+    micro_batches: int
+    """Micro-batches each DP rank runs per step."""
+    vpp: int
+    """Model chunks per pipeline rank (1 without interleaving)."""
+    recompute_full: float
+    """Fraction of the stage's layers recomputed whole (full recompute)."""
+    recompute_core_attn: float
+    """1.0 when core attention is recomputed (selective recompute), else 0.0."""
+    recompute_mlp: float
+    """1.0 when the MLP is recomputed (selective recompute), else 0.0."""
+    flops_per_token: float
+    """Model FLOPs per token of this stage's layers, plus the logits on the last stage."""
+    recompute_flops_per_token: float
+    """Forward FLOPs per token that recomputation executes again on this stage."""
+
+    @property
+    def moe_layers(self) -> float:
+        """MoE layers on this stage (fractional when they do not split evenly)."""
+        return self.layers * self.moe_share
+
+    @property
+    def recomputed_layers(self) -> float:
+        """Layers recomputed whole on this stage."""
+        return self.recompute_full * self.layers
+
+
+def _stage_layers(job: JobDescription, num_layers: int) -> list[int]:
+    """Transformer layers on each pipeline rank, as megatron-core splits them."""
+    pp = job.pp_size
+    if pp == 1:
+        return [num_layers]
+    emb = 1 if job.model.account_for_embedding_in_pipeline_split else 0
+    loss = 1 if job.model.account_for_loss_in_pipeline_split else 0
+    per = (num_layers + emb + loss) / pp
+    layers = [per] * pp
+    layers[0] -= emb
+    layers[-1] -= loss
+    return [round(x) for x in layers]
+
+
+def _recomputed_fraction(
+    job: JobDescription, stage_layers: int, vpp: int
+) -> tuple[float, float, float]:
+    """(full-layer, core-attention, MLP) fractions of a stage's forward that are recomputed."""
+    granularity = job.model.recompute_granularity
+    if granularity == "full":
+        if job.model.recompute_method == "block" and job.model.recompute_num_layers is not None:
+            return min(1.0, job.model.recompute_num_layers * vpp / max(stage_layers, 1)), 0.0, 0.0
+        return 1.0, 0.0, 0.0
+    if granularity == "selective":
+        modules = (job.model.recompute_modules or ()) or ("core_attn",)
+        return 0.0, float("core_attn" in modules), float("mlp" in modules)
+    return 0.0, 0.0, 0.0
+
+
+def busiest_stage(
+    job: JobDescription, dims: ModelCost, *, micro_batch_size: int, micro_batches: int
+) -> Stage:
+    """The pipeline stage with the most model FLOPs per token (the later one on a tie).
+
+    Each layer costs the model's mean layer (attention plus the dense and MoE MLPs weighted by
+    their share of the layers); the last stage adds the logits. Recompute adds forward passes:
+    a full layer's forward is a third of its training FLOPs, core attention's 2 x q x s.
+    """
+    tp, pp = job.tp_size, job.pp_size
+    vpp = job.vpp_size if job.interleaved else 1
+    stage_layers = _stage_layers(job, job.model.num_layers)
+    moe_share = dims.num_moe_layers / job.model.num_layers
+    attn, dense_mlp, moe_mlp = (
+        dims.attention_flops_per_token(),
+        dims.dense_mlp_flops_per_token(),
+        dims.moe_mlp_flops_per_token(),
+    )
+
+    def stage_flops(rank: int) -> float:
+        n = stage_layers[rank]
+        per_layer = attn + (1 - moe_share) * dense_mlp + moe_share * moe_mlp
+        return n * per_layer + (dims.logit_flops_per_token(tp) if rank == pp - 1 else 0.0)
+
+    rank = max(range(pp), key=lambda r: (stage_flops(r), r))
+    layers = stage_layers[rank]
+    full, core, mlp = _recomputed_fraction(job, layers, vpp)
+    layer_fwd = (attn + (1 - moe_share) * dense_mlp + moe_share * moe_mlp) / 3
+    core_fwd = 2 * dims.query_width * job.model.seq_length
+    mlp_fwd = ((1 - moe_share) * dense_mlp + moe_share * moe_mlp) / 3
+    return Stage(
+        rank=rank,
+        layers=layers,
+        moe_share=moe_share,
+        first=rank == 0,
+        last=rank == pp - 1,
+        micro_batch_size=micro_batch_size,
+        micro_batches=micro_batches,
+        vpp=vpp,
+        recompute_full=full,
+        recompute_core_attn=core,
+        recompute_mlp=mlp,
+        flops_per_token=stage_flops(rank),
+        recompute_flops_per_token=layers * (full * layer_fwd + core * core_fwd + mlp * mlp_fwd),
+    )
+
+
+def stage_params(job: JobDescription, dims: ModelCost, stage: Stage) -> tuple[int, int]:
+    """(dense, expert) parameters one GPU of ``stage`` holds.
+
+    Dense parameters are what DP reduces over DP x CP ranks; expert parameters what expert-DP
+    reduces. The first stage adds the embedding, the last the final norm and output layer.
+    """
+    tp = job.tp_size
+    moe_layers = stage.moe_layers
+    dense_params = 0.0
+    expert_params = 0.0
+    for is_moe, count in ((False, stage.layers - moe_layers), (True, moe_layers)):
+        d, e = dims.layer_params(tp_size=tp, moe=is_moe, ep_size=job.ep_size, etp_size=job.etp_size)
+        dense_params += d * count
+        expert_params += e * count
+    dense_params = round(dense_params)
+    expert_params = round(expert_params)
+    if stage.first:
+        dense_params += dims.embedding_params(tp)
+    if stage.last:
+        dense_params += dims.output_params(tp, pp_size=job.pp_size)
+    return dense_params, expert_params
