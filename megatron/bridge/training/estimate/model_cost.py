@@ -119,7 +119,8 @@ class ModelCost:
         - logits: 6 h V with V the padded vocabulary (the embedding lookup costs none);
         - norms, softmax, activations, the router and the loss are not counted.
 
-        Recomputed forward passes are not model FLOPs (see :meth:`recompute_flops_per_token`).
+        Recomputed forward passes are not model FLOPs (the step counts them apart:
+        ``Stage.recompute_flops_per_token``).
         """
         return (
             self.model.num_layers * self.attention_flops_per_token()
