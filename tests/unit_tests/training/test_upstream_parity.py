@@ -1,6 +1,6 @@
 """Rules upstream Megatron-Bridge and megatron-core 0.19 enforce, checked by ours before launch.
 
-Covers megatron/bridge/training/comm_overlap (megatron_io.py, rules.py) and the post-build check
+Covers megatron/bridge/training/comm_overlap (megatron_io.py, rules/) and the post-build check
 in megatron/bridge/training/setup.py. Real megatron-core configs; only Transformer Engine (its
 availability, version and ``initialize_ub``) is patched.
 """

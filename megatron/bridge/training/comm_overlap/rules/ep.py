@@ -1,0 +1,175 @@
+"""Expert-parallel rules: EP all-to-all overlap, delayed wgrad compute, and their CUDA-graph limits.
+
+A torch-free mirror of megatron-core's checks on ``overlap_moe_expert_parallel_comm`` and
+``delay_wgrad_compute``: a request megatron-core would reject raises ``ValueError`` naming every
+failed condition and the fix.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+from megatron.bridge.training.comm_overlap.rules.planner import Planner
+
+__all__ = ["EPDispatcher", "decide_ep"]
+
+EPDispatcher = Literal["alltoall", "flex"]
+"""MoE token dispatchers that EP all-to-all overlap works with."""
+
+
+def decide_ep(planner: Planner) -> None:
+    """Decide EP all-to-all overlap and delayed wgrad compute; raise where megatron-core would."""
+    f, user = planner.job, planner.user
+    ep = user.overlap_moe_expert_parallel_comm
+    if ep:
+        failed = [
+            text
+            for bad, text in (
+                (f.ep_size <= 1, f"expert_model_parallel_size > 1 (got {f.ep_size})"),
+                (
+                    not f.model.num_moe_experts or f.model.num_moe_experts <= 1,
+                    f"more than one expert (num_moe_experts={f.model.num_moe_experts})",
+                ),
+                (
+                    f.model.token_dispatcher not in get_args(EPDispatcher),
+                    f"moe_token_dispatcher_type alltoall or flex (got {f.model.token_dispatcher!r})",
+                ),
+                (not (f.model.bf16 or f.model.fp16), "bf16 or fp16 training"),
+                (
+                    f.pp_size > 1 and f.vpp_size is None,
+                    "virtual_pipeline_model_parallel_size set when PP > 1",
+                ),
+                (
+                    f.model.recompute_granularity == "full",
+                    "no full activation recompute (recompute_granularity='full')",
+                ),
+                (
+                    f.model.recompute_method is not None,
+                    f"recompute_method=None (got {f.model.recompute_method!r})",
+                ),
+                (
+                    f.model.recompute_num_layers is not None,
+                    f"recompute_num_layers=None (got {f.model.recompute_num_layers})",
+                ),
+                ("moe" in (f.model.recompute_modules or ()), "'moe' not in recompute_modules"),
+                (f.model.moe_shared_expert_overlap, "moe_shared_expert_overlap=False"),
+                (
+                    f.model.mtp_num_layers not in (None, 0, 1),
+                    f"mtp_num_layers None, 0 or 1 (got {f.model.mtp_num_layers})",
+                ),
+            )
+            if bad
+        ]
+        if f.model.overlap_dispatch_backward_with_experts_wgrad:
+            failed.append("overlap_dispatch_backward_with_experts_wgrad=False on cfg.model")
+        if f.model.cuda_graph_impl == "transformer_engine":
+            graphed = [m for m in ("moe", "mlp") if m in f.model.cuda_graph_modules]
+            if graphed:
+                failed.append(
+                    f"no {' or '.join(graphed)} in cuda_graph_modules with "
+                    "cuda_graph_impl='transformer_engine'"
+                )
+        if failed:
+            raise ValueError(
+                "overlap_moe_expert_parallel_comm=True needs: " + "; ".join(failed) + ". Fix "
+                "these or set overlap_moe_expert_parallel_comm=False."
+            )
+        planner.set(
+            "overlap_moe_expert_parallel_comm",
+            True,
+            "user",
+            f"set in CommOverlapConfig; EP={f.ep_size}, {f.model.num_moe_experts} experts",
+        )
+    elif ep is False:
+        planner.set("overlap_moe_expert_parallel_comm", False, "user", "set in CommOverlapConfig")
+    else:
+        planner.set("overlap_moe_expert_parallel_comm", False, "default", "off unless requested")
+
+    if f.model.ep_overlap_early_attn_memory_release and not planner.value(
+        "overlap_moe_expert_parallel_comm"
+    ):
+        raise ValueError(
+            "ep_overlap_early_attn_memory_release=True on cfg.model needs "
+            "overlap_moe_expert_parallel_comm=True: request EP overlap in CommOverlapConfig or "
+            "set cfg.model.ep_overlap_early_attn_memory_release=False."
+        )
+
+    delay = user.delay_wgrad_compute
+    if delay:
+        if not planner.value("overlap_moe_expert_parallel_comm"):
+            raise ValueError(
+                "delay_wgrad_compute=True needs overlap_moe_expert_parallel_comm=True."
+            )
+        _check_delayed_wgrad_with_cuda_graphs(planner)
+        needs_recent_te = (
+            planner.value("overlap_grad_reduce") or f.model.gradient_accumulation_fusion
+        )
+        te_version = f.te_version if f.te_available else None
+        if needs_recent_te and not _version_at_least(te_version, (2, 7)):
+            raise ValueError(
+                "delay_wgrad_compute=True with overlap_grad_reduce or "
+                f"gradient_accumulation_fusion needs Transformer Engine >= 2.7 (found "
+                f"{te_version or 'none'})."
+            )
+        planner.set("delay_wgrad_compute", True, "user", "set in CommOverlapConfig")
+    elif delay is False:
+        planner.set("delay_wgrad_compute", False, "user", "set in CommOverlapConfig")
+    else:
+        planner.set("delay_wgrad_compute", False, "default", "off unless requested")
+
+
+def _check_delayed_wgrad_with_cuda_graphs(planner: Planner) -> None:
+    f = planner.job
+    te_version = f.te_version if f.te_available else None
+    if f.model.cuda_graph_impl == "transformer_engine" and not _version_at_least(
+        te_version, (2, 10)
+    ):
+        raise ValueError(
+            "delay_wgrad_compute=True with cuda_graph_impl='transformer_engine' needs "
+            f"Transformer Engine >= 2.10 (found {te_version or 'none'}): upgrade TE, or set "
+            "cuda_graph_impl='none' or delay_wgrad_compute=False."
+        )
+    # The per-layer graph implementations capture the delayed wgrad too when the captured
+    # region holds weights whose wgrad is delayed: attention, or the router region when it
+    # runs non-overlapped shared experts (megatron-core's TECudaGraphHelper condition).
+    attn = "attn" in f.model.cuda_graph_modules
+    shared_experts_in_router = (
+        "moe_router" in f.model.cuda_graph_modules
+        and f.model.moe_shared_expert_intermediate_size is not None
+        and not f.model.moe_shared_expert_overlap
+    )
+    if f.model.cuda_graph_impl not in ("local", "transformer_engine") or not (
+        attn or shared_experts_in_router
+    ):
+        return
+    scope = "attn" if attn else "moe_router with shared experts"
+    if not _version_at_least(te_version, (2, 12)):
+        raise ValueError(
+            f"delay_wgrad_compute=True with a CUDA graph scope covering {scope} needs "
+            f"Transformer Engine >= 2.12 (found {te_version or 'none'}): upgrade TE, or drop "
+            f"{scope.split()[0]} from cuda_graph_modules."
+        )
+    if not f.model.gradient_accumulation_fusion:
+        raise ValueError(
+            f"delay_wgrad_compute=True with a CUDA graph scope covering {scope} needs "
+            "gradient_accumulation_fusion=True on cfg.model: without it the delayed wgrad "
+            "accumulates into buffers whose addresses change, which a CUDA graph cannot "
+            f"replay. Set cfg.model.gradient_accumulation_fusion=True or drop "
+            f"{scope.split()[0]} from cuda_graph_modules."
+        )
+    if attn and f.model.attention_bias:
+        raise ValueError(
+            "delay_wgrad_compute=True with 'attn' in cuda_graph_modules does not support "
+            "attention bias: set cfg.model.add_bias_linear=False and "
+            "cfg.model.add_qkv_bias=False, or drop 'attn' from cuda_graph_modules."
+        )
+
+
+def _version_at_least(version: str | None, minimum: tuple[int, int]) -> bool:
+    if not version:
+        return False
+    parts: list[int] = []
+    for piece in version.split(".")[:2]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts) >= minimum

@@ -1,0 +1,61 @@
+"""Layout checks: the job description's sizes, and the layout errors megatron-core hits at start.
+
+:func:`check_job` checks what every plan needs (the parallel sizes are ints, FP8 runs on the GPU);
+:func:`check_layout` adds the whole-world checks, which need the world size.
+"""
+
+from __future__ import annotations
+
+from megatron.bridge.training import hardware
+from megatron.bridge.training.job import JobDescription
+from megatron.bridge.training.parallel_layout import check_parallel_layout
+from megatron.bridge.training.validators import check_int
+
+__all__ = ["check_job", "check_layout"]
+
+
+def check_job(job: JobDescription) -> None:
+    """Raise ``ValueError`` for a parallel size that is not a positive int, or unsupported FP8."""
+    # ValueError for a wrong type too: a job description is built by the library, so a bad one is a bad
+    # layout value that reached it, not a programming error of the caller.
+    for name in ("tp_size", "pp_size", "cp_size", "ep_size", "dp_size"):
+        check_int("", name, getattr(job, name), type_error=ValueError)
+    check_int(
+        "",
+        "virtual_pipeline_model_parallel_size",
+        job.model.virtual_pipeline_model_parallel_size,
+        optional=True,
+        type_error=ValueError,
+    )
+    if job.gpu is not None:
+        hardware.check_precision_on_gpu(gpu=job.gpu, fp8=(job.precision == "fp8"))
+
+
+def check_layout(job: JobDescription) -> None:
+    """Raise ``ValueError`` for a layout megatron-core would reject when the job starts.
+
+    Checks the whole layout: the world splits into TP x CP x PP x DP and into the expert grid,
+    layers split across pipeline stages (and virtual stages), heads and query groups across TP
+    ranks, experts across EP ranks, the sequence across CP ranks, sequence parallelism has TP to
+    split over, and FP8 runs on a GPU that has it. Needs the world size, so it runs where the whole
+    layout is known: ``runtime_config_update`` (before anything is written) and
+    ``bridge-overlap explain``.
+    """
+    check_job(job)
+    check_parallel_layout(
+        world_size=job.world_size,
+        tp_size=job.tp_size,
+        pp_size=job.pp_size,
+        vpp_size=job.model.virtual_pipeline_model_parallel_size,
+        cp_size=job.cp_size,
+        ep_size=job.ep_size,
+        etp_size=job.model.expert_tensor_parallel_size,
+        sequence_parallel=job.sequence_parallel,
+        num_layers=job.model.num_layers,
+        num_attention_heads=job.model.num_attention_heads,
+        num_query_groups=job.model.num_query_groups,
+        num_moe_experts=job.model.num_moe_experts,
+        seq_length=job.model.seq_length,
+        account_for_embedding_in_pipeline_split=job.model.account_for_embedding_in_pipeline_split,
+        account_for_loss_in_pipeline_split=job.model.account_for_loss_in_pipeline_split,
+    )

@@ -1,0 +1,172 @@
+"""TP overlap rules: TE userbuffers overlap, its preset and bootstrap backend, and the buffer rows.
+
+:func:`decide_tp` turns ``tp_comm_overlap`` on only with TP >= 2, sequence parallelism and
+Transformer Engine (otherwise a warning names every failed condition), checks the token count
+divides into TE's userbuffers (:func:`tp_overlap_buffer_rows`) and that a preset fits the model.
+"""
+
+from __future__ import annotations
+
+from megatron.bridge.training.comm_overlap.plan import Source
+from megatron.bridge.training.comm_overlap.rules.planner import Planner
+from megatron.bridge.training.userbuffers import (
+    TransformerLayerTPOverlapCfg,
+    mtp_userbuffers_pitfall,
+    preset_fits_model,
+    preset_names_of,
+    preset_shapes_of,
+)
+from megatron.bridge.training.userbuffers_file import load_preset
+
+__all__ = ["decide_tp", "tp_overlap_buffer_rows"]
+
+
+def decide_tp(planner: Planner) -> None:
+    """Decide TP overlap, its preset and bootstrap backend; a refusal is a warning naming why."""
+    f, user = planner.job, planner.user
+    preset, where = _preset(planner)
+    backend = user.tp_comm_bootstrap_backend
+    backend_source: Source = "default" if backend == "nccl" else "user"
+    if not user.tp_comm_overlap:
+        planner.set("tp_comm_overlap", False, "user", "tp_comm_overlap=False in CommOverlapConfig")
+        planner.set("tp_comm_overlap_cfg", None, "default", "TP overlap is off")
+        planner.set(
+            "tp_comm_bootstrap_backend", backend, backend_source, "unused: TP overlap is off"
+        )
+        if preset is not None:
+            planner.warnings.append(
+                "tp_comm_overlap_cfg is set but tp_comm_overlap=False, so the preset is "
+                "ignored; set tp_comm_overlap=True to use it or drop the preset."
+            )
+        return
+
+    failed: list[str] = []
+    if f.tp_size < 2:
+        failed.append(
+            f"tensor_model_parallel_size is {f.tp_size}; TP overlap needs >= 2 "
+            "(raise tensor_model_parallel_size or set tp_comm_overlap=False)"
+        )
+    if not f.sequence_parallel:
+        failed.append(
+            "sequence_parallel is False; TE userbuffers overlap the sequence-parallel "
+            "all-gather/reduce-scatter (set cfg.model.sequence_parallel=True)"
+        )
+    if not f.te_available:
+        failed.append(
+            "Transformer Engine is not available: "
+            + (f.te_reason or "not importable (install the 'te' extra where the job runs)")
+        )
+    if failed:
+        reason = "requested but refused: " + "; ".join(failed)
+        planner.set("tp_comm_overlap", False, "refused", reason)
+        planner.set("tp_comm_overlap_cfg", None, "default", "TP overlap is off")
+        planner.set(
+            "tp_comm_bootstrap_backend", backend, backend_source, "unused: TP overlap is off"
+        )
+        planner.warnings.append(f"TP comm overlap turned OFF: {'; '.join(failed)}.")
+        return
+
+    _check_tp_token_divisibility(planner)
+    if f.model.mtp_num_layers:
+        planner.warnings.append(
+            f"TP overlap {mtp_userbuffers_pitfall(f.model.mtp_num_layers)}; build_model "
+            "checks the config after the build and reports such a flip."
+        )
+    planner.set(
+        "tp_comm_overlap",
+        True,
+        "user",
+        f"requested, and TP={f.tp_size} >= 2, sequence parallel on, Transformer Engine available",
+    )
+    if preset is None:
+        planner.set(
+            "tp_comm_overlap_cfg", None, "default", "no preset: Transformer Engine's defaults"
+        )
+        planner.notes.append(
+            "TP overlap uses Transformer Engine's default userbuffer settings (no "
+            "tp_comm_overlap_cfg preset given); a published preset for your shape is often faster."
+        )
+    else:
+        planner.preset_names = preset_names_of(preset)
+        label = ", ".join(planner.preset_names) if planner.preset_names else "a custom preset"
+        planner.set("tp_comm_overlap_cfg", preset.to_ub_cfgs(), "user", f"{where}: {label}")
+        _check_preset_shape(planner, preset)
+    planner.set(
+        "tp_comm_bootstrap_backend",
+        backend,
+        backend_source,
+        "bootstraps the userbuffers communicator" + (" (default)" if backend == "nccl" else ""),
+    )
+
+
+def _preset(planner: Planner) -> tuple[TransformerLayerTPOverlapCfg | None, str]:
+    """The userbuffers config in use and where it was set."""
+    if planner.user.preset is not None:
+        return planner.user.preset, "set in CommOverlapConfig"
+    found = planner.job.direct_setting("tp_comm_overlap_cfg")
+    if found is None:
+        return None, ""
+    config, value = found
+    return load_preset(value, owner=f"cfg.{config}"), f"set on cfg.{config}.tp_comm_overlap_cfg"
+
+
+def _check_tp_token_divisibility(planner: Planner) -> None:
+    f = planner.job
+    if f.model.seq_length is None or f.micro_batch_size is None:
+        missing = [
+            n
+            for n, v in (
+                ("seq_length", f.model.seq_length),
+                ("micro_batch_size", f.micro_batch_size),
+            )
+            if v is None
+        ]
+        planner.notes.append(
+            f"TP overlap token-divisibility check skipped: {' and '.join(missing)} unknown here."
+        )
+        return
+    tp_overlap_buffer_rows(
+        seq_length=f.model.seq_length,
+        micro_batch_size=f.micro_batch_size,
+        cp_size=f.cp_size,
+        tp_size=f.tp_size,
+    )
+
+
+def _check_preset_shape(planner: Planner, preset: TransformerLayerTPOverlapCfg) -> None:
+    f = planner.job
+    names = preset_names_of(preset)
+    if preset_fits_model(names, hidden_size=f.model.hidden_size, tp_size=f.tp_size) is not False:
+        return
+    shapes = preset_shapes_of(preset)
+    published = ", ".join(f"hidden {s.hidden_size} TP{s.tp_size}" for s in shapes)
+    planner.warnings.append(
+        f"tp_comm_overlap_cfg {', '.join(preset_names_of(preset))} was tuned for {published}, "
+        f"but the model has hidden {f.model.hidden_size} TP{f.tp_size}: almost always a mistake. Use "
+        "find_userbuffers_preset(...) for your shape, or tp_comm_overlap_cfg=None for TE defaults."
+    )
+
+
+def tp_overlap_buffer_rows(
+    *, seq_length: int, micro_batch_size: int, cp_size: int, tp_size: int
+) -> int:
+    """Rows of TE's TP-overlap userbuffers: ``(seq_length * micro_batch_size) // cp_size``.
+
+    TE splits those rows evenly across the TP ranks, so they must divide by CP and then by TP;
+    otherwise ``ValueError`` naming the sizes and the fix.
+    """
+    tokens = seq_length * micro_batch_size
+    if tokens % cp_size:
+        raise ValueError(
+            f"tp_comm_overlap needs seq_length * micro_batch_size = {seq_length} * "
+            f"{micro_batch_size} = {tokens}, which is not divisible by context_parallel_size="
+            f"{cp_size}; change seq_length or micro_batch_size, or set tp_comm_overlap=False."
+        )
+    rows = tokens // cp_size
+    if rows % tp_size:
+        raise ValueError(
+            f"tp_comm_overlap needs (seq_length * micro_batch_size) / context_parallel_size = "
+            f"{rows} divisible by tensor_model_parallel_size={tp_size}; change seq_length or "
+            "micro_batch_size, or set tp_comm_overlap=False."
+        )
+    return rows
