@@ -466,8 +466,8 @@ def _plan_container(args: argparse.Namespace) -> OverlapPlan:
     overrides.
     """
     # megatron-core: only for a recipe container.
-    from megatron.bridge.training.config import check_launch_environment, resolve_config
     from megatron.bridge.training.overrides import apply_overrides
+    from megatron.bridge.training.resolve import check_launch_environment, resolve_config
 
     if recipe_spec(args.recipe) is not None:
         spec = flags_spec(args)

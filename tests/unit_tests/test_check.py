@@ -372,7 +372,7 @@ def test_overlap_off_request_leaves_no_overlap_on():
 
     from megatron.bridge.recipes import get_recipe
     from megatron.bridge.training.comm_overlap import te_status
-    from megatron.bridge.training.config import resolve_config
+    from megatron.bridge.training.resolve import resolve_config
 
     cfg = get_recipe("gpt3_175b")
     planned = resolve_config(cfg, world_size=1024, te=te_status("assume")).plan

@@ -29,24 +29,23 @@ from megatron.bridge.cli import EXIT_OK, main
 from megatron.bridge.models import GPTModelProvider
 from megatron.bridge.recipes import RECIPES, get_recipe
 from megatron.bridge.recipes.run_plugins import PerfEnvPlugin
-from megatron.bridge.training import comm_overlap, config, hardware
+from megatron.bridge.training import comm_overlap, hardware, resolve
 from megatron.bridge.training.comm_overlap import (
     CommOverlapConfig,
     OverlapRefusedError,
     userbuffers_bf16_h100_h12288_tp4_mbs1_seqlen2048,
 )
-from megatron.bridge.training.config import (
-    ConfigContainer,
-    TrainingConfig,
+from megatron.bridge.training.config import ConfigContainer, TrainingConfig
+from megatron.bridge.training.launch_env import MoeFlexDispatcherBackend
+from megatron.bridge.training.parallel_layout import check_parallel_layout
+from megatron.bridge.training.resolve import (
     check_launch_environment,
     resolve_config,
     runtime_config_update,
 )
-from megatron.bridge.training.launch_env import MoeFlexDispatcherBackend
-from megatron.bridge.training.parallel_layout import check_parallel_layout
 from megatron.bridge.training.userbuffers import preset_names_of, published_name_for
 
-CONFIG_LOGGER = "megatron.bridge.training.config"
+RESOLVE_LOGGER = "megatron.bridge.training.resolve"
 H100_PRESET = "userbuffers_bf16_h100_h12288_tp4_mbs1_seqlen2048"
 
 
@@ -299,7 +298,7 @@ def test_plugin_environment_passes_the_build_time_check(job):
     plugin = PerfEnvPlugin.from_config(cfg, num_gpus=world)
     env = plugin.launch_env_plan().env
     records = _Records()
-    logger = logging.getLogger(CONFIG_LOGGER)
+    logger = logging.getLogger(RESOLVE_LOGGER)
     logger.addHandler(records)
     sm100 = hardware.gpu_spec(job["gpu"]).sm100_or_newer
     try:
@@ -307,7 +306,7 @@ def test_plugin_environment_passes_the_build_time_check(job):
         # the job runs on cfg.gpu, so the build-time check sees that generation.
         with (
             mock.patch.object(comm_overlap, "HAVE_TE", True),
-            mock.patch.object(config, "gpu_sm100_or_newer", return_value=sm100),
+            mock.patch.object(resolve, "gpu_sm100_or_newer", return_value=sm100),
             mock.patch.dict(os.environ, env),
         ):
             runtime_config_update(cfg, world_size=world)

@@ -288,7 +288,7 @@ def plan_recipe(
         return result.changed(**changes).plan(te=te)
     world = change_container(name, result, changes)
     # megatron-core: only for a recipe that builds a container.
-    from megatron.bridge.training.config import resolve_config
+    from megatron.bridge.training.resolve import resolve_config
 
     return resolve_config(result, world_size=world, te=te_status(te)).plan
 

@@ -311,7 +311,7 @@ class PerfEnvPlugin(run.Plugin):
         """
         cls._refuse_layout_overrides("from_config", overrides)
         # megatron-core: only for a plugin built from a container.
-        from megatron.bridge.training.config import resolve_config
+        from megatron.bridge.training.resolve import resolve_config
 
         resolved = resolve_config(cfg, world_size=num_gpus, te=te_status("assume"), gpu=gpu)
         return cls._from_job(

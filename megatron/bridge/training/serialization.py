@@ -59,13 +59,13 @@ from megatron.bridge.training.config import (
     TrainingConfig,
     check_config_types,
     check_env_vars,
-    configs_as_written,
-    resolve_config,
 )
 from megatron.bridge.training.mixed_precision import (
     MixedPrecisionConfig,
     get_mixed_precision_config,
 )
+from megatron.bridge.training.resolve import resolve_config
+from megatron.bridge.training.transaction import configs_as_written
 from megatron.bridge.training.value_types import (
     ConfigValueError,
     check_field,

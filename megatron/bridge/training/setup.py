@@ -8,8 +8,9 @@ import torch
 
 from megatron.bridge.training.comm_overlap.megatron_io import model_config_drift
 from megatron.bridge.training.comm_overlap.plan import OverlapPlan, OverlapRefusedError
-from megatron.bridge.training.config import ConfigContainer, runtime_config_update
+from megatron.bridge.training.config import ConfigContainer
 from megatron.bridge.training.initialize import initialize_tp_communicators
+from megatron.bridge.training.resolve import runtime_config_update
 from megatron.bridge.training.userbuffers import mtp_userbuffers_pitfall
 
 __all__ = ["build_model"]

@@ -23,7 +23,7 @@ from megatron.bridge.recipes import (
     recipe_spec,
 )
 from megatron.bridge.recipes.spec import RecipeSpec
-from megatron.bridge.training.config import resolve_config
+from megatron.bridge.training.resolve import resolve_config
 
 # Refuses torch and megatron-core the way a launch node without them would: any import of
 # either raises ModuleNotFoundError, what a package that is not installed raises.

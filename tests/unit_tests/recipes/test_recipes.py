@@ -27,7 +27,7 @@ from megatron.bridge.training.comm_overlap import (
     PUBLISHED_PRESETS,
     preset_shapes_of,
 )
-from megatron.bridge.training.config import runtime_config_update
+from megatron.bridge.training.resolve import runtime_config_update
 
 SPEC_LOGGER = "megatron.bridge.recipes.spec"
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "launch_gpt3_175b.py"

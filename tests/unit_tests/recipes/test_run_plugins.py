@@ -13,7 +13,8 @@ from megatron.bridge.models import GPTModelProvider
 from megatron.bridge.recipes import run_plugins
 from megatron.bridge.recipes.run_plugins import VBOOST_SETUP_LINE, NsysPlugin, PerfEnvPlugin
 from megatron.bridge.training.comm_overlap import CommOverlapConfig, te_status
-from megatron.bridge.training.config import ConfigContainer, TrainingConfig, resolve_config
+from megatron.bridge.training.config import ConfigContainer, TrainingConfig
+from megatron.bridge.training.resolve import resolve_config
 from megatron.bridge.utils.root_logger import root_logger_preserved
 
 LOGGER = "megatron.bridge.recipes.run_plugins"

@@ -1,4 +1,4 @@
-"""Tests for megatron/bridge/training/config.py: ConfigContainer and runtime_config_update.
+"""Tests for training/config.py and training/resolve.py: ConfigContainer, runtime_config_update.
 
 Everything runs on real megatron-core config objects. Only Transformer Engine's availability is
 patched (``comm_overlap.HAVE_TE``, directly or through conftest's ``te_available`` fixture): TE
@@ -23,16 +23,12 @@ from megatron.bridge.training.comm_overlap import (
     CommOverlapConfig,
     userbuffers_bf16_h100_h12288_tp4_mbs1_seqlen2048,
 )
-from megatron.bridge.training.config import (
-    ConfigContainer,
-    TrainingConfig,
-    resolve_world_size,
-    runtime_config_update,
-)
+from megatron.bridge.training.config import ConfigContainer, TrainingConfig
 from megatron.bridge.training.mixed_precision import (
     MixedPrecisionConfig,
     get_mixed_precision_config,
 )
+from megatron.bridge.training.resolve import resolve_world_size, runtime_config_update
 
 
 def _recipe() -> ConfigContainer:
@@ -203,7 +199,7 @@ def test_world_size_from_environment(monkeypatch, te_available):
 
 def test_world_size_defaults_to_one_and_says_so(monkeypatch, caplog):
     monkeypatch.delenv("WORLD_SIZE", raising=False)
-    with caplog.at_level(logging.INFO, logger="megatron.bridge.training.config"):
+    with caplog.at_level(logging.INFO, logger="megatron.bridge.training.resolve"):
         assert resolve_world_size() == 1
     assert "assuming a single process" in caplog.text
 

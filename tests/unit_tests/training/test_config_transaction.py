@@ -1,6 +1,6 @@
 """runtime_config_update as a transaction: it never half-applies, and ``comm_overlap = None`` undoes.
 
-Tests for megatron/bridge/training/config.py on real megatron-core configs. Transformer Engine
+Tests for megatron/bridge/training/resolve.py and transaction.py on real megatron-core configs. Transformer Engine
 cannot be built or imported on a CPU machine, so the tests that need TP overlap to survive use
 conftest's ``te_available`` fixture (it patches ``comm_overlap.HAVE_TE``); the launch-environment
 test also pretends the GPU is a Hopper (no GPU exists here).
@@ -16,14 +16,15 @@ import pytest
 from megatron.core.distributed import DistributedDataParallelConfig
 
 from megatron.bridge.models import GPTModelProvider
-from megatron.bridge.training import config as config_module
+from megatron.bridge.training import resolve
 from megatron.bridge.training.comm_overlap import (
     DEFAULT_BUCKET_SIZE,
     CommOverlapConfig,
     OverlapRefusedError,
     userbuffers_bf16_h100_h6144_tp2_mbs2_seqlen2048,
 )
-from megatron.bridge.training.config import ConfigContainer, TrainingConfig, runtime_config_update
+from megatron.bridge.training.config import ConfigContainer, TrainingConfig
+from megatron.bridge.training.resolve import runtime_config_update
 
 WORLD = 16  # TP2 x PP2 -> DP 4
 
@@ -208,7 +209,7 @@ def test_strict_launch_environment_refusal_changes_nothing(te_available, monkeyp
     cfg = _cfg(CommOverlapConfig(tp_comm_overlap=True, strict=True))
     before = _state(cfg)
     with (
-        mock.patch.object(config_module, "gpu_sm100_or_newer", return_value=False),
+        mock.patch.object(resolve, "gpu_sm100_or_newer", return_value=False),
         pytest.raises(OverlapRefusedError, match="CUDA_DEVICE_MAX_CONNECTIONS is 8"),
     ):
         runtime_config_update(cfg, world_size=WORLD)

@@ -18,7 +18,7 @@ import pytest
 
 from megatron.bridge.recipes import get_recipe
 from megatron.bridge.training.comm_overlap import CommOverlapConfig, OverlapRefusedError
-from megatron.bridge.training.config import runtime_config_update
+from megatron.bridge.training.resolve import runtime_config_update
 from tests.unit_tests.conftest import make_configs
 
 #: gpt3_175b runs TP4 x PP8 (VPP6) x CP1: 32 GPUs are DP=1, 1024 are DP=32.

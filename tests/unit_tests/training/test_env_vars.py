@@ -9,7 +9,8 @@ import pytest
 
 from megatron.bridge.recipes import RECIPES, get_recipe, recipe_spec
 from megatron.bridge.training.comm_overlap import OverlapRefusedError
-from megatron.bridge.training.config import check_env_vars, runtime_config_update
+from megatron.bridge.training.env_vars import check_env_vars
+from megatron.bridge.training.resolve import runtime_config_update
 
 _NAMES = (
     "CUDA_DEVICE_MAX_CONNECTIONS",
@@ -63,7 +64,7 @@ def test_runtime_update_exports_recipe_values_and_keeps_the_environment(monkeypa
     cfg = get_recipe("gpt3_175b")
     cfg.env_vars["MY_FLAG"] = True
     monkeypatch.setenv("NVTE_FWD_LAYERNORM_SM_MARGIN", "8")
-    with caplog.at_level(logging.INFO, logger="megatron.bridge.training.config"):
+    with caplog.at_level(logging.INFO, logger="megatron.bridge.training.env_vars"):
         runtime_config_update(cfg, 1024, te="assume")
     assert os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"
     assert os.environ["MY_FLAG"] == "True"

@@ -13,10 +13,10 @@ from megatron.bridge.models.gpt_provider import GPTModelProvider
 from megatron.bridge.recipes import RECIPES, get_recipe, recipe_spec
 from megatron.bridge.recipes.spec import PRECISIONS
 from megatron.bridge.training.comm_overlap import describe_configs, te_status
-from megatron.bridge.training.config import resolve_config
 from megatron.bridge.training.job import JobDescription, ModelDescription
 from megatron.bridge.training.job_configs import describe_model, write_model
 from megatron.bridge.training.mixed_precision import get_mixed_precision_config
+from megatron.bridge.training.resolve import resolve_config
 
 _PROVIDER_DEFAULTS = {f.name: f.default for f in dataclasses.fields(GPTModelProvider)}
 

@@ -13,9 +13,10 @@ from unittest import mock
 import pytest
 
 from megatron.bridge.models import GPTModelProvider
-from megatron.bridge.training import comm_overlap, config
+from megatron.bridge.training import comm_overlap, resolve
 from megatron.bridge.training.comm_overlap import CommOverlapConfig, OverlapRefusedError
-from megatron.bridge.training.config import ConfigContainer, TrainingConfig, runtime_config_update
+from megatron.bridge.training.config import ConfigContainer, TrainingConfig
+from megatron.bridge.training.resolve import runtime_config_update
 
 
 def _cfg(strict: bool = False) -> ConfigContainer:
@@ -37,7 +38,7 @@ def _cfg(strict: bool = False) -> ConfigContainer:
 @pytest.fixture
 def hopper_with_te():
     with (
-        mock.patch.object(config, "gpu_sm100_or_newer", return_value=False),
+        mock.patch.object(resolve, "gpu_sm100_or_newer", return_value=False),
         mock.patch.object(comm_overlap, "HAVE_TE", True),
     ):
         yield
@@ -45,7 +46,7 @@ def hopper_with_te():
 
 def test_tp_overlap_on_hopper_without_one_connection_warns(hopper_with_te, monkeypatch, caplog):
     monkeypatch.delenv("CUDA_DEVICE_MAX_CONNECTIONS", raising=False)
-    with caplog.at_level(logging.WARNING, logger="megatron.bridge.training.config"):
+    with caplog.at_level(logging.WARNING, logger="megatron.bridge.training.resolve"):
         runtime_config_update(_cfg(), world_size=16)
     assert "TP communication overlap is on" in caplog.text
     assert "CUDA_DEVICE_MAX_CONNECTIONS is unset" in caplog.text
@@ -55,7 +56,7 @@ def test_correct_environment_is_quiet(hopper_with_te, monkeypatch):
     monkeypatch.setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1")
     cfg = _cfg()
     runtime_config_update(cfg, world_size=16)
-    assert config.check_launch_environment(cfg, config.resolve_config(cfg, world_size=16)) == []
+    assert resolve.check_launch_environment(cfg, resolve.resolve_config(cfg, world_size=16)) == []
 
 
 def test_strict_mode_raises_on_a_wrong_environment(hopper_with_te, monkeypatch):
@@ -69,9 +70,11 @@ def test_strict_mode_raises_on_a_wrong_environment(hopper_with_te, monkeypatch):
 def test_unknown_gpu_skips_generation_rules(monkeypatch):
     monkeypatch.setenv("CUDA_DEVICE_MAX_CONNECTIONS", "8")
     with (
-        mock.patch.object(config, "gpu_sm100_or_newer", return_value=None),
+        mock.patch.object(resolve, "gpu_sm100_or_newer", return_value=None),
         mock.patch.object(comm_overlap, "HAVE_TE", True),
     ):
         cfg = _cfg()
         runtime_config_update(cfg, world_size=16)
-        assert config.check_launch_environment(cfg, config.resolve_config(cfg, world_size=16)) == []
+        assert (
+            resolve.check_launch_environment(cfg, resolve.resolve_config(cfg, world_size=16)) == []
+        )

@@ -11,7 +11,7 @@ import torch
 
 from megatron.bridge.recipes import RECIPES, get_recipe, recipe_spec
 from megatron.bridge.training.comm_overlap import PUBLISHED_PRESETS
-from megatron.bridge.training.config import runtime_config_update
+from megatron.bridge.training.resolve import runtime_config_update
 from megatron.bridge.training.serialization import from_yaml, to_yaml, write_run_config
 
 

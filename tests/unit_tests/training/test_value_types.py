@@ -18,12 +18,9 @@ import torch
 import yaml
 
 from megatron.bridge.recipes import get_recipe, recipe_spec
-from megatron.bridge.training.config import (
-    ConfigContainer,
-    check_env_vars,
-    runtime_config_update,
-)
+from megatron.bridge.training.config import ConfigContainer, check_env_vars
 from megatron.bridge.training.overrides import OverrideError, apply_overrides
+from megatron.bridge.training.resolve import runtime_config_update
 from megatron.bridge.training.serialization import from_yaml, to_dict, to_yaml
 from megatron.bridge.training.value_types import (
     ConfigValueError,

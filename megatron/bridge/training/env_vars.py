@@ -1,0 +1,178 @@
+"""A recipe's environment variables (``ConfigContainer.env_vars``): checked, planned, exported.
+
+:func:`check_env_vars` is the check every source of ``env_vars`` meets (names, scalar values, no
+secrets, integer variables in range). :func:`plan_env_vars` splits the checked variables against
+a live environment into those to export and those the environment already sets (launcher and
+shell values win); :func:`export_env_vars` exports the first and logs both.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from megatron.bridge.training import launch_env
+from megatron.bridge.training.value_types import ConfigValueError
+
+__all__ = [
+    "AppliedEnvVars",
+    "EnvValue",
+    "check_env_vars",
+    "env_var_text",
+    "export_env_vars",
+    "plan_env_vars",
+]
+
+logger = logging.getLogger(__name__)
+
+
+EnvValue = str | int | float | bool
+"""A value ``ConfigContainer.env_vars`` may hold: a scalar, exported as ``str(value)``."""
+
+#: Names that look like credentials. Configs are serialized (``to_yaml``, ``write_run_config``)
+#: and shared with the run's results, so a secret has no place in one: pass it on the launcher.
+_SECRET_NAME = re.compile(r"(_API_KEY$|TOKEN|SECRET|PASSWORD)", re.IGNORECASE)
+
+
+def env_var_text(value: EnvValue) -> str:
+    """The string a scalar ``env_vars`` value is exported as.
+
+    ``str(value)``, as upstream Megatron-Bridge's ``apply_environment_variables`` writes it: a
+    bool is spelled ``"True"`` / ``"False"`` (Python's spelling, not ``"1"`` / ``"true"``), an int
+    ``"8"``, a float its ``repr`` (``"0.5"``). A variable whose reader wants ``1``/``0`` gets an
+    int in the recipe.
+    """
+    return str(value)
+
+
+#: Variables read as integers, by name: (smallest, largest or None, who reads it). Their readers
+#: parse the text as a number and ignore (CUDA) or misread anything else, so a value that is not
+#: an integer in range is refused where it is set. Bounds as ``launch_env`` plans them.
+_INTEGER_ENV_VARS: dict[str, tuple[int, int | None, str]] = {
+    launch_env.CUDA_DEVICE_MAX_CONNECTIONS: (1, 32, "CUDA (hardware work queues, 1 to 32)"),
+    launch_env.NVTE_FWD_LAYERNORM_SM_MARGIN: (0, None, "Transformer Engine (SMs left free)"),
+    launch_env.NVTE_BWD_LAYERNORM_SM_MARGIN: (0, None, "Transformer Engine (SMs left free)"),
+    launch_env.NCCL_P2P_NET_CHUNKSIZE: (2, None, "NCCL (bytes per P2P network chunk)"),
+}
+_INTEGER_TEXT = re.compile(r"-?[0-9]+")
+
+
+def _check_integer_env_var(owner: str, name: str, value: EnvValue, text: str) -> None:
+    minimum, maximum, reader = _INTEGER_ENV_VARS[name]
+    bounds = f">= {minimum}" + ("" if maximum is None else f" and <= {maximum}")
+    # A bool is exported as "True"/"False" and a float as "8.0": neither is an integer's text.
+    if _INTEGER_TEXT.fullmatch(text) is None or isinstance(value, bool | float):
+        raise ConfigValueError(
+            f"{owner}.{name}",
+            f"expected an integer {bounds}, got {type(value).__name__} {value!r}; {reader} "
+            "reads it as an integer.",
+        )
+    number = int(text)
+    if number < minimum or (maximum is not None and number > maximum):
+        raise ConfigValueError(
+            f"{owner}.{name}", f"expected an integer {bounds}, got {number}; {reader}."
+        )
+
+
+def check_env_vars(env_vars: object, *, owner: str = "ConfigContainer.env_vars") -> dict[str, str]:
+    """Check a recipe's environment variables; return them as the strings that would be exported.
+
+    ``TypeError`` for a non-mapping, a non-str name or a non-scalar value (naming the key);
+    ``ValueError`` for an empty name, a name with ``=`` or a NUL (the OS refuses them), a value
+    with a NUL, and a name that looks like a secret (``*_API_KEY``, ``*TOKEN*``, ``*SECRET*``,
+    ``*PASSWORD*``, any case): configs are serialized and shared, so secrets go on the launcher.
+    A variable read as an integer (``CUDA_DEVICE_MAX_CONNECTIONS`` 1-32, the
+    ``NVTE_*_LAYERNORM_SM_MARGIN`` pair >= 0, ``NCCL_P2P_NET_CHUNKSIZE`` >= 2) must be an int
+    or the text of one in that range: ``value_types.ConfigValueError`` (a ``ValueError``) naming
+    ``owner.NAME`` otherwise. Every source of ``env_vars`` (Python, ``from_yaml``,
+    ``env_vars.NAME=VALUE`` overrides) meets it.
+    """
+    if not isinstance(env_vars, Mapping):
+        raise TypeError(
+            f"{owner} must be a dict of variable name to str/int/float/bool, got "
+            f"{type(env_vars).__name__}."
+        )
+    out: dict[str, str] = {}
+    for name, value in env_vars.items():
+        if not isinstance(name, str):
+            raise TypeError(
+                f"{owner} key {name!r} is a {type(name).__name__}; variable names are str."
+            )
+        if not name or "=" in name or "\0" in name:
+            raise ValueError(
+                f"{owner} key {name!r} is not a valid environment variable name (empty, or "
+                "holds '=' or NUL)."
+            )
+        if _SECRET_NAME.search(name):
+            raise ValueError(
+                f"{owner}[{name!r}] looks like a secret (*_API_KEY, *TOKEN*, *SECRET*, "
+                "*PASSWORD*): configs are serialized and shared, so set it on the launcher "
+                "(executor env, shell) instead of in the config."
+            )
+        if not isinstance(value, str | int | float | bool):
+            raise TypeError(
+                f"{owner}[{name!r}] must be a str, int, float or bool, got "
+                f"{type(value).__name__} ({value!r})."
+            )
+        text = env_var_text(value)
+        if "\0" in text:
+            raise ValueError(f"{owner}[{name!r}] holds a NUL character; the OS refuses it.")
+        if name in _INTEGER_ENV_VARS:
+            _check_integer_env_var(owner, name, value, text)
+        out[name] = text
+    return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class AppliedEnvVars:
+    """What the last ``runtime_config_update`` did with ``cfg.env_vars``."""
+
+    from_recipe: dict[str, str]
+    """Variables this update exported, from ``cfg.env_vars`` (they were not set before)."""
+    kept_from_environment: dict[str, str]
+    """Variables ``cfg.env_vars`` names that were already set: the environment's value won
+    (launcher and shell values beat recipe defaults). Name -> the value kept."""
+    recipe_values: dict[str, str]
+    """Every ``cfg.env_vars`` entry as the string the recipe asked for."""
+
+    def overridden(self) -> dict[str, tuple[str, str]]:
+        """Kept variables whose value differs from the recipe's: name -> (kept, recipe's)."""
+        return {
+            name: (live, self.recipe_values[name])
+            for name, live in self.kept_from_environment.items()
+            if live != self.recipe_values[name]
+        }
+
+
+def plan_env_vars(env_vars: object, environ: Mapping[str, str]) -> AppliedEnvVars:
+    """Check ``env_vars`` (:func:`check_env_vars`) and split it against ``environ``.
+
+    Variables ``environ`` does not set are to be exported; those it sets keep its value.
+    """
+    wanted = check_env_vars(env_vars)
+    return AppliedEnvVars(
+        from_recipe={n: v for n, v in wanted.items() if n not in environ},
+        kept_from_environment={n: environ[n] for n in wanted if n in environ},
+        recipe_values=wanted,
+    )
+
+
+def export_env_vars(applied: AppliedEnvVars) -> None:
+    """Export ``applied.from_recipe`` where ``os.environ`` lacks it; log set and kept at INFO."""
+    for name, value in applied.from_recipe.items():
+        os.environ.setdefault(name, value)
+    if not applied.recipe_values:
+        return
+    kept = ", ".join(
+        f"{n}={v}"
+        + (f" (recipe: {applied.recipe_values[n]})" if v != applied.recipe_values[n] else "")
+        for n, v in applied.kept_from_environment.items()
+    )
+    logger.info(
+        "cfg.env_vars: set from the recipe: %s; kept from the environment: %s.",
+        ", ".join(f"{n}={v}" for n, v in applied.from_recipe.items()) or "none",
+        kept or "none",
+    )

@@ -1,0 +1,385 @@
+"""Resolving a :class:`~megatron.bridge.training.config.ConfigContainer` for one job.
+
+:func:`runtime_config_update` turns the user's intent into the settings megatron-core reads, in
+a fixed order:
+
+1. mixed precision writes dtypes / FP8 / gradient-reduction precision;
+2. the data-parallel size is derived from the world size;
+3. comm overlap is resolved against the layout and written;
+4. everything is validated, including megatron-core's own ``TransformerConfig`` checks.
+
+The update is all or nothing: the steps run on copies of the megatron-core configs
+(``transaction``), and the results are written into the user's objects only when every step
+succeeded. What the user wrote in ``mixed_precision`` and ``comm_overlap`` is never changed;
+what was derived (data-parallel size, the overlap plan) is readable on the container as
+properties. The overlap fields the library wrote are remembered with the user's values
+underneath, so that setting ``cfg.comm_overlap = None`` and updating again puts those values
+back. :func:`resolve_config` runs the same steps without writing (:class:`ResolvedConfig`);
+:func:`check_launch_environment` compares the live environment with what the layout needs.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from megatron.bridge.training import hardware, launch_env
+from megatron.bridge.training.comm_overlap import (
+    CommOverlapConfig,
+    OverlapPlan,
+    OverlapRefusedError,
+    TEMode,
+    TEStatus,
+    check_layout,
+    describe_configs,
+    te_status,
+)
+from megatron.bridge.training.comm_overlap.megatron_io import (
+    undo_plan,
+    write_distributed_optimizer,
+)
+from megatron.bridge.training.config import ConfigContainer, check_config_types
+from megatron.bridge.training.env_vars import export_env_vars, plan_env_vars
+from megatron.bridge.training.hardware import live_gpu_sm100_or_newer as gpu_sm100_or_newer
+from megatron.bridge.training.job import JobDescription
+from megatron.bridge.training.mixed_precision import (
+    MixedPrecisionConfig,
+    get_mixed_precision_config,
+)
+from megatron.bridge.training.parallel_layout import data_parallel_size
+from megatron.bridge.training.transaction import Staged, working_copies
+from megatron.bridge.training.validators import check_int
+
+__all__ = [
+    "ResolvedConfig",
+    "check_launch_environment",
+    "gpu_sm100_or_newer",
+    "resolve_config",
+    "resolve_world_size",
+    "runtime_config_update",
+]
+
+logger = logging.getLogger(__name__)
+
+
+def _as_world_size(value: Any, origin: str) -> int:
+    # A bad world size is a ValueError, whatever its type (the contract).
+    return check_int("", f"World size from {origin}", value, type_error=ValueError)
+
+
+def resolve_world_size(world_size: int | None = None) -> int:
+    """The job's world size: the argument, else torch.distributed, else ``WORLD_SIZE``, else 1."""
+    if world_size is not None:
+        return _as_world_size(world_size, "the world_size argument")
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return _as_world_size(dist.get_world_size(), "torch.distributed")
+    env = os.environ.get("WORLD_SIZE")
+    if env is not None:
+        try:
+            value = int(env)
+        except ValueError:
+            raise ValueError(
+                f"WORLD_SIZE={env!r} is not an integer; fix the launcher's environment."
+            ) from None
+        return _as_world_size(value, "the WORLD_SIZE environment variable")
+    logger.info(
+        "World size unknown (no world_size argument, torch.distributed not initialized, no "
+        "WORLD_SIZE): assuming a single process."
+    )
+    return 1
+
+
+def _data_parallel_size(model: Any, world_size: int) -> int:
+    try:
+        return data_parallel_size(
+            num_gpus=world_size,
+            tp_size=model.tensor_model_parallel_size,
+            cp_size=model.context_parallel_size,
+            pp_size=model.pipeline_model_parallel_size,
+        )
+    except (TypeError, ValueError) as exc:
+        raise ValueError(
+            f"World size {world_size} does not split into cfg.model's parallel layout: {exc}"
+        ) from None
+
+
+def _validate_precision_consistency(cfg: ConfigContainer) -> None:
+    for name in ("bf16", "fp16"):
+        model_value = getattr(cfg.model, name)
+        optimizer_value = getattr(cfg.optimizer, name)
+        if bool(model_value) != bool(optimizer_value):
+            raise ValueError(
+                f"cfg.model.{name}={model_value} but cfg.optimizer.{name}={optimizer_value}: set "
+                "precision through cfg.mixed_precision (e.g. 'bf16_mixed'), which writes both."
+            )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResolvedConfig:
+    """What a :class:`ConfigContainer` resolves to for one job, computed without writing into it.
+
+    :func:`resolve_config` makes it; :func:`runtime_config_update` writes it into the
+    container; ``bridge-overlap explain --recipe`` and ``PerfEnvPlugin.from_config`` read it.
+    """
+
+    job: JobDescription
+    """The job description, read from the resolved megatron-core configs."""
+    plan: OverlapPlan | None
+    """The overlap plan (None when the container has no comm_overlap request)."""
+    data_parallel_size: int
+    """Data-parallel size derived from the world size."""
+    mixed_precision: MixedPrecisionConfig | None
+    """The mixed precision settings applied (a preset name resolved)."""
+    _staged: Any = field(default=None, repr=False, compare=False)
+    """The resolved copies and what committing them needs (private)."""
+
+    @property
+    def gpu(self) -> str | None:
+        """GPU model the run targets, when known."""
+        return self.job.gpu
+
+    @property
+    def tp_size(self) -> int:
+        """Tensor-parallel size."""
+        return self.job.tp_size
+
+    @property
+    def cp_size(self) -> int:
+        """Context-parallel size."""
+        return self.job.cp_size
+
+    @property
+    def pp_size(self) -> int:
+        """Pipeline-parallel size."""
+        return self.job.pp_size
+
+    @property
+    def moe_flex_dispatcher_backend(self) -> str | None:
+        """Backend of the flex MoE dispatcher (None unless the dispatcher is flex)."""
+        return self.job.model.flex_backend
+
+    @property
+    def a2a_overlap(self) -> bool:
+        """Whether EP all-to-all overlap runs: the plan's decision, else the model's own flag."""
+        if self.plan is not None:
+            return self.plan.a2a_overlap
+        return bool(self._staged.model.overlap_moe_expert_parallel_comm)
+
+    def commit(self, cfg: ConfigContainer) -> None:
+        """Write this resolution into ``cfg``, the container it was resolved from; never raises.
+
+        The megatron-core configs and the request get the resolved values attribute by attribute
+        (the objects keep their identity), and ``cfg`` records the data-parallel size, the plan
+        and the mixed precision applied.
+        """
+        self._staged.commit(cfg)
+        cfg._resolved_mixed_precision = self.mixed_precision
+        cfg._data_parallel_size = self.data_parallel_size
+        cfg._overlap_plan = self.plan
+
+    def launch_env(self, **options: Any) -> launch_env.LaunchEnvPlan:
+        """The launch environment this resolution needs (``plan_launch_env_for`` options)."""
+        return launch_env.plan_launch_env_for(self.job, a2a_overlap=self.a2a_overlap, **options)
+
+
+def check_launch_environment(
+    cfg: ConfigContainer, resolved: ResolvedConfig, *, env: Mapping[str, str] | None = None
+) -> list[str]:
+    """Compare the live environment (``env``, default ``os.environ``) with what the layout needs.
+
+    ``CUDA_DEVICE_MAX_CONNECTIONS`` must be set before CUDA starts, so a wrong value can only be
+    reported here, not fixed: each problem is logged as a warning, or raised as
+    :class:`OverlapRefusedError` when ``cfg.comm_overlap.strict``. The GPU generation is the
+    visible GPU's, else the one ``cfg.gpu`` names, else unknown (generation rules skipped).
+    Returns the problems.
+    """
+    f = resolved.job
+    live = gpu_sm100_or_newer()
+    if live is None and f.gpu is not None:
+        live = hardware.gpu_spec(f.gpu).sm100_or_newer
+    plan = resolved.plan
+    problems = launch_env.check_live_environment(
+        tp_comm_overlap=bool(plan is not None and plan.value("tp_comm_overlap")),
+        tp_size=f.tp_size,
+        cp_size=f.cp_size,
+        dp_size=f.dp_size,
+        pp_size=f.pp_size,
+        a2a_overlap=resolved.a2a_overlap,
+        moe_flex_dispatcher_backend=f.model.flex_backend,
+        gpu_sm100_or_newer=live,
+        env=os.environ if env is None else env,
+    )
+    if problems and cfg.comm_overlap is not None and cfg.comm_overlap.strict:
+        raise OverlapRefusedError("launch environment: " + " | ".join(problems))
+    for problem in problems:
+        logger.warning("launch environment: %s", problem)
+    return problems
+
+
+def resolve_config(
+    cfg: ConfigContainer,
+    *,
+    world_size: int | None = None,
+    te: TEStatus | TEMode | None = None,
+    gpu: str | None = None,
+) -> ResolvedConfig:
+    """Resolve ``cfg`` for a job of ``world_size`` GPUs on copies: ``cfg`` is not changed.
+
+    The steps of :func:`runtime_config_update` (mixed precision, data-parallel size, comm
+    overlap, the layout checks, megatron-core's own validation), for consumers that plan
+    without building: ``bridge-overlap explain --recipe`` and ``PerfEnvPlugin.from_config``.
+    ``te`` defaults to what this process sees; ``"assume"`` plans as on a cluster where
+    Transformer Engine is installed (a laptop or a login node has none). ``gpu`` defaults to
+    ``cfg.gpu``.
+    """
+    if not isinstance(cfg, ConfigContainer):
+        raise TypeError(
+            f"runtime_config_update expects a ConfigContainer, got {type(cfg).__name__}."
+        )
+    mixed = cfg.mixed_precision
+    if isinstance(mixed, str):
+        mixed = get_mixed_precision_config(mixed)
+    elif mixed is not None and not isinstance(mixed, MixedPrecisionConfig):
+        raise TypeError(
+            "cfg.mixed_precision must be a MixedPrecisionConfig, a preset name or None, got "
+            f"{type(mixed).__name__}."
+        )
+    if cfg.comm_overlap is not None and not isinstance(cfg.comm_overlap, CommOverlapConfig):
+        raise TypeError(
+            f"cfg.comm_overlap must be a CommOverlapConfig or None, got {type(cfg.comm_overlap).__name__}."
+        )
+
+    check_config_types(cfg)
+
+    if isinstance(te, str):
+        te = te_status(te)
+    gpu = cfg.gpu if gpu is None else gpu
+    if gpu is not None:
+        gpu = hardware.gpu_spec(gpu).name
+    work, memo = working_copies(cfg)
+    # Start every run from what the user wrote, not from the previous run's derivations.
+    work["model"].clear_derived()
+    if cfg.comm_overlap is None:
+        # No request (any more): what an earlier update wrote goes back to what it replaced.
+        undo_plan(work["model"], work["optimizer"], work["ddp"])
+    # A shallow copy: setup records its plan on the request object, and the user's request may
+    # only see that once the whole update succeeded.
+    overlap = copy.copy(cfg.comm_overlap)
+    # train and mixed precision are only read (their finalize() checks change nothing).
+    staged = ConfigContainer(
+        model=work["model"],
+        train=cfg.train,
+        optimizer=work["optimizer"],
+        ddp=work["ddp"],
+        mixed_precision=mixed,
+        comm_overlap=overlap,
+    )
+
+    if mixed is not None:
+        mixed.setup(staged.model, staged.optimizer, staged.ddp)
+    else:
+        logger.info(
+            "cfg.mixed_precision is None: the model's precision fields are used as they are."
+        )
+
+    world = resolve_world_size(world_size)
+    dp = _data_parallel_size(staged.model, world)
+    staged.train.finalize(dp)
+
+    plan = None
+    if overlap is not None:
+        # setup() runs the request's finalize() checks first.
+        plan = overlap.setup(
+            staged.model,
+            staged.optimizer,
+            staged.ddp,
+            data_parallel_size=dp,
+            micro_batch_size=staged.train.micro_batch_size,
+            global_batch_size=staged.train.global_batch_size,
+            te_status=te,
+            gpu=gpu,
+        )
+        job = plan.job
+    else:
+        job = describe_configs(
+            staged.model,
+            staged.optimizer,
+            staged.ddp,
+            world_size=world,
+            micro_batch_size=staged.train.micro_batch_size,
+            global_batch_size=staged.train.global_batch_size,
+            te_status=te,
+            gpu=gpu,
+        )
+        write_distributed_optimizer(job, staged.optimizer, staged.ddp)
+        if job.distributed_optimizer_note is not None:
+            logger.info(job.distributed_optimizer_note)
+    # The errors megatron-core would raise only once the job starts (pipeline split, expert
+    # grid, heads per TP rank, ...), raised here while nothing has been written.
+    check_layout(job)
+
+    staged.model.finalize()
+    _validate_precision_consistency(staged)
+    return ResolvedConfig(
+        job=job,
+        plan=plan,
+        data_parallel_size=dp,
+        mixed_precision=mixed,
+        _staged=Staged(work=work, memo=memo, overlap=overlap),
+    )
+
+
+def runtime_config_update(
+    cfg: ConfigContainer,
+    world_size: int | None = None,
+    *,
+    te: TEStatus | TEMode | None = None,
+) -> OverlapPlan | None:
+    """Resolve ``cfg`` for this job and write the result into its megatron-core configs.
+
+    Order: mixed precision setup, data-parallel size from the world size (``world_size``
+    argument, else torch.distributed, else ``WORLD_SIZE``, else 1), comm overlap finalize and
+    setup, validation (megatron-core's ``TransformerConfig`` checks among them). Returns the
+    overlap plan (None without ``cfg.comm_overlap``). Running it twice gives the same result.
+    ``te="assume"`` resolves as on a cluster with Transformer Engine (default: this process's).
+
+    All or nothing: every step runs on copies of ``cfg.model``, ``cfg.optimizer`` and
+    ``cfg.ddp``; only when all of them succeeded are the results written back, attribute by
+    attribute, into the user's objects (which keep their identity; a value the update left as
+    it was stays the user's own object). When a step raises, every section of ``cfg`` and its
+    ``data_parallel_size`` / ``overlap_plan`` / ``resolved_mixed_precision`` are as before.
+
+    Overlap fields are undone, not left behind: every megatron-core config records what the
+    overlap setup wrote to it, with the user's value underneath (``apply_plan``). A later
+    update reads the user's values through that record, and with ``cfg.comm_overlap = None`` it
+    puts them back (``undo_plan``). A field whose current value differs from what the library
+    last wrote was changed by the user since: that value is the user's new one and is kept. (A
+    user value equal to the library's is indistinguishable from it.)
+
+    Environment (``cfg.env_vars``): each variable the process environment does not set yet is
+    exported (``os.environ.setdefault`` semantics: launcher and shell values win), recorded on
+    ``cfg.applied_env_vars`` and logged at INFO with those kept from the environment. Upstream
+    Megatron-Bridge exports them first thing; here they are checked first (names, values, no
+    secrets, and, through :func:`check_launch_environment`, the environment they would give
+    against the resolved layout: a contradiction warns, or raises ``OverlapRefusedError`` with
+    ``strict``) and exported last, once every step succeeded, so a failed update leaves
+    ``os.environ`` as it was too. No step of the update reads these variables (CUDA starts
+    later, at model build), so they are still in place before anything reads them.
+    """
+    # The environment this job will have: the live one, plus the recipe's defaults where it has
+    # none. Computed and checked first, exported only once every step succeeded.
+    env_plan = plan_env_vars(cfg.env_vars, os.environ)
+    resolved = resolve_config(cfg, world_size=world_size, te=te)
+    check_launch_environment(cfg, resolved, env={**os.environ, **env_plan.from_recipe})
+
+    # Every step succeeded: from here on nothing raises.
+    export_env_vars(env_plan)
+    cfg._applied_env_vars = env_plan
+    resolved.commit(cfg)
+    return resolved.plan
