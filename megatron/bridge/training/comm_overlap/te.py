@@ -13,10 +13,37 @@ from __future__ import annotations
 import functools
 import importlib
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Literal, get_args
 
-__all__ = ["TEMode", "TEStatus", "current_te_status", "probe_transformer_engine", "te_status"]
+__all__ = [
+    "ASSUMED_TE_VERSION",
+    "TE_REQUIREMENTS",
+    "TEMode",
+    "TEStatus",
+    "current_te_status",
+    "probe_transformer_engine",
+    "te_status",
+    "te_version_at_least",
+]
+
+#: The Transformer Engine versions the rules read: what needs each one, and the version.
+TE_REQUIREMENTS: Mapping[str, tuple[int, int]] = MappingProxyType(
+    {
+        # TE's delayed-wgrad API for a wgrad that feeds the gradient reduction or main_grad.
+        "delay_wgrad_compute with overlap_grad_reduce or gradient_accumulation_fusion": (2, 7),
+        # TE's CUDA graphs of layers whose wgrad is delayed.
+        "delay_wgrad_compute with cuda_graph_impl='transformer_engine'": (2, 10),
+        # Capturing the delayed wgrad inside a per-layer graph scope (attn, moe_router).
+        "delay_wgrad_compute with a CUDA graph scope holding delayed weights": (2, 12),
+    }
+)
+
+ASSUMED_TE_VERSION = ".".join(str(part) for part in max(TE_REQUIREMENTS.values()))
+"""The version ``te_status("assume")`` plans with: the newest any rule reads, so an assumed TE
+refuses nothing for its version; plan for an older cluster with ``te_status("assume", version=)``."""
 
 TEMode = Literal["detect", "assume"]
 """How to decide TE availability: probe this machine, or assume it is installed where the job runs."""
@@ -90,14 +117,48 @@ def current_te_status() -> TEStatus:
     return TEStatus(False, None, "Transformer Engine is not available (HAVE_TE is False)")
 
 
-def te_status(mode: TEMode = "detect") -> TEStatus:
+def te_status(mode: TEMode = "detect", *, version: str | None = None) -> TEStatus:
     """TE availability for planning: ``"detect"`` here, or ``"assume"`` it is installed on the cluster.
 
     ``"assume"`` lets a recipe author resolve a plan "as on the cluster" on a machine without TE
-    (a laptop, a login node), without patching anything.
+    (a laptop, a login node), without patching anything: at ``version`` (the cluster's), else at
+    :data:`ASSUMED_TE_VERSION`. ``version`` is for ``"assume"`` only.
     """
     if mode == "detect":
+        if version is not None:
+            raise ValueError(
+                f"te_version={version!r} applies to te='assume'; te='detect' reads the version "
+                "installed here."
+            )
         return current_te_status()
     if mode == "assume":
-        return TEStatus(True, None, "")
+        if version is not None and not _parse_version(version):
+            raise ValueError(
+                f"te_version={version!r} is not a Transformer Engine version; give it as "
+                "MAJOR.MINOR, e.g. '2.7'."
+            )
+        return TEStatus(True, version or ASSUMED_TE_VERSION, "")
     raise ValueError(f"te must be one of {list(get_args(TEMode))}, got {mode!r}.")
+
+
+def _parse_version(version: str) -> tuple[int, int] | None:
+    pieces = version.split(".")
+    if len(pieces) < 2:
+        return None
+    numbers: list[int] = []
+    for piece in pieces[:2]:
+        digits = ""
+        for ch in piece:
+            if not ch.isdigit():
+                break
+            digits += ch
+        if not digits:
+            return None
+        numbers.append(int(digits))
+    return numbers[0], numbers[1]
+
+
+def te_version_at_least(version: str | None, minimum: tuple[int, int]) -> bool:
+    """Whether a TE version string (``"2.7.0+abc"``) is at least ``minimum``; None is never."""
+    parsed = _parse_version(version) if version else None
+    return parsed is not None and parsed >= minimum

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Literal, get_args
 
 from megatron.bridge.training.comm_overlap.rules.planner import Planner
+from megatron.bridge.training.comm_overlap.te import TE_REQUIREMENTS, te_version_at_least
 
 __all__ = ["EPDispatcher", "decide_ep"]
 
@@ -105,12 +106,12 @@ def decide_ep(planner: Planner) -> None:
             planner.value("overlap_grad_reduce") or f.model.gradient_accumulation_fusion
         )
         te_version = f.te_version if f.te_available else None
-        if needs_recent_te and not _version_at_least(te_version, (2, 7)):
-            raise ValueError(
-                "delay_wgrad_compute=True with overlap_grad_reduce or "
-                f"gradient_accumulation_fusion needs Transformer Engine >= 2.7 (found "
-                f"{te_version or 'none'})."
-            )
+        _require_te(
+            te_version,
+            "delay_wgrad_compute with overlap_grad_reduce or gradient_accumulation_fusion",
+            when=needs_recent_te,
+            fix="",
+        )
         planner.set("delay_wgrad_compute", True, "user", "set in CommOverlapConfig")
     elif delay is False:
         planner.set("delay_wgrad_compute", False, "user", "set in CommOverlapConfig")
@@ -121,14 +122,12 @@ def decide_ep(planner: Planner) -> None:
 def _check_delayed_wgrad_with_cuda_graphs(planner: Planner) -> None:
     f = planner.job
     te_version = f.te_version if f.te_available else None
-    if f.model.cuda_graph_impl == "transformer_engine" and not _version_at_least(
-        te_version, (2, 10)
-    ):
-        raise ValueError(
-            "delay_wgrad_compute=True with cuda_graph_impl='transformer_engine' needs "
-            f"Transformer Engine >= 2.10 (found {te_version or 'none'}): upgrade TE, or set "
-            "cuda_graph_impl='none' or delay_wgrad_compute=False."
-        )
+    _require_te(
+        te_version,
+        "delay_wgrad_compute with cuda_graph_impl='transformer_engine'",
+        when=f.model.cuda_graph_impl == "transformer_engine",
+        fix=": upgrade TE, or set cuda_graph_impl='none' or delay_wgrad_compute=False",
+    )
     # The per-layer graph implementations capture the delayed wgrad too when the captured
     # region holds weights whose wgrad is delayed: attention, or the router region when it
     # runs non-overlapped shared experts (megatron-core's TECudaGraphHelper condition).
@@ -143,12 +142,13 @@ def _check_delayed_wgrad_with_cuda_graphs(planner: Planner) -> None:
     ):
         return
     scope = "attn" if attn else "moe_router with shared experts"
-    if not _version_at_least(te_version, (2, 12)):
-        raise ValueError(
-            f"delay_wgrad_compute=True with a CUDA graph scope covering {scope} needs "
-            f"Transformer Engine >= 2.12 (found {te_version or 'none'}): upgrade TE, or drop "
-            f"{scope.split()[0]} from cuda_graph_modules."
-        )
+    _require_te(
+        te_version,
+        "delay_wgrad_compute with a CUDA graph scope holding delayed weights",
+        when=True,
+        fix=f": upgrade TE, or drop {scope.split()[0]} from cuda_graph_modules",
+        what=f"delay_wgrad_compute=True with a CUDA graph scope covering {scope}",
+    )
     if not f.model.gradient_accumulation_fusion:
         raise ValueError(
             f"delay_wgrad_compute=True with a CUDA graph scope covering {scope} needs "
@@ -165,11 +165,14 @@ def _check_delayed_wgrad_with_cuda_graphs(planner: Planner) -> None:
         )
 
 
-def _version_at_least(version: str | None, minimum: tuple[int, int]) -> bool:
-    if not version:
-        return False
-    parts: list[int] = []
-    for piece in version.split(".")[:2]:
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        parts.append(int(digits) if digits else 0)
-    return tuple(parts) >= minimum
+def _require_te(
+    version: str | None, need: str, *, when: bool, fix: str, what: str | None = None
+) -> None:
+    # One refusal for every TE-version rule: the requirement's version from TE_REQUIREMENTS.
+    minimum = TE_REQUIREMENTS[need]
+    if when and not te_version_at_least(version, minimum):
+        what = what or need.replace("delay_wgrad_compute", "delay_wgrad_compute=True", 1)
+        raise ValueError(
+            f"{what} needs Transformer Engine >= {minimum[0]}.{minimum[1]} (found "
+            f"{version or 'none'}){fix}."
+        )
