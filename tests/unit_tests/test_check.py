@@ -1,4 +1,4 @@
-"""Tests for megatron/bridge/check.py: the check on real multi-process gloo worlds.
+"""Tests for megatron/bridge/check/: the check on real multi-process gloo worlds.
 
 Each end-to-end test launches ``python -m torch.distributed.run --standalone --nproc-per-node 4
 -m megatron.bridge.check ...`` in a subprocess (about 40-90 s each on a 2-core machine, almost

@@ -1,0 +1,196 @@
+"""The recipe's config as the check runs it: the layout fitted to the world, and the notes.
+
+:func:`build_check_config` builds the recipe on the fitted layout (``--tiny``: with the tiny
+model), then turns off what this machine cannot run (megatron-core's local layer spec without
+Transformer Engine; tied embeddings across pipeline stages without CUDA), one note each. Also
+owns what the live machine offers: the visible GPU (:func:`_live_gpu`) and whether the model
+builds with the local layer spec (:func:`_uses_local_spec`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import logging
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from megatron.bridge.check.layout import Layout, fit_layout, tiny_model_fields
+from megatron.bridge.recipes import get_recipe, recipe_spec
+from megatron.bridge.recipes.spec import RECIPE_KEYWORDS, RecipeSpec
+from megatron.bridge.training import comm_overlap, hardware
+
+if TYPE_CHECKING:
+    from megatron.bridge.training.config import ConfigContainer
+
+__all__ = ["build_check_config"]
+
+#: Settings megatron-core's local layer spec (torch norm layers) asserts are off, as the
+#: notes name them.
+_LOCAL_SPEC_UNSUPPORTED = {
+    "sequence_parallel": "sequence parallelism",
+    "layernorm_zero_centered_gamma": "a zero-centred LayerNorm gamma",
+    "persist_layer_norm": "the persistent LayerNorm kernel",
+    "memory_efficient_layer_norm": "the memory-efficient LayerNorm",
+}
+
+_TINY_PRESET_NOTE = (
+    "the recipe's userbuffers preset is tuned for its full-size model; the tiny "
+    "model runs TP overlap with Transformer Engine's defaults"
+)
+
+
+def _live_gpu() -> tuple[str | None, bool | None, str]:
+    """(catalogue name of the visible GPU or None, Blackwell or newer or None, description)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None, None, "cpu"
+    device_name = torch.cuda.get_device_name()
+    lowered = device_name.lower()
+    # Longest names first: "gb200" also contains "b200".
+    known = sorted(hardware.GPUS, key=len, reverse=True)
+    name = next((gpu for gpu in known if gpu in lowered), None)
+    return name, hardware.live_gpu_sm100_or_newer(), device_name
+
+
+def _uses_local_spec(model: Any) -> bool:
+    return model.transformer_layer_spec is None and not comm_overlap.HAVE_TE
+
+
+@contextlib.contextmanager
+def _recipe_log_quiet(quiet: bool) -> Iterator[None]:
+    # A recipe warns when no userbuffers preset is published for its shape; for the tiny
+    # model there never is one, and the preset is dropped anyway (a note says so).
+    recipes_logger = logging.getLogger("megatron.bridge.recipes")
+    level = recipes_logger.level
+    if quiet:
+        recipes_logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        recipes_logger.setLevel(level)
+
+
+def _build_spec(
+    spec: RecipeSpec,
+    changes: dict[str, Any],
+    tiny: dict[str, Any] | None,
+    notes: list[str],
+) -> ConfigContainer:
+    """The container of ``spec`` with ``changes`` (job-description names) and the tiny model."""
+    sized = spec.changed(**changes)
+    if tiny is not None:
+        # The preset the recipe picks for its full-size model at this layout; the tiny model
+        # builds without one.
+        if sized.preset_choice().preset is not None:
+            notes.append(_TINY_PRESET_NOTE)
+        sized = sized.changed(preset="none", **{f"model.{k}": v for k, v in tiny.items()})
+    return sized.build()
+
+
+def _build_container(
+    name: str,
+    changes: dict[str, Any],
+    tiny: dict[str, Any] | None,
+    notes: list[str],
+) -> ConfigContainer:
+    """The container of a recipe without a spec: its function called with the keywords."""
+    keywords = {key: changes[field] for key, field in RECIPE_KEYWORDS.items() if field in changes}
+    cfg = get_recipe(name, **keywords)
+    if tiny is not None:
+        for field, value in tiny.items():
+            setattr(cfg.model, field, value)
+        request = cfg.comm_overlap
+        if request is not None and request.tp_comm_overlap_cfg is not None:
+            cfg.comm_overlap = dataclasses.replace(request, tp_comm_overlap_cfg=None)
+            notes.append(_TINY_PRESET_NOTE)
+    return cfg
+
+
+def build_check_config(
+    args: argparse.Namespace, *, world_size: int, on_cuda: bool
+) -> tuple[ConfigContainer, Layout, list[str]]:
+    """The recipe's config as this check runs it: its layout fitted, its notes.
+
+    A recipe with a torch-free spec (:func:`~megatron.bridge.recipes.recipe_spec`) is changed
+    by job-description field and built once; a container-only recipe is built by its function
+    with the layout as keyword overrides (``tp_size``, ...), the tiny model written over it.
+    """
+    overrides = {"tp": args.tp, "pp": args.pp, "vpp": args.vpp, "cp": args.cp}
+    spec = recipe_spec(args.recipe)
+    # The job description and megatron-core's model config share these field names.
+    published = spec.job.model if spec is not None else get_recipe(args.recipe).model
+    recipe_sizes = {
+        "tp": published.tensor_model_parallel_size,
+        "pp": published.pipeline_model_parallel_size,
+        "vpp": published.virtual_pipeline_model_parallel_size,
+        "cp": published.context_parallel_size,
+    }
+    layout, notes = fit_layout(
+        world_size=world_size, recipe=recipe_sizes, overrides=overrides, tiny=args.tiny
+    )
+    changes: dict[str, Any] = {
+        "model.tensor_model_parallel_size": layout.tp,
+        "model.pipeline_model_parallel_size": layout.pp,
+        "model.virtual_pipeline_model_parallel_size": layout.vpp,
+        "model.context_parallel_size": layout.cp,
+    }
+    tiny = None
+    if args.tiny:
+        tiny = tiny_model_fields(
+            layout, grouped_query_attention=published.num_query_groups is not None
+        )
+        # Two micro-batches per pipeline stage: what the interleaved schedule needs at least.
+        changes |= {
+            "model.seq_length": tiny["seq_length"],
+            "micro_batch_size": 1,
+            "global_batch_size": layout.dp * 2 * layout.pp,
+        }
+    # The layout goes in as a change of the recipe, not onto the built container, so sequence
+    # parallelism and the preset follow it as they would in a real launch.
+    with _recipe_log_quiet(args.tiny):
+        if spec is not None:
+            cfg = _build_spec(spec, changes, tiny, notes)
+        else:
+            cfg = _build_container(args.recipe, changes, tiny, notes)
+    model = cfg.model
+
+    if _uses_local_spec(model):
+        for name, what in _LOCAL_SPEC_UNSUPPORTED.items():
+            if getattr(model, name):
+                setattr(model, name, False)
+                note = (
+                    f"{name} turned OFF: Transformer Engine is not available here, so the model "
+                    f"uses megatron-core's local layer spec, whose torch norm layer does not "
+                    f"support {what}"
+                )
+                if name == "sequence_parallel":
+                    requested = cfg.comm_overlap is not None and cfg.comm_overlap.tp_comm_overlap
+                    note += (
+                        "; TP comm overlap, which needs sequence parallelism, is therefore "
+                        "refused on this run"
+                        if requested
+                        else ""
+                    )
+                notes.append(note)
+
+    if on_cuda:
+        cfg.gpu, _, _ = _live_gpu()
+    else:
+        model.use_cpu_initialization = True
+        cfg.gpu = None
+        notes.append(
+            "no GPU visible: the launch environment is planned as for Hopper or older "
+            "(gpu_sm100_or_newer=False)"
+        )
+        if layout.pp > 1 and model.share_embeddings_and_output_weights:
+            model.share_embeddings_and_output_weights = False
+            notes.append(
+                "share_embeddings_and_output_weights turned OFF on the CPU: megatron-core "
+                "copies the tied embedding to the last pipeline stage with a CUDA all-reduce "
+                "while building; the parameter counts are the same (the last stage holds its "
+                "own output weight either way)"
+            )
+    return cfg, layout, notes
