@@ -10,7 +10,7 @@ Every route builds one, through one function each way:
 - from megatron-core configs: ``megatron.bridge.training.job_configs.describe_configs``;
 - onto a megatron-core model config: ``megatron.bridge.training.job_configs.write_model``;
 - from a recipe (``RecipeSpec.job``) and from ``bridge-overlap explain`` flags
-  (``megatron.bridge.cli_flags``), which change fields of a recipe's description by name.
+  (``megatron.bridge.cli.flags``), which change fields of a recipe's description by name.
 
 Derived layout facts (data-parallel size, interleaving, expert data parallelism, the precision
 name) are properties, computed from the fields and never stored twice. A new model field is one

@@ -1,0 +1,54 @@
+"""Plan a recipe's ``ConfigContainer`` with KEY=VALUE overrides (:func:`_plan_container`).
+
+The container is built, overridden and resolved the way ``runtime_config_update`` resolves it,
+and its ``env_vars`` are checked against the plan. This is the one part of ``explain`` that
+imports megatron-core (and torch): :mod:`megatron.bridge.cli.planning` imports it only when
+overrides are given.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+from megatron.bridge.cli.flags import flag_changes, flags_spec
+from megatron.bridge.recipes import change_container, get_recipe, recipe_spec
+from megatron.bridge.training.comm_overlap import OverlapPlan, te_status
+from megatron.bridge.training.overrides import apply_overrides
+from megatron.bridge.training.resolve import check_launch_environment, resolve_config
+
+
+def _plan_container(args: argparse.Namespace) -> OverlapPlan:
+    """Plan a recipe with KEY=VALUE overrides: build its container, override, resolve it.
+
+    The container is the one the spec with the flags applied builds (a recipe without a spec
+    builds its own and takes the flags as changes), so flags mean the same with and without
+    overrides.
+    """
+    if recipe_spec(args.recipe) is not None:
+        spec = flags_spec(args)
+        cfg, world = spec.build(), spec.num_gpus
+    else:
+        cfg = get_recipe(args.recipe)
+        world = change_container(args.recipe, cfg, flag_changes(args))
+    apply_overrides(cfg, args.overrides)
+    if cfg.comm_overlap is None:
+        raise ValueError(_no_request_message(args.recipe, args.overrides))
+    resolved = resolve_config(cfg, world_size=world, te=te_status(args.te))
+    # The environment the job gets from the container (the launcher may add to it): a value
+    # contradicting the layout warns, or is refused with --strict, as at model-build time.
+    env = {name: str(value) for name, value in cfg.env_vars.items()}
+    problems = check_launch_environment(cfg, resolved, env=env)
+    args._env_problems = [f"launch environment (cfg.env_vars): {p}" for p in problems]
+    return resolved.plan
+
+
+def _no_request_message(recipe: str, overrides: Sequence[str]) -> str:
+    """Why a recipe whose overrides leave it without a ``comm_overlap`` request has no plan."""
+    dropped = [o for o in overrides if o.partition("=")[0].strip() == "comm_overlap"]
+    cause = f"the override {dropped[-1]!r}" if dropped else "the overrides"
+    return (
+        f"Recipe {recipe!r}: {cause} leaves it without a comm_overlap request, so there is no "
+        "overlap plan to explain. Drop that override to explain the recipe's request, or turn "
+        "single overlaps off instead (e.g. comm_overlap.tp_comm_overlap=false)."
+    )

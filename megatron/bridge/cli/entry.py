@@ -1,0 +1,85 @@
+"""The ``bridge-overlap`` console script (:func:`main`): parse the command line, run the
+subcommand, print its answer, and turn every failure into a message and an exit code
+(:mod:`megatron.bridge.cli.errors`), never a traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Sequence
+
+from megatron.bridge.cli.errors import (
+    EXIT_BROKEN_PIPE,
+    EXIT_INTERRUPTED,
+    EXIT_INVALID,
+    EXIT_OK,
+    UsageError,
+    _fail,
+    _fail_with,
+)
+from megatron.bridge.cli.parser import build_parser
+from megatron.bridge.cli.planning import explain
+from megatron.bridge.cli.recipes import _render_recipes, list_recipes
+from megatron.bridge.cli.render import _render
+
+
+def _run(argv: list[str], *, as_json: bool) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except UsageError as exc:
+        if not as_json:
+            parser.print_usage(sys.stderr)
+        return _fail(str(exc), EXIT_INVALID, as_json=as_json)
+    except SystemExit as exc:  # --help, after printing the help
+        return exc.code if isinstance(exc.code, int) else EXIT_OK
+    if args.command == "recipes":
+        try:
+            rows = list_recipes()
+        except Exception as exc:
+            return _fail_with(exc, as_json=as_json)
+        print(json.dumps({"recipes": rows}, indent=2) if args.json else _render_recipes(rows))
+        return EXIT_OK
+    try:
+        doc, plan, env_plan = explain(args)
+    except Exception as exc:
+        return _fail_with(exc, as_json=as_json)
+    if args.json:
+        print(json.dumps(doc, indent=2))
+    else:
+        print(_render(doc, plan, env_plan, args._estimate))
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``bridge-overlap`` console script; returns the exit code.
+
+    Never raises: every failure is a message and one of the exit codes listed in
+    :mod:`megatron.bridge.cli.errors` (``EXIT_CODES``).
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    as_json = "--json" in argv
+    try:
+        try:
+            code = _run(argv, as_json=as_json)
+        except KeyboardInterrupt:
+            code = _fail("bridge-overlap: interrupted", EXIT_INTERRUPTED, as_json=as_json)
+        # Written out here, inside the guard, rather than at interpreter exit.
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader is gone (``| head``): stop quietly. Python's signal docs: point stdout at
+        # devnull so that the interpreter's last flush does not fail again.
+        _stdout_to_devnull()
+        return EXIT_BROKEN_PIPE
+    return code
+
+
+def _stdout_to_devnull() -> None:
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        return  # stdout is no file (a test's capture): nothing is flushed to it at exit
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)

@@ -1,0 +1,123 @@
+"""The job ``explain``'s flags describe: which field each flag changes (:data:`FLAG_FIELDS`), the
+reference job planned without flags (:data:`REFERENCE`), and the spec the flags make of a recipe or
+of the reference (:func:`flags_spec`).
+
+Flags and recipes reach the same plan: flags become a :class:`RecipeSpec`, a shipped recipe has
+one, and ``RecipeSpec.plan`` checks the layout and runs the rules.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from megatron.bridge.recipes import gpt3_175b, recipe_spec
+from megatron.bridge.recipes.spec import RecipeSpec
+from megatron.bridge.training.comm_overlap import PUBLISHED_PRESETS
+from megatron.bridge.training.parallel_layout import data_parallel_size
+
+#: The reference job ``explain`` plans without flags: GPT-3 175B's shape on 128 H100 GPUs, TP4
+#: with sequence parallelism, PP4 with VPP2, distributed optimizer, bf16.
+REFERENCE: RecipeSpec = gpt3_175b.SPEC.changed(
+    name="reference",
+    world_size=128,
+    global_batch_size=None,
+    **{"model.pipeline_model_parallel_size": 4, "model.virtual_pipeline_model_parallel_size": 2},
+)
+
+#: Each ``explain`` flag that describes the job, and the field it changes: a spec field or a
+#: job-description field (``RecipeSpec.changed``). Flags and recipes are planned through it alike.
+FLAG_FIELDS: dict[str, str] = {
+    "world_size": "world_size",
+    "gpu": "gpu",
+    "precision": "precision",
+    "micro_batch_size": "micro_batch_size",
+    "global_batch_size": "global_batch_size",
+    "distributed_optimizer": "use_distributed_optimizer",
+    "tp_comm_overlap": "tp_comm_overlap",
+    "preset": "preset",
+    "tp": "model.tensor_model_parallel_size",
+    "pp": "model.pipeline_model_parallel_size",
+    "vpp": "model.virtual_pipeline_model_parallel_size",
+    "cp": "model.context_parallel_size",
+    "ep": "model.expert_model_parallel_size",
+    "etp": "model.expert_tensor_parallel_size",
+    "sequence_parallel": "model.sequence_parallel",
+    "seq_length": "model.seq_length",
+    "hidden_size": "model.hidden_size",
+    "num_layers": "model.num_layers",
+    "num_attention_heads": "model.num_attention_heads",
+    "num_query_groups": "model.num_query_groups",
+    "ffn_hidden_size": "model.ffn_hidden_size",
+    "vocab_size": "model.vocab_size",
+    "swiglu": "model.gated_linear_unit",
+    "add_bias_linear": "model.add_bias_linear",
+    "add_qkv_bias": "model.add_qkv_bias",
+    "normalization": "model.normalization",
+    "position_embedding_type": "model.position_embedding_type",
+    "embedding_in_pipeline_split": "model.account_for_embedding_in_pipeline_split",
+    "loss_in_pipeline_split": "model.account_for_loss_in_pipeline_split",
+    "num_moe_experts": "model.num_moe_experts",
+    "moe_token_dispatcher": "model.moe_token_dispatcher_type",
+    "moe_flex_backend": "model.moe_flex_dispatcher_backend",
+}
+
+
+def flag_changes(args: argparse.Namespace) -> dict[str, Any]:
+    """The job changes the flags given make (:data:`FLAG_FIELDS`); ``overlap`` holds the
+    overlap-request fields they set (``strict``, EP overlap)."""
+    changes = {
+        field: getattr(args, flag)
+        for flag, field in FLAG_FIELDS.items()
+        if getattr(args, flag, None) is not None
+    }
+    if args.untie_embeddings_and_output_weights is not None:
+        # Megatron-LM's flag says the opposite of the field it sets.
+        changes[
+            "model.share_embeddings_and_output_weights"
+        ] = not args.untie_embeddings_and_output_weights
+    preset = changes.get("preset")
+    if preset == "auto":
+        del changes["preset"]
+    elif preset not in (None, "none") and preset not in PUBLISHED_PRESETS:
+        raise ValueError(
+            f"--preset {preset!r} is not a published preset; choose 'auto', 'none' or one of: "
+            + ", ".join(sorted(PUBLISHED_PRESETS))
+        )
+    overlap: dict[str, Any] = {"strict": args.strict}
+    if args.ep_overlap:
+        overlap["overlap_moe_expert_parallel_comm"] = True
+    changes["overlap"] = tuple(overlap.items())
+    return changes
+
+
+def flags_spec(args: argparse.Namespace) -> RecipeSpec:
+    """The job the flags describe: the recipe's (or the reference job) with the flags applied.
+
+    Flags and recipes are then planned by the same code (``RecipeSpec.plan``); the flags'
+    overlap fields join the recipe's own.
+    """
+    if args.recipe:
+        base = recipe_spec(args.recipe)
+        if base is None:
+            raise ValueError(
+                f"Recipe {args.recipe!r} returns a ConfigContainer: it has no job description "
+                "to plan without torch."
+            )
+    else:
+        base = REFERENCE
+    changes = flag_changes(args)
+    changes["overlap"] = tuple({**dict(base.overlap), **dict(changes["overlap"])}.items())
+    spec = base.changed(**changes)
+    if args.world_size is not None:
+        job = spec.job
+        try:
+            data_parallel_size(
+                num_gpus=job.world_size,
+                tp_size=job.tp_size,
+                cp_size=job.cp_size,
+                pp_size=job.pp_size,
+            )
+        except ValueError as exc:
+            raise ValueError(f"--world-size {args.world_size}: {exc}") from None
+    return spec

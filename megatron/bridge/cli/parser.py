@@ -1,0 +1,217 @@
+"""The command line of ``bridge-overlap``: its subcommands and flags (:func:`build_parser`).
+
+A command line argparse rejects raises :class:`UsageError` instead of exiting, so that ``--json``
+can answer with a JSON error document.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import get_args
+
+from megatron.bridge.cli.errors import UsageError
+from megatron.bridge.training import hardware, launch_env
+from megatron.bridge.training.job import PositionEmbeddingType
+from megatron.bridge.training.validators import positive_int_argument
+
+#: The program's one-line description (``bridge-overlap --help``).
+_DESCRIPTION = "``bridge-overlap``: read the overlap plan of a layout before launching it."
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:
+        # Raised rather than printed, so that --json can answer with a JSON error document.
+        raise UsageError(f"{self.prog}: error: {message}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``bridge-overlap``."""
+    parser = _Parser(prog="bridge-overlap", description=_DESCRIPTION)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    ex = sub.add_parser(
+        "explain",
+        help="show every overlap decision for a layout, with reasons",
+        description=(
+            "Explain the communication-overlap plan of a layout. With no arguments: the "
+            "reference layout (TP4 + SP, PP4 with VPP2, distributed optimizer, 128 H100 GPUs, "
+            "bf16, GPT-3 175B's shape: 96 layers, hidden 12288, 96 heads, seq 2048, mbs 1)."
+        ),
+    )
+    ex.add_argument(
+        "--recipe",
+        help=(
+            "explain a recipe: a name (see 'bridge-overlap recipes') or 'package.module:function'; "
+            "flags given here override its sizes"
+        ),
+    )
+    ex.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help=(
+            "with --recipe: overrides of the recipe's ConfigContainer, e.g. "
+            "model.tensor_model_parallel_size=8 comm_overlap.tp_comm_overlap=false "
+            "env_vars.CUDA_DEVICE_MAX_CONNECTIONS=8 (builds the container: imports torch)"
+        ),
+    )
+    ex.add_argument("--tp", type=positive_int_argument, help="tensor-parallel size (default 4)")
+    ex.add_argument("--pp", type=positive_int_argument, help="pipeline-parallel size (default 4)")
+    ex.add_argument(
+        "--vpp", type=positive_int_argument, help="virtual pipeline size (default 2; 1 = none)"
+    )
+    ex.add_argument("--cp", type=positive_int_argument, help="context-parallel size (default 1)")
+    ex.add_argument("--ep", type=positive_int_argument, help="expert-parallel size (default 1)")
+    ex.add_argument(
+        "--etp", type=positive_int_argument, help="expert tensor-parallel size (default: TP)"
+    )
+    ex.add_argument("--world-size", type=positive_int_argument, help="number of GPUs (default 128)")
+    ex.add_argument(
+        "--sequence-parallel",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="sequence parallelism (default: on when TP > 1)",
+    )
+    ex.add_argument(
+        "--distributed-optimizer",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="distributed optimizer (default: on)",
+    )
+    ex.add_argument(
+        "--tp-comm-overlap",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="request TP comm overlap (default: on)",
+    )
+    ex.add_argument("--gpu", choices=sorted(hardware.GPUS), help="GPU model (default h100)")
+    ex.add_argument(
+        "--precision", choices=["bf16", "fp8"], help="training precision (default bf16)"
+    )
+    ex.add_argument(
+        "--seq-length", type=positive_int_argument, help="sequence length (default 2048)"
+    )
+    ex.add_argument(
+        "--micro-batch-size", type=positive_int_argument, help="micro-batch size (default 1)"
+    )
+    ex.add_argument(
+        "--global-batch-size",
+        type=positive_int_argument,
+        help="samples per optimizer step (default: the recipe's; micro-batch x DP x PP without one)",
+    )
+    ex.add_argument(
+        "--hidden-size", type=positive_int_argument, help="model hidden size (default 12288)"
+    )
+    ex.add_argument(
+        "--num-layers", type=positive_int_argument, help="transformer layers (default 96)"
+    )
+    ex.add_argument(
+        "--num-attention-heads", type=positive_int_argument, help="attention heads (default 96)"
+    )
+    ex.add_argument(
+        "--num-query-groups", type=positive_int_argument, help="GQA query groups (default: MHA)"
+    )
+    for part in ("embedding", "loss"):
+        ex.add_argument(
+            f"--{part}-in-pipeline-split",
+            action=argparse.BooleanOptionalAction,
+            default=None,
+            help=f"count the {part} as a layer when splitting layers over pipeline stages",
+        )
+    ex.add_argument(
+        "--num-moe-experts",
+        "--num-experts",
+        dest="num_moe_experts",
+        type=positive_int_argument,
+        help="MoE experts (default: dense)",
+    )
+    ex.add_argument(
+        "--moe-token-dispatcher", choices=["allgather", "alltoall", "flex"], help="MoE dispatcher"
+    )
+    ex.add_argument(
+        "--moe-flex-backend",
+        choices=list(get_args(launch_env.MoeFlexDispatcherBackend)),
+        help="MoE flex dispatcher backend (affects CUDA_DEVICE_MAX_CONNECTIONS)",
+    )
+    ex.add_argument("--ep-overlap", action="store_true", help="request EP all-to-all overlap")
+    ex.add_argument(
+        "--preset",
+        help="userbuffers preset name, 'auto' (look one up for the shape; default) or 'none'",
+    )
+    ex.add_argument(
+        "--te",
+        choices=["assume", "detect"],
+        default="assume",
+        help="'assume' TE is installed where the job runs (default), or 'detect' it here",
+    )
+    ex.add_argument(
+        "--layernorm-sm-margin",
+        type=int,
+        default=launch_env.DEFAULT_LAYERNORM_SM_MARGIN,
+        help="LayerNorm SM margin for the launch environment (default 16)",
+    )
+    ex.add_argument("--nccl-pp-chunksize", type=int, help="NCCL_P2P_NET_CHUNKSIZE when PP > 1")
+    ex.add_argument(
+        "--ffn-hidden-size",
+        type=positive_int_argument,
+        help="MLP width for the estimate (default 4 x hidden)",
+    )
+    ex.add_argument("--vocab-size", type=positive_int_argument, help="vocabulary (default 51200)")
+    ex.add_argument(
+        "--swiglu",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="gated (SwiGLU) MLP (megatron-core's gated_linear_unit)",
+    )
+    # Megatron-LM's spellings (megatron/training/arguments.py).
+    ex.add_argument(
+        "--disable-bias-linear",
+        dest="add_bias_linear",
+        action="store_const",
+        const=False,
+        help="no biases in linear layers (add_bias_linear=False)",
+    )
+    ex.add_argument(
+        "--add-qkv-bias",
+        dest="add_qkv_bias",
+        action="store_const",
+        const=True,
+        help="a bias on the QKV projection only",
+    )
+    ex.add_argument("--normalization", choices=["LayerNorm", "RMSNorm"], help="normalization layer")
+    ex.add_argument(
+        "--position-embedding-type",
+        choices=list(get_args(PositionEmbeddingType)),
+        help="position embedding (learned_absolute adds an s x h table)",
+    )
+    ex.add_argument(
+        "--untie-embeddings-and-output-weights",
+        action="store_const",
+        const=True,
+        help="the output layer has its own weight (share_embeddings_and_output_weights=False)",
+    )
+    ex.add_argument(
+        "--gpus-per-node", type=positive_int_argument, default=8, help="GPUs per node (default 8)"
+    )
+    ex.add_argument(
+        "--nvlink-domain",
+        type=positive_int_argument,
+        help="GPUs sharing NVLink (default: the GPU's, e.g. one node; 72 on GB200 NVL72)",
+    )
+    ex.add_argument(
+        "--plot",
+        metavar="PATH",
+        help="draw one step as lanes, with the plan's overlap and with none (PNG or SVG; needs "
+        "the 'plot' extra)",
+    )
+    ex.add_argument("--strict", action="store_true", help="exit 1 instead of falling back")
+    ex.add_argument("--json", action="store_true", help="print the plan as one JSON object")
+    ls = sub.add_parser(
+        "recipes",
+        help="list the recipes available here, with each one's layout",
+        description=(
+            "List the shipped recipes and those registered under the "
+            "'megatron_bridge.recipes' entry-point group, with each one's published layout."
+        ),
+    )
+    ls.add_argument("--json", action="store_true", help="print the list as one JSON object")
+    return parser

@@ -1,0 +1,105 @@
+"""``bridge-overlap explain``: plan the job a command line describes (:func:`explain`).
+
+Flags, a shipped recipe, a recipe that builds a container, and KEY=VALUE overrides of a recipe's
+container all end in one overlap plan, its launch environment, its step estimate and its
+``--json`` document. Without overrides or a container-only recipe nothing here imports torch or
+megatron-core; a recipe's container with overrides is planned by
+:mod:`megatron.bridge.cli.container`, imported only then.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+from megatron.bridge.cli.flags import flag_changes, flags_spec
+from megatron.bridge.cli.json_document import document
+from megatron.bridge.recipes import plan_recipe, recipe_spec
+from megatron.bridge.recipes.spec import RecipeSpec
+from megatron.bridge.training import launch_env
+from megatron.bridge.training.comm_overlap import OverlapPlan
+from megatron.bridge.training.estimate import estimate_step
+from megatron.bridge.training.estimate_plot import plot_step
+
+
+def _preset_info(args: argparse.Namespace, spec: RecipeSpec | None) -> dict[str, Any]:
+    """Where the preset came from: --preset, an override, the recipe, or the automatic choice."""
+    if args.preset == "none":
+        return {"source": "none", "detail": "--preset none"}
+    if args.preset not in (None, "auto"):
+        return {"source": "user", "detail": f"--preset {args.preset}"}
+    if any(o.startswith("comm_overlap.tp_comm_overlap_cfg=") for o in args.overrides or ()):
+        return {"source": "user", "detail": "comm_overlap.tp_comm_overlap_cfg override"}
+    if args.recipe:
+        return {"source": "recipe", "detail": "picked by the recipe"}
+    return {"source": "auto", "detail": spec.preset_choice().detail}
+
+
+def explain(
+    args: argparse.Namespace,
+) -> tuple[dict[str, Any], OverlapPlan, launch_env.LaunchEnvPlan]:
+    """Build the explanation document, the overlap plan and the launch-environment plan."""
+    overrides = getattr(args, "overrides", None) or []
+    if overrides and not args.recipe:
+        raise ValueError(
+            f"KEY=VALUE overrides ({overrides[0]!r}, ...) apply to a recipe's container: "
+            "give --recipe NAME."
+        )
+    if args.plot is not None:
+        _check_plot_path(args.plot)  # before planning, which can take seconds
+    spec = None
+    if overrides:
+        # megatron-core: only for a recipe container.
+        from megatron.bridge.cli.container import _plan_container
+
+        plan = _plan_container(args)
+    elif args.recipe and recipe_spec(args.recipe) is None:
+        plan = plan_recipe(args.recipe, te=args.te, changes=flag_changes(args))
+    else:
+        spec = flags_spec(args)
+        plan = spec.plan(te=args.te)
+    env_plan = launch_env.plan_launch_env_for(
+        plan.job,
+        a2a_overlap=plan.a2a_overlap,
+        layernorm_sm_margin=args.layernorm_sm_margin,
+        nccl_pp_comm_chunksize=args.nccl_pp_chunksize,
+    )
+    try:
+        estimate = estimate_step(
+            plan, gpus_per_node=args.gpus_per_node, nvlink_domain=args.nvlink_domain
+        )
+    except ValueError:  # the job does not give the model's whole shape
+        estimate = None
+    doc = document(
+        plan, env_plan, recipe=args.recipe, te_mode=args.te, preset_info=_preset_info(args, spec)
+    )
+    doc["warnings"].extend(getattr(args, "_env_problems", []))
+    doc["estimate"] = None if estimate is None else estimate.to_dict()
+    args._estimate = estimate
+    if args.plot is not None:
+        if estimate is None:
+            raise ValueError(
+                "--plot needs the model's dimensions, which this recipe does not give."
+            )
+        try:
+            plot_step(estimate, args.plot, title=args.recipe)
+        except (ValueError, ImportError, OSError) as exc:
+            raise ValueError(f"--plot {args.plot}: {exc}") from None
+    return doc, plan, env_plan
+
+
+def _check_plot_path(path: str) -> None:
+    """Refuse a ``--plot`` path whose file cannot be created, naming the flag and the fix."""
+    target = Path(path)
+    folder = target.parent
+    if not folder.is_dir():
+        raise ValueError(
+            f"--plot {path}: the directory {str(folder)!r} does not exist; create it or give a "
+            "path in an existing directory."
+        )
+    if target.is_dir():
+        raise ValueError(f"--plot {path}: is a directory; give a file name ending in .png or .svg.")
+    if not os.access(folder, os.W_OK):
+        raise ValueError(f"--plot {path}: the directory {str(folder)!r} is not writable.")

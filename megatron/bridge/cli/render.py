@@ -1,0 +1,58 @@
+"""The text ``explain`` prints without ``--json``: the document, the plan, the launch environment
+and the step estimate, for a reader."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from megatron.bridge.training import launch_env
+from megatron.bridge.training.comm_overlap import OverlapPlan
+from megatron.bridge.training.estimate import Estimate
+
+
+def _render(
+    doc: dict[str, Any],
+    plan: OverlapPlan,
+    env_plan: launch_env.LaunchEnvPlan,
+    estimate: Estimate | None = None,
+) -> str:
+    lay = doc["layout"]
+    head = (
+        f"Layout: {lay['world_size']} x {(lay['gpu'] or 'GPU').upper()}  TP{lay['tp']} "
+        f"PP{lay['pp']} VPP{lay['vpp'] or '-'} CP{lay['cp']} EP{lay['ep']} -> DP{lay['dp']}"
+        f"  SP {'on' if lay['sequence_parallel'] else 'off'}"
+        f"  dist-opt {'on' if lay['distributed_optimizer'] else 'off'}  {lay['precision']}"
+        f"  hidden {lay['hidden_size']} seq {lay['seq_length']} mbs {lay['micro_batch_size']}"
+    )
+    if lay["expert_dp"] is not None:
+        head += f"\nExperts: {lay['num_moe_experts']} over EP{lay['ep']} x ETP{lay['etp']} -> expert-DP{lay['expert_dp']}"
+    if doc["recipe"]:
+        head = f"Recipe: {doc['recipe']}\n{head}"
+    te = doc["transformer_engine"]
+    state = "available" if te["available"] else "NOT available"
+    detail = (
+        te["reason"]
+        or te["version"]
+        or ("assumed present where the job runs" if te["mode"] == "assume" else "found here")
+    )
+    lines = [head, f"Transformer Engine: {te['mode']} ({state}; {detail})"]
+    p = doc["preset"]
+    if p["name"]:
+        fit = {True: "matches the model", False: "does NOT match the model", None: "unused"}[
+            p["matches_model"]
+        ]
+        lines.append(f"Userbuffers preset: {p['name']} ({p['detail']}; {fit})")
+    else:
+        lines.append(f"Userbuffers preset: none ({p['detail']})")
+    lines.append("")
+    lines.append(plan.render())
+    lines.append("")
+    lines.append("Launch environment (PerfEnvPlugin):")
+    lines.extend(f"  {line}" for line in env_plan.explain())
+    if estimate is not None:
+        lines.append("")
+        lines.append("One step, per GPU of the busiest pipeline stage (lower bounds at peak):")
+        lines.extend(f"  {line}" for line in estimate.render().splitlines())
+    extra = [w for w in doc["warnings"] if w not in plan.warnings]
+    lines.extend(f"WARNING: {w}" for w in extra)
+    return "\n".join(lines)
