@@ -35,6 +35,7 @@ from megatron.core.models.gpt.gpt_model import GPTModel
 from megatron.core.transformer.spec_utils import ModuleSpec
 from megatron.core.transformer.transformer_config import TransformerConfig
 
+from megatron.bridge.training import comm_overlap
 from megatron.bridge.training.job import PositionEmbeddingType
 from megatron.bridge.training.userbuffers import TransformerLayerTPOverlapCfg
 from megatron.bridge.training.validators import check_choice, check_int
@@ -164,8 +165,6 @@ class GPTModelProvider(TransformerConfig):
         if spec is not None:
             return spec(self)
         # Read at call time: HAVE_TE is what this process sees now, and may be set on the module.
-        from megatron.bridge.training import comm_overlap
-
         if comm_overlap.HAVE_TE:
             return get_gpt_layer_with_transformer_engine_spec(
                 num_experts=self.num_moe_experts,

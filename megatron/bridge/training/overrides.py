@@ -31,14 +31,16 @@ import dataclasses
 import difflib
 import os
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
+from megatron.bridge.training import hardware
+from megatron.bridge.training.comm_overlap import CommOverlapConfig
+from megatron.bridge.training.config import ConfigContainer, check_env_vars
+from megatron.bridge.training.mixed_precision import get_mixed_precision_config
+from megatron.bridge.training.userbuffers import PUBLISHED_PRESETS
 from megatron.bridge.training.value_types import ConfigValueError, check_field
-
-if TYPE_CHECKING:
-    from megatron.bridge.training.config import ConfigContainer
 
 __all__ = [
     "OVERRIDE_SECTIONS",
@@ -102,8 +104,6 @@ def _check(cls: type, name: str, key: str, raw: str, value: Any) -> Any:
 
 
 def _preset(key: str, raw: str, value: Any) -> Any:
-    from megatron.bridge.training.userbuffers import PUBLISHED_PRESETS
-
     if value is None:
         return None
     if isinstance(value, str):
@@ -126,10 +126,6 @@ def apply_overrides(cfg: ConfigContainer, overrides: Iterable[str]) -> ConfigCon
     then ``mixed_precision.fp8_param_gather=true`` edits the new preset). Raises
     :class:`OverrideError` naming the key (see the module docstring).
     """
-    from megatron.bridge.training.comm_overlap import CommOverlapConfig
-    from megatron.bridge.training.config import ConfigContainer, check_env_vars
-    from megatron.bridge.training.mixed_precision import get_mixed_precision_config
-
     if not isinstance(cfg, ConfigContainer):
         raise TypeError(f"apply_overrides expects a ConfigContainer, got {type(cfg).__name__}.")
     if isinstance(overrides, str):
@@ -150,8 +146,6 @@ def apply_overrides(cfg: ConfigContainer, overrides: Iterable[str]) -> ConfigCon
                 )
             value = _parse(raw)
             if head == "gpu":
-                from megatron.bridge.training import hardware
-
                 if value is not None:
                     try:
                         value = hardware.gpu_spec(str(value)).name

@@ -66,6 +66,13 @@ from megatron.bridge.training.mixed_precision import (
 )
 from megatron.bridge.training.resolve import resolve_config
 from megatron.bridge.training.transaction import configs_as_written
+from megatron.bridge.training.userbuffers import (
+    GEMM_NAMES,
+    PUBLISHED_PRESETS,
+    TransformerLayerTPOverlapCfg,
+    preset_names_of,
+)
+from megatron.bridge.training.userbuffers_file import load_tp_overlap_cfg
 from megatron.bridge.training.value_types import (
     ConfigValueError,
     check_field,
@@ -254,12 +261,6 @@ def _decode_dataclass(data: Any, base: type, where: str) -> Any:
 
 
 def _encode_preset(preset: Any, where: str) -> Any:
-    from megatron.bridge.training.userbuffers import (
-        GEMM_NAMES,
-        TransformerLayerTPOverlapCfg,
-        preset_names_of,
-    )
-
     if preset is None or isinstance(preset, str | os.PathLike):
         return None if preset is None else os.fspath(preset)
     if isinstance(preset, Mapping):
@@ -278,9 +279,6 @@ def _encode_preset(preset: Any, where: str) -> Any:
 
 
 def _decode_preset(value: Any, where: str) -> Any:
-    from megatron.bridge.training.userbuffers import PUBLISHED_PRESETS
-    from megatron.bridge.training.userbuffers_file import load_tp_overlap_cfg
-
     if value is None:
         return None
     if isinstance(value, str):

@@ -103,7 +103,11 @@ def test_layout_properties_derive_from_the_fields():
 def test_replace_changes_model_fields_by_name():
     job = JobDescription(model=ModelDescription(), world_size=8)
     changed = job.replace(world_size=16, **{"model.num_layers": 4, "model.sequence_parallel": True})
-    assert (changed.world_size, changed.model.num_layers, changed.sequence_parallel) == (16, 4, True)
+    assert (changed.world_size, changed.model.num_layers, changed.sequence_parallel) == (
+        16,
+        4,
+        True,
+    )
     assert job.model.num_layers is None  # frozen: the original is untouched
 
 
