@@ -128,3 +128,25 @@ def test_recipe_takes_shape_flags_and_picks_its_preset_for_them(capsys):
     assert doc["preset"]["matches_model"] is True
     named = _json(capsys, "--recipe", "gpt3_175b", "--preset", "none")
     assert named["preset"]["source"] == "none" and named["preset"]["name"] is None
+
+
+def test_te_version_plans_for_an_older_cluster(capsys):
+    argv = [
+        "explain",
+        "--num-experts",
+        "8",
+        "--ep",
+        "8",
+        "--moe-token-dispatcher",
+        "alltoall",
+        "--disable-bias-linear",
+        "--ep-overlap",
+    ]
+    assert main(argv) == EXIT_OK
+    assert "assumed present where the job runs, version" in capsys.readouterr().out
+    assert main([*argv, "--te-version", "2.6", "--json"]) == EXIT_OK
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["transformer_engine"]["version"] == "2.6"
+    assert doc["overlap"]["job"]["te_version"] == "2.6"
+    assert main(["explain", "--te", "detect", "--te-version", "2.7"]) == 2
+    assert "te='assume'" in capsys.readouterr().err

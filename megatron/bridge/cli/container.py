@@ -11,9 +11,9 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from megatron.bridge.cli.flags import flag_changes, flags_spec
+from megatron.bridge.cli.flags import flag_changes, flags_spec, te_of
 from megatron.bridge.recipes import change_container, get_recipe, recipe_spec
-from megatron.bridge.training.comm_overlap import OverlapPlan, te_status
+from megatron.bridge.training.comm_overlap import OverlapPlan
 from megatron.bridge.training.overrides import apply_overrides
 from megatron.bridge.training.resolve import check_launch_environment, resolve_config
 
@@ -34,7 +34,7 @@ def _plan_container(args: argparse.Namespace) -> OverlapPlan:
     apply_overrides(cfg, args.overrides)
     if cfg.comm_overlap is None:
         raise ValueError(_no_request_message(args.recipe, args.overrides))
-    resolved = resolve_config(cfg, world_size=world, te=te_status(args.te))
+    resolved = resolve_config(cfg, world_size=world, te=te_of(args))
     # The environment the job gets from the container (the launcher may add to it): a value
     # contradicting the layout warns, or is refused with --strict, as at model-build time.
     env = {name: str(value) for name, value in cfg.env_vars.items()}

@@ -13,7 +13,7 @@ from typing import Any
 
 from megatron.bridge.recipes import gpt3_175b, recipe_spec
 from megatron.bridge.recipes.spec import RecipeSpec
-from megatron.bridge.training.comm_overlap import PUBLISHED_PRESETS
+from megatron.bridge.training.comm_overlap import PUBLISHED_PRESETS, TEStatus, te_status
 from megatron.bridge.training.parallel_layout import data_parallel_size
 
 #: The reference job ``explain`` plans without flags: GPT-3 175B's shape on 128 H100 GPUs, TP4
@@ -121,3 +121,8 @@ def flags_spec(args: argparse.Namespace) -> RecipeSpec:
         except ValueError as exc:
             raise ValueError(f"--world-size {args.world_size}: {exc}") from None
     return spec
+
+
+def te_of(args: argparse.Namespace) -> TEStatus:
+    """Transformer Engine as the flags say: detected here, or assumed at ``--te-version``."""
+    return te_status(args.te, version=args.te_version)

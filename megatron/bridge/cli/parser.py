@@ -11,6 +11,7 @@ from typing import get_args
 
 from megatron.bridge.cli.errors import UsageError
 from megatron.bridge.training import hardware, launch_env
+from megatron.bridge.training.comm_overlap.te import ASSUMED_TE_VERSION
 from megatron.bridge.training.job import PositionEmbeddingType
 from megatron.bridge.training.validators import positive_int_argument
 
@@ -142,6 +143,13 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["assume", "detect"],
         default="assume",
         help="'assume' TE is installed where the job runs (default), or 'detect' it here",
+    )
+    ex.add_argument(
+        "--te-version",
+        help=(
+            "with --te assume: the cluster's Transformer Engine version, MAJOR.MINOR (default: "
+            f"{ASSUMED_TE_VERSION}, the newest any rule reads)"
+        ),
     )
     ex.add_argument(
         "--layernorm-sm-margin",

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from megatron.bridge.cli.flags import flag_changes, flags_spec
+from megatron.bridge.cli.flags import flag_changes, flags_spec, te_of
 from megatron.bridge.cli.json_document import document
 from megatron.bridge.recipes import plan_recipe, recipe_spec
 from megatron.bridge.recipes.spec import RecipeSpec
@@ -56,10 +56,10 @@ def explain(
 
         plan = _plan_container(args)
     elif args.recipe and recipe_spec(args.recipe) is None:
-        plan = plan_recipe(args.recipe, te=args.te, changes=flag_changes(args))
+        plan = plan_recipe(args.recipe, te=te_of(args), changes=flag_changes(args))
     else:
         spec = flags_spec(args)
-        plan = spec.plan(te=args.te)
+        plan = spec.plan(te=te_of(args))
     env_plan = launch_env.plan_launch_env_for(
         plan.job,
         a2a_overlap=plan.a2a_overlap,

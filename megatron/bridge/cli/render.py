@@ -30,10 +30,10 @@ def _render(
         head = f"Recipe: {doc['recipe']}\n{head}"
     te = doc["transformer_engine"]
     state = "available" if te["available"] else "NOT available"
-    detail = (
-        te["reason"]
-        or te["version"]
-        or ("assumed present where the job runs" if te["mode"] == "assume" else "found here")
+    detail = te["reason"] or (
+        f"assumed present where the job runs, version {te['version']}"
+        if te["mode"] == "assume"
+        else te["version"] or "found here"
     )
     lines = [head, f"Transformer Engine: {te['mode']} ({state}; {detail})"]
     p = doc["preset"]

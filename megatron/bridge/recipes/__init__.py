@@ -35,7 +35,12 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from megatron.bridge.recipes.spec import PRECISIONS, RecipeSpec
-from megatron.bridge.training.comm_overlap import PUBLISHED_PRESETS, OverlapPlan, te_status
+from megatron.bridge.training.comm_overlap import (
+    PUBLISHED_PRESETS,
+    OverlapPlan,
+    TEStatus,
+    te_status,
+)
 from megatron.bridge.utils.megatron_core_errors import megatron_core_rejection
 
 if TYPE_CHECKING:
@@ -266,7 +271,7 @@ def plan_recipe(
     name: str,
     *,
     world_size: int | None = None,
-    te: str = "assume",
+    te: str | TEStatus = "assume",
     changes: Mapping[str, Any] | None = None,
     **overrides: Any,
 ) -> OverlapPlan:
@@ -290,7 +295,9 @@ def plan_recipe(
     # megatron-core: only for a recipe that builds a container.
     from megatron.bridge.training.resolve import resolve_config
 
-    return resolve_config(result, world_size=world, te=te_status(te)).plan
+    return resolve_config(
+        result, world_size=world, te=te_status(te) if isinstance(te, str) else te
+    ).plan
 
 
 def change_container(name: str, cfg: ConfigContainer, changes: Mapping[str, Any]) -> int:
