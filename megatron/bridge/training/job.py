@@ -73,6 +73,15 @@ class ModelDescription:
     """Count the embedding as a layer when layers are split across pipeline stages."""
     account_for_loss_in_pipeline_split: bool = False
     """Count the loss as a layer when layers are split across pipeline stages."""
+    pipeline_model_parallel_layout: str | tuple[tuple[str, ...], ...] | None = None
+    """Custom placement of layers on (virtual) pipeline stages, as the user wrote it: a string
+    (``"Et*4|(t*4|)*14tmL"``) or megatron-core's list form stored as a tuple of stages, each a
+    tuple of layer names (``(("embedding", "decoder"), ("decoder", "loss"))``). Stage ``i`` is
+    virtual stage ``i // PP`` of pipeline rank ``i % PP``; megatron-core takes VPP from it."""
+    num_layers_in_first_pipeline_stage: int | None = None
+    """Layers on the first pipeline rank (None: the even split)."""
+    num_layers_in_last_pipeline_stage: int | None = None
+    """Layers on the last pipeline rank (None: the even split)."""
 
     # --- shape --------------------------------------------------------------------------------
     num_layers: int | None = None
@@ -351,6 +360,9 @@ class JobDescription:
         for name in ("recompute_modules", "cuda_graph_modules"):
             if model.get(name) is not None:
                 model[name] = tuple(model[name])
+        layout = model.get("pipeline_model_parallel_layout")
+        if isinstance(layout, list):
+            model["pipeline_model_parallel_layout"] = tuple(tuple(stage) for stage in layout)
         fields["direct_settings"] = tuple(tuple(t) for t in fields.get("direct_settings", ()))
         return cls(model=ModelDescription(**model), **fields)
 

@@ -37,8 +37,20 @@ def _cuda_graph_modules(raw: Any) -> tuple[str, ...]:
     return tuple(names)
 
 
+def _pipeline_layout(raw: Any) -> str | tuple[tuple[str, ...], ...] | None:
+    # TransformerConfig.__post_init__ replaces a str or list layout by a
+    # PipelineParallelLayerLayout, which keeps what the user gave as input_data. The list form
+    # may name layers by LayerType members; the description holds their names.
+    raw = getattr(raw, "input_data", raw)
+    if raw is None or isinstance(raw, str):
+        return raw
+    return tuple(tuple(getattr(layer, "name", layer) for layer in stage) for stage in raw)
+
+
 def _read(model_config: Any, field: dataclasses.Field) -> Any:
     name = field.name
+    if name == "pipeline_model_parallel_layout":
+        return _pipeline_layout(getattr(model_config, name, None))
     if name == "cuda_graph_modules":
         return _cuda_graph_modules(
             [
@@ -70,13 +82,17 @@ def describe_model(model_config: Any) -> ModelDescription:
 def write_model(model_config: Any, model: ModelDescription) -> None:
     """Write every field of ``model`` onto ``model_config`` (a GPT provider), by name.
 
-    Tuples are written as the lists megatron-core holds (``recompute_modules``); an empty
-    ``cuda_graph_modules`` is megatron-core's "full" (the whole layer).
+    Tuples are written as the lists megatron-core holds (``recompute_modules``, a
+    ``pipeline_model_parallel_layout`` as a list of lists); an empty ``cuda_graph_modules`` is
+    megatron-core's "full" (the whole layer).
     """
     for field in model_fields():
         value = getattr(model, field.name)
         if field.name == "cuda_graph_modules":
             value = list(value) if value else "full"
+        elif field.name == "pipeline_model_parallel_layout" and isinstance(value, tuple):
+            # megatron-core's list form: a list of stages, each a list (its __init__ asserts).
+            value = [list(stage) for stage in value]
         elif isinstance(value, tuple):
             value = list(value)
         setattr(model_config, field.name, value)

@@ -13,8 +13,10 @@ Pure standard library: importing this module loads neither torch nor megatron-co
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from megatron.bridge.training.pipeline_layout import check_pipeline_layout
 from megatron.bridge.training.validators import check_bool, check_int
 
 __all__ = [
@@ -67,48 +69,6 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def _check_pipeline_split(
-    *,
-    num_layers: int,
-    pp_size: int,
-    vpp_size: int | None,
-    account_for_embedding: bool,
-    account_for_loss: bool,
-) -> None:
-    # Mirrors megatron-core's even split (get_num_layers_to_build): the embedding and the loss
-    # count as one layer each when the account_for_* flags are on, the total divides by PP, and
-    # with interleaving each rank's share divides by VPP. Uneven first/last stages
-    # (num_layers_in_first/last_pipeline_stage) and pipeline_model_parallel_layout are not
-    # modelled: this rule assumes the even split. Megatron-LM's
-    # num_layers_per_virtual_pipeline_stage is not a megatron-core field; megatron-core only
-    # knows virtual_pipeline_model_parallel_size (chunks per rank).
-    extra = []
-    if account_for_embedding:
-        extra.append("1 for the embedding")
-    if account_for_loss:
-        extra.append("1 for the loss")
-    counted = num_layers + len(extra)
-    shown = f"num_layers={num_layers}" + (f" + {' + '.join(extra)} = {counted}" if extra else "")
-    if counted % pp_size:
-        fits = [d for d in _divisors(counted) if d > 1]
-        raise ValueError(
-            f"{shown} does not split evenly over pipeline_model_parallel_size={pp_size}; "
-            f"choose a pipeline_model_parallel_size that divides {counted} (e.g. {fits[:6]}), "
-            "or change num_layers or the account_for_*_in_pipeline_split flags."
-        )
-    if vpp_size is None or vpp_size == 1 or pp_size == 1:
-        return
-    per_rank = counted // pp_size
-    if per_rank % vpp_size:
-        fits = [d for d in _divisors(per_rank) if d > 1]
-        raise ValueError(
-            f"{shown} over pipeline_model_parallel_size={pp_size} gives {per_rank} layers per "
-            f"pipeline rank, not divisible by virtual_pipeline_model_parallel_size={vpp_size}; "
-            f"choose a virtual_pipeline_model_parallel_size that divides {per_rank} "
-            f"(e.g. {fits[:6]}) or None for no interleaving."
-        )
-
-
 def check_parallel_layout(
     *,
     world_size: int,
@@ -126,11 +86,16 @@ def check_parallel_layout(
     seq_length: int | None = None,
     account_for_embedding_in_pipeline_split: bool = False,
     account_for_loss_in_pipeline_split: bool = False,
+    pipeline_model_parallel_layout: str | Sequence[Sequence[str]] | None = None,
+    num_layers_in_first_pipeline_stage: int | None = None,
+    num_layers_in_last_pipeline_stage: int | None = None,
+    mtp_num_layers: int | None = None,
 ) -> ParallelSizes:
     """Check a parallel layout the way megatron-core would at cluster start; return its sizes.
 
-    ``vpp_size`` None or 1 means no interleaving (this repository's recipes and CLI store 1 as
-    None before megatron-core sees it). ``etp_size`` None means "same as TP", as in
+    ``vpp_size`` None or 1 means no interleaving; with a ``pipeline_model_parallel_layout`` a
+    ``vpp_size`` that is not None, 1 included, must be the layout's (``TransformerConfig``
+    asserts it). ``mtp_num_layers`` None means no MTP layers. ``etp_size`` None means "same as TP", as in
     megatron-core. ``num_layers``, ``num_attention_heads``, ``num_query_groups`` and
     ``seq_length`` None mean "unknown here": the rule that needs them is skipped.
     ``num_moe_experts`` None means a dense model, megatron-core's own meaning of None, so
@@ -141,12 +106,16 @@ def check_parallel_layout(
 
     - TP * CP * PP divides ``world_size`` (the dense grid);
     - ETP * EP * PP divides ``world_size`` (the expert grid);
-    - interleaving (``vpp_size`` > 1) needs PP > 1;
+    - the layers split over the (virtual) pipeline stages the way megatron-core builds them,
+      whichever way is given: ``pipeline_model_parallel_layout``,
+      ``num_layers_in_first/last_pipeline_stage``, or the even split (``num_layers``, +1
+      embedding, +1 loss when counted, divisible by PP and each rank's share by VPP); see
+      ``pipeline_layout.check_pipeline_layout``. A layout sets VPP (its stage count / PP) when
+      ``vpp_size`` is None and must agree with it otherwise;
+    - interleaving (VPP > 1, given or from the layout) needs PP > 1;
     - ``sequence_parallel`` needs TP > 1;
     - ``num_attention_heads`` divisible by TP; ``num_query_groups`` a multiple or a divisor of
       TP (smaller group counts are replicated across TP ranks);
-    - ``num_layers`` (+1 embedding, +1 loss when counted) divisible by PP, and the layers per
-      pipeline rank divisible by VPP (even split only);
     - EP > 1 needs ``num_moe_experts``, which must be divisible by EP;
     - with CP > 1, ``seq_length`` divisible by ``2 * CP``.
     """
@@ -197,14 +166,20 @@ def check_parallel_layout(
             "or the GPU count."
         )
 
-    # initialize_model_parallel refuses an interleaved schedule without a pipeline to
-    # interleave.
-    if vpp_size is not None and vpp_size > 1 and pp_size == 1:
-        raise ValueError(
-            f"virtual_pipeline_model_parallel_size={vpp_size} needs "
-            "pipeline_model_parallel_size > 1 (interleaving splits each pipeline rank's layers); "
-            "set it to None or raise pipeline_model_parallel_size."
-        )
+    # TransformerConfig.__post_init__ and get_num_layers_to_build place the layers on the
+    # (virtual) pipeline stages; initialize_model_parallel refuses an interleaved schedule, the
+    # VPP given or the one a layout sets, without a pipeline to interleave.
+    check_pipeline_layout(
+        num_layers=num_layers,
+        pp_size=pp_size,
+        vpp_size=vpp_size,
+        pipeline_model_parallel_layout=pipeline_model_parallel_layout,
+        num_layers_in_first_pipeline_stage=num_layers_in_first_pipeline_stage,
+        num_layers_in_last_pipeline_stage=num_layers_in_last_pipeline_stage,
+        account_for_embedding_in_pipeline_split=account_for_embedding_in_pipeline_split,
+        account_for_loss_in_pipeline_split=account_for_loss_in_pipeline_split,
+        mtp_num_layers=mtp_num_layers,
+    )
 
     # ModelParallelConfig.__post_init__: sequence parallelism splits the activations over the
     # TP group, so there must be one.
@@ -228,15 +203,6 @@ def check_parallel_layout(
             f"num_query_groups={num_query_groups} must be a multiple or a divisor of "
             f"tensor_model_parallel_size={tp_size}; choose a tensor_model_parallel_size that "
             f"divides {num_query_groups} or is a multiple of it."
-        )
-
-    if num_layers is not None:
-        _check_pipeline_split(
-            num_layers=num_layers,
-            pp_size=pp_size,
-            vpp_size=vpp_size,
-            account_for_embedding=account_for_embedding_in_pipeline_split,
-            account_for_loss=account_for_loss_in_pipeline_split,
         )
 
     # TransformerConfig.__post_init__ rejects EP without experts; the MoE layer then needs the
