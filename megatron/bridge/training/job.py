@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from megatron.bridge.training.parallel_layout import data_parallel_size
+from megatron.bridge.training.pipeline_layout import parse_layout
 
 __all__ = [
     "ConfigName",
@@ -262,8 +263,15 @@ class JobDescription:
 
     @property
     def vpp_size(self) -> int | None:
-        """Model chunks per pipeline rank, None without interleaving (megatron-core's "off")."""
+        """Model chunks per pipeline rank, None without interleaving (megatron-core's "off").
+
+        With a custom ``pipeline_model_parallel_layout``, megatron-core takes it from the layout:
+        its stage count over the pipeline size.
+        """
         vpp = self.model.virtual_pipeline_model_parallel_size
+        layout = self.model.pipeline_model_parallel_layout
+        if vpp is None and layout is not None and self.pp_size > 0:
+            vpp = len(parse_layout(layout)) // self.pp_size
         return None if vpp in (None, 1) else vpp
 
     @property

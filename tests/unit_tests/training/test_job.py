@@ -12,7 +12,13 @@ from megatron.core.optimizer import OptimizerConfig
 from megatron.bridge.models.gpt_provider import GPTModelProvider
 from megatron.bridge.recipes import RECIPES, get_recipe, recipe_spec
 from megatron.bridge.recipes.spec import PRECISIONS
-from megatron.bridge.training.comm_overlap import describe_configs, te_status
+from megatron.bridge.training.comm_overlap import (
+    CommOverlapConfig,
+    check_layout,
+    describe_configs,
+    plan_comm_overlap,
+    te_status,
+)
 from megatron.bridge.training.job import JobDescription, ModelDescription
 from megatron.bridge.training.job_configs import describe_model, write_model
 from megatron.bridge.training.mixed_precision import get_mixed_precision_config
@@ -134,3 +140,23 @@ def test_describe_configs_reads_the_batch_and_reduction_settings():
     )
     assert (job.micro_batch_size, job.global_batch_size, job.grad_reduce_in_fp32) == (2, 32, True)
     assert job.model.num_layers == 2 and job.model.kv_channels is None
+
+
+def test_a_custom_pipeline_layout_gives_the_interleaving_megatron_core_derives():
+    # DeepSeek-V3 on PP4: 16 stages, so megatron-core runs 4 model chunks per rank.
+    job = JobDescription(
+        model=ModelDescription(
+            num_layers=61,
+            mtp_num_layers=1,
+            hidden_size=1024,
+            num_attention_heads=8,
+            pipeline_model_parallel_size=4,
+            pipeline_model_parallel_layout="Et*4|(t*4|)*14tmL",
+        ),
+        world_size=64,
+    )
+    assert (job.vpp_size, job.interleaved) == (4, True)
+    check_layout(job)
+    plan = plan_comm_overlap(CommOverlapConfig(tp_comm_overlap=False), job)
+    assert plan.value("overlap_p2p_comm") is True
+    assert "interleaved" in plan.decision("overlap_p2p_comm").reason

@@ -58,4 +58,8 @@ def check_layout(job: JobDescription) -> None:
         seq_length=job.model.seq_length,
         account_for_embedding_in_pipeline_split=job.model.account_for_embedding_in_pipeline_split,
         account_for_loss_in_pipeline_split=job.model.account_for_loss_in_pipeline_split,
+        pipeline_model_parallel_layout=job.model.pipeline_model_parallel_layout,
+        num_layers_in_first_pipeline_stage=job.model.num_layers_in_first_pipeline_stage,
+        num_layers_in_last_pipeline_stage=job.model.num_layers_in_last_pipeline_stage,
+        mtp_num_layers=job.model.mtp_num_layers,
     )
