@@ -91,20 +91,21 @@ def flag_changes(args: argparse.Namespace) -> dict[str, Any]:
     return changes
 
 
-def flags_spec(args: argparse.Namespace) -> RecipeSpec:
-    """The job the flags describe: the recipe's (or the reference job) with the flags applied.
+def flags_spec(args: argparse.Namespace, base: RecipeSpec | None = None) -> RecipeSpec:
+    """The job the flags describe: ``base`` (default: the recipe's spec, or the reference job)
+    with the flags applied.
 
     Flags and recipes are then planned by the same code (``RecipeSpec.plan``); the flags'
     overlap fields join the recipe's own.
     """
-    if args.recipe:
+    if base is None and args.recipe:
         base = recipe_spec(args.recipe)
         if base is None:
             raise ValueError(
                 f"Recipe {args.recipe!r} returns a ConfigContainer: it has no job description "
                 "to plan without torch."
             )
-    else:
+    elif base is None:
         base = REFERENCE
     changes = flag_changes(args)
     changes["overlap"] = tuple({**dict(base.overlap), **dict(changes["overlap"])}.items())

@@ -55,10 +55,10 @@ def explain(
         from megatron.bridge.cli.container import _plan_container
 
         plan = _plan_container(args)
-    elif args.recipe and recipe_spec(args.recipe) is None:
+    elif args.recipe and (base := recipe_spec(args.recipe)) is None:
         plan = plan_recipe(args.recipe, te=te_of(args), changes=flag_changes(args))
     else:
-        spec = flags_spec(args)
+        spec = flags_spec(args, base if args.recipe else None)
         plan = spec.plan(te=te_of(args))
     env_plan = launch_env.plan_launch_env_for(
         plan.job,
