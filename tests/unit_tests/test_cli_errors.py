@@ -369,6 +369,8 @@ def _argument(action: argparse.Action, plot_dir: str) -> st.SearchStrategy[list[
         )
     elif action.dest == "preset":
         values = st.sampled_from(["auto", "none", "bogus", "", *sorted(PUBLISHED_PRESETS)[:3]])
+    elif action.dest == "te_version":
+        values = st.sampled_from(["2.7", "2.12.0+abc", "1.0", "two", "", "3"])
     elif action.dest == "plot":
         names = ["step.png", "step.svg", "step.pdf", "missing/step.png", ""]
         values = st.sampled_from([os.path.join(plot_dir, name) for name in names])
