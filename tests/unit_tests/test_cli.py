@@ -140,6 +140,7 @@ def test_te_version_plans_for_an_older_cluster(capsys):
         "--moe-token-dispatcher",
         "alltoall",
         "--disable-bias-linear",
+        "--no-bias-gelu-fusion",
         "--ep-overlap",
     ]
     assert main(argv) == EXIT_OK

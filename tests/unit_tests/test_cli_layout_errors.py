@@ -128,6 +128,8 @@ MOE_LAYOUT = [
     *("--tp", "2", "--pp", "2", "--vpp", "2", "--ep", "4", "--world-size", "32"),
     *("--num-moe-experts", "8", "--moe-token-dispatcher", "flex", "--moe-flex-backend", "deepep"),
     "--ep-overlap",
+    # GPT-3's fused gelu adds biases, which experts split over ETP 2 cannot carry.
+    *("--disable-bias-linear", "--no-bias-gelu-fusion"),
 ]
 
 

@@ -52,6 +52,7 @@ FLAG_FIELDS: dict[str, str] = {
     "vocab_size": "model.vocab_size",
     "swiglu": "model.gated_linear_unit",
     "add_bias_linear": "model.add_bias_linear",
+    "bias_activation_fusion": "model.bias_activation_fusion",
     "add_qkv_bias": "model.add_qkv_bias",
     "normalization": "model.normalization",
     "position_embedding_type": "model.position_embedding_type",
@@ -71,6 +72,9 @@ def flag_changes(args: argparse.Namespace) -> dict[str, Any]:
         for flag, field in FLAG_FIELDS.items()
         if getattr(args, flag, None) is not None
     }
+    if args.swiglu is not None:
+        # Megatron-LM's --swiglu: a gated MLP with SiLU (gelu otherwise).
+        changes["model.activation_func"] = "silu" if args.swiglu else "gelu"
     if args.untie_embeddings_and_output_weights is not None:
         # Megatron-LM's flag says the opposite of the field it sets.
         changes[

@@ -178,6 +178,14 @@ def build_parser() -> argparse.ArgumentParser:
         const=False,
         help="no biases in linear layers (add_bias_linear=False)",
     )
+    for flag in ("--no-bias-gelu-fusion", "--no-bias-swiglu-fusion"):
+        ex.add_argument(
+            flag,
+            dest="bias_activation_fusion",
+            action="store_const",
+            const=False,
+            help="no fused bias + activation kernel (bias_activation_fusion=False)",
+        )
     ex.add_argument(
         "--add-qkv-bias",
         dest="add_qkv_bias",

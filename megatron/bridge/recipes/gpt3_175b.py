@@ -40,7 +40,10 @@ GPT3_175B_MODEL = ModelDescription(
     vocab_size=51200,
     seq_length=2048,
     # The GPT-3 architecture is megatron-core's default one: GeLU MLP with biases, LayerNorm,
-    # learned absolute positions, tied embeddings.
+    # learned absolute positions, tied embeddings; trained without dropout.
+    hidden_dropout=0.0,
+    attention_dropout=0.0,
+    bias_activation_fusion=True,
     tensor_model_parallel_size=4,
     pipeline_model_parallel_size=8,
     virtual_pipeline_model_parallel_size=6,
@@ -65,7 +68,7 @@ spec, gpt3_175b = recipe_functions(SPEC, "GPT-3 175B", __name__)
 def gpt3_provider(**fields: Any) -> GPTModelProvider:
     """A ``GPTModelProvider`` with the GPT-3 settings a job description does not hold.
 
-    Zero-centred LayerNorm gamma, initialization, dropout and fusions; ``fields`` set any other
+    Zero-centred LayerNorm gamma, initialization and the bias-dropout fusion; ``fields`` set any other
     provider field (a recipe writes its description over the result).
     """
     from megatron.bridge.models.gpt_provider import GPTModelProvider
@@ -73,9 +76,6 @@ def gpt3_provider(**fields: Any) -> GPTModelProvider:
     return GPTModelProvider(
         **fields,
         layernorm_zero_centered_gamma=True,
-        hidden_dropout=0.0,
-        attention_dropout=0.0,
         init_method_std=0.006,
-        bias_activation_fusion=True,
         bias_dropout_fusion=True,
     )

@@ -19,10 +19,14 @@ LLAMA3_ARCHITECTURE = MappingProxyType(
     {
         "vocab_size": 128256,
         "gated_linear_unit": True,
+        "activation_func": "silu",
+        "bias_activation_fusion": True,
         "add_bias_linear": False,
         "normalization": "RMSNorm",
         "position_embedding_type": "rope",
         "share_embeddings_and_output_weights": False,
+        "hidden_dropout": 0.0,
+        "attention_dropout": 0.0,
     }
 )
 """The Llama-3 job-description fields every Llama recipe shares (megatron-core names)."""
@@ -34,13 +38,11 @@ LLAMA3_PROVIDER = "megatron.bridge.recipes.llama:llama3_provider"
 def llama3_provider(*, rope_scaling: bool = False, **fields: Any) -> GPTModelProvider:
     """A ``GPTModelProvider`` with the Llama-3 settings a job description does not hold.
 
-    SiLU activation, RoPE base 500000, initialization, dropout and fusions; ``fields`` set any
+    RoPE base 500000, layernorm epsilon, initialization and the bias-dropout fusion; ``fields`` set any
     other provider field (a recipe writes its description over the result). ``rope_scaling``
     turns on the Llama-3.1 RoPE frequency scaling (factor 8). Imports torch and megatron-core
     when called, not when this module is imported.
     """
-    import torch.nn.functional as F
-
     from megatron.bridge.models.gpt_provider import GPTModelProvider
 
     return GPTModelProvider(
@@ -49,10 +51,6 @@ def llama3_provider(*, rope_scaling: bool = False, **fields: Any) -> GPTModelPro
         rope_scaling=rope_scaling,
         rope_scaling_factor=8.0,
         layernorm_epsilon=1e-5,
-        activation_func=F.silu,
-        hidden_dropout=0.0,
-        attention_dropout=0.0,
         init_method_std=0.008,
-        bias_activation_fusion=True,
         bias_dropout_fusion=True,
     )

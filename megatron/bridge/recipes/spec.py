@@ -331,8 +331,23 @@ class RecipeSpec:
                 **dict(self.overlap),
             ),
             gpu=self.job.gpu,
-            env_vars=dict(self.launch_env().env),
+            env_vars=self._env_vars(),
         )
+
+    def _env_vars(self) -> dict[str, str]:
+        # The recipe's launch environment at its published GPU count. A request the rules refuse
+        # outright (ValueError) gets none: the container still builds, so an override can fix
+        # the request, and runtime_config_update raises the same error if it stays.
+        try:
+            return dict(self.launch_env().env)
+        except ValueError as exc:
+            logger.warning(
+                "Recipe %s: cfg.env_vars left empty, the launch environment needs a plan and "
+                "the plan fails: %s",
+                self.name,
+                exc,
+            )
+            return {}
 
 
 def _log_preset_choice(choice: PresetChoice, *, tp_comm_overlap: bool) -> None:

@@ -28,6 +28,7 @@ from megatron.bridge.training.parallel_layout import data_parallel_size
 from megatron.bridge.training.pipeline_layout import parse_layout
 
 __all__ = [
+    "ActivationName",
     "ConfigName",
     "JobDescription",
     "ModelDescription",
@@ -41,6 +42,9 @@ DistributedDataParallelConfig or OptimizerConfig (``cfg.model``, ``cfg.ddp``, ``
 
 PositionEmbeddingType = Literal["learned_absolute", "rope", "mrope", "yarn", "none"]
 """Position embeddings megatron-core's GPT model takes (``position_embedding_type``)."""
+
+ActivationName = Literal["gelu", "silu", "relu", "quick_gelu", "squared_relu"]
+"""MLP activations by the name of megatron-core's function."""
 
 PrecisionName = Literal["bf16", "fp16", "fp8"]
 """Training precision as the userbuffers presets name it."""
@@ -105,6 +109,12 @@ class ModelDescription:
     """The vocabulary is padded to a multiple of this times the TP size."""
     gated_linear_unit: bool = False
     """Gated MLP (SwiGLU / GeGLU): fc1 produces twice ffn_hidden_size."""
+    activation_func: ActivationName = "gelu"
+    """The MLP activation, by the name of megatron-core's function (its field holds the callable:
+    ``torch.nn.functional.gelu``/``silu``/``relu``, ``megatron.core.activations.quick_gelu``/
+    ``squared_relu``)."""
+    bias_activation_fusion: bool = False
+    """Fuse the fc1 bias with the activation."""
     add_bias_linear: bool = True
     """Linear layers carry biases."""
     add_qkv_bias: bool = False
@@ -115,6 +125,14 @@ class ModelDescription:
     """learned_absolute (an s x h table), rope, mrope, yarn or none."""
     share_embeddings_and_output_weights: bool = True
     """The output layer shares the input embedding's weight."""
+    hidden_dropout: float = 0.1
+    """Dropout after the attention and MLP blocks."""
+    attention_dropout: float = 0.1
+    """Dropout of the attention probabilities."""
+    multi_latent_attention: bool = False
+    """Multi-latent attention (DeepSeek's MLA)."""
+    experimental_attention_variant: str | None = None
+    """An attention variant megatron-core marks experimental (gated_delta_net, dsa) or None."""
 
     # --- precision ------------------------------------------------------------------------------
     bf16: bool = False
@@ -131,6 +149,18 @@ class ModelDescription:
     """Routed experts (None: dense model)."""
     moe_router_topk: int = 2
     """Experts each token is routed to."""
+    moe_router_score_function: str = "softmax"
+    """Router scores: softmax, sigmoid or sqrtsoftplus."""
+    moe_router_pre_softmax: bool = False
+    """Softmax before the top-k choice (top-1 routing needs it with softmax scores)."""
+    moe_router_load_balancing_type: str = "aux_loss"
+    """Load balancing: aux_loss, seq_aux_loss, global_aux_loss, sinkhorn or none."""
+    moe_grouped_gemm: bool = False
+    """The local experts run as one grouped GEMM."""
+    moe_expert_capacity_factor: float | None = None
+    """Tokens an expert takes, as a factor of its even share (None: dropless)."""
+    moe_pad_expert_input_to_capacity: bool = False
+    """Pad each expert's input to its capacity (drop-and-pad MoE)."""
     moe_ffn_hidden_size: int | None = None
     """Width of one routed expert (None: ffn_hidden_size)."""
     moe_shared_expert_intermediate_size: int | None = None

@@ -59,6 +59,8 @@ def _read(model_config: Any, field: dataclasses.Field) -> Any:
             ]
         )
     value = getattr(model_config, name, field.default)
+    if name == "activation_func":
+        return getattr(value, "__name__", value)
     if name == "recompute_modules" and value is not None:
         return tuple(value)
     if field.default is None and value == 0 and not isinstance(value, bool):
@@ -88,7 +90,9 @@ def write_model(model_config: Any, model: ModelDescription) -> None:
     """
     for field in model_fields():
         value = getattr(model, field.name)
-        if field.name == "cuda_graph_modules":
+        if field.name == "activation_func":
+            value = _activation(value)
+        elif field.name == "cuda_graph_modules":
             value = list(value) if value else "full"
         elif field.name == "pipeline_model_parallel_layout" and isinstance(value, tuple):
             # megatron-core's list form: a list of stages, each a list (its __init__ asserts).
@@ -96,3 +100,23 @@ def write_model(model_config: Any, model: ModelDescription) -> None:
         elif isinstance(value, tuple):
             value = list(value)
         setattr(model_config, field.name, value)
+
+
+def _activation(name: str) -> Any:
+    # The callable megatron-core's activation_func holds (torch: only when a config is written).
+    import torch.nn.functional as F
+    from megatron.core import activations
+
+    functions = {
+        "gelu": F.gelu,
+        "silu": F.silu,
+        "relu": F.relu,
+        "quick_gelu": activations.quick_gelu,
+        "squared_relu": activations.squared_relu,
+    }
+    if name not in functions:
+        raise ValueError(
+            f"activation_func={name!r} is not one of megatron-core's activations; choose one of "
+            f"{sorted(functions)}."
+        )
+    return functions[name]

@@ -280,9 +280,17 @@ def test_precision_set_on_model_only_is_caught():
 
 def test_megatron_core_validation_runs(te_available):
     cfg = _enablement()
-    # Full recompute without a method passes every check of ours; megatron-core refuses it.
+    # fp4_param without fp4 is outside the job description: only megatron-core refuses it.
+    cfg.model.fp4_param = True
+    with pytest.raises(ValueError, match=r"fp4_param must be used together with fp4 mode"):
+        runtime_config_update(cfg, world_size=128)
+
+
+def test_a_model_rule_megatron_core_has_is_refused_before_megatron_core_runs(te_available):
+    cfg = _enablement()
+    # Full recompute without a method: the torch-free mirror of megatron-core's rule.
     cfg.model.recompute_granularity = "full"
-    with pytest.raises(ValueError, match=r"recompute_method must be \"block\" or \"uniform\""):
+    with pytest.raises(ValueError, match=r"recompute_granularity='full' needs recompute_method"):
         runtime_config_update(cfg, world_size=128)
 
 

@@ -33,6 +33,8 @@ def test_every_model_field_is_megatron_cores_with_its_default(field):
     theirs = _PROVIDER_DEFAULTS[field.name]
     if field.name == "cuda_graph_modules":
         assert theirs == "full" and field.default == ()  # "full" names no module
+    elif field.name == "activation_func":
+        assert theirs.__name__ == field.default  # the callable, by its name
     elif field.default is None and theirs == 0:
         pass  # megatron-core's "unset" count; the description says None (unknown)
     elif field.name in ("seq_length", "vocab_size"):

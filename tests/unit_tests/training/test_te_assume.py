@@ -40,7 +40,7 @@ def _request() -> CommOverlapConfig:
 
 
 def test_assume_plans_with_the_newest_version_any_rule_reads():
-    assert ASSUMED_TE_VERSION == "{}.{}".format(*max(TE_REQUIREMENTS.values()))
+    assert "{}.{}".format(*max(TE_REQUIREMENTS.values())) == ASSUMED_TE_VERSION
     status = te_status("assume")
     assert status.available and status.version == ASSUMED_TE_VERSION
     # DP 8 > 1 derives overlap_grad_reduce, which needs TE >= 2.7 with delayed wgrad.
@@ -58,7 +58,7 @@ def test_an_older_cluster_is_refused_naming_the_version():
 
 @pytest.mark.parametrize("bad", ["two", "2", "", "x.7"])
 def test_a_version_that_is_no_version_is_refused(bad):
-    with pytest.raises(ValueError, match="MAJOR.MINOR"):
+    with pytest.raises(ValueError, match=r"MAJOR\.MINOR"):
         te_status("assume", version=bad)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from megatron.bridge.training import hardware
 from megatron.bridge.training.job import JobDescription
+from megatron.bridge.training.model_rules import check_model
 from megatron.bridge.training.parallel_layout import check_parallel_layout
 from megatron.bridge.training.validators import check_int
 
@@ -16,8 +17,8 @@ __all__ = ["check_job", "check_layout"]
 
 def check_job(job: JobDescription) -> None:
     """Raise ``ValueError`` for a parallel size that is not a positive int, or unsupported FP8."""
-    # ValueError for a wrong type too: a job description is built by the library, so a bad one is a bad
-    # layout value that reached it, not a programming error of the caller.
+    # ValueError for a wrong type too: the library builds job descriptions, so a bad one is a
+    # bad layout value that reached it, not a programming error of the caller.
     for name in ("tp_size", "pp_size", "cp_size", "ep_size", "dp_size"):
         check_int("", name, getattr(job, name), type_error=ValueError)
     check_int(
@@ -37,7 +38,9 @@ def check_layout(job: JobDescription) -> None:
     Checks the whole layout: the world splits into TP x CP x PP x DP and into the expert grid,
     layers split across pipeline stages (and virtual stages), heads and query groups across TP
     ranks, experts across EP ranks, the sequence across CP ranks, sequence parallelism has TP to
-    split over, and FP8 runs on a GPU that has it. Needs the world size, so it runs where the whole
+    split over, FP8 runs on a GPU that has it, and every rule megatron-core's
+    ``TransformerConfig`` applies to the model's fields (``model_rules.check_model``: MoE biases
+    and expert TP, recompute, CUDA graphs, ...). Needs the world size, so it runs where the whole
     layout is known: ``runtime_config_update`` (before anything is written) and
     ``bridge-overlap explain``.
     """
@@ -63,3 +66,5 @@ def check_layout(job: JobDescription) -> None:
         num_layers_in_last_pipeline_stage=job.model.num_layers_in_last_pipeline_stage,
         mtp_num_layers=job.model.mtp_num_layers,
     )
+    # megatron-core reads "no Transformer Engine" as version 0.0.0 in its version rules.
+    check_model(job.model, te_version=job.te_version if job.te_available else "0.0.0")

@@ -1,0 +1,642 @@
+"""megatron-core's model-config rules, applied to a job description without torch.
+
+megatron-core validates a model config in ``TransformerConfig.__post_init__`` (and the
+``ModelParallelConfig.__post_init__`` it calls), when the config is finalized: on a cluster, after
+the queue wait. :func:`check_model` applies the same rules to a
+:class:`~megatron.bridge.training.job.ModelDescription` on a laptop, so planning a job rejects what
+megatron-core would reject.
+
+Scope (each rule is a small function below, citing the megatron-core code it mirrors):
+
+- the rules that read only description fields, with megatron-core's own derivations first
+  (``expert_tensor_parallel_size`` None is the TP size, ``recompute_modules`` None is
+  ``["core_attn"]``, an empty ``cuda_graph_modules`` is the whole layer, and the deprecated
+  ``full_iteration`` module name turns ``cuda_graph_impl`` into ``"full_iteration"``);
+- the rules that also read a megatron-core field the description does not hold (a callable):
+  evaluated with that field at megatron-core's default, listed in :data:`UNDESCRIBED_DEFAULTS`;
+- the rules that need a minimum Transformer Engine version, when ``te_version`` is given.
+
+Not here: the layout rules (heads and query groups over TP, sequence parallelism, experts over
+EP, the pipeline split), which ``parallel_layout.check_parallel_layout`` owns; and the rules that
+read an overlap setting the comm-overlap plan decides (``overlap_p2p_comm_warmup_flush``,
+``ep_overlap_early_attn_memory_release``, ``overlap_moe_expert_parallel_comm``,
+``delay_wgrad_compute``, ``defer_embedding_wgrad_compute``), which ``comm_overlap.rules`` owns.
+
+Pure standard library: importing this module loads neither torch nor megatron-core.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+from megatron.bridge.training.job import ModelDescription
+
+__all__ = ["UNDESCRIBED_DEFAULTS", "check_model"]
+
+UNDESCRIBED_DEFAULTS: Mapping[str, Any] = MappingProxyType({"fp8_quantizer_factory": None})
+"""megatron-core ``TransformerConfig`` fields that :func:`check_model`'s rules read but
+``ModelDescription`` does not hold, with megatron-core's defaults, which the rules assume. A
+config that sets one of them differently (a provider with ``attention_dropout=0.0``) can pass a
+rule that rejects its description."""
+
+_D = UNDESCRIBED_DEFAULTS  # short name for the rules below
+
+# megatron-core's choices (transformer_config.py, transformer/enums.py, cuda_graph_config.py).
+_RECOMPUTE_GRANULARITIES = ("full", "selective")
+_RECOMPUTE_METHODS = ("block", "uniform")
+_RECOMPUTE_MODULES = (
+    "core_attn",
+    "moe_act",
+    "layernorm",
+    "mla_up_proj",
+    "mlp",
+    "moe",
+    "shared_experts",
+    "gdn_norm_out",
+)
+_CUDA_GRAPH_IMPLS = ("none", "transformer_engine", "local", "full_iteration")
+_CUDA_GRAPH_MODULES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba")
+# Deprecated module names and the cuda_graph_impl values each may be combined with.
+_DEPRECATED_CUDA_GRAPH_MODULES = {
+    "full_iteration": ("none", "local", "full_iteration"),
+    "full_iteration_inference": ("none", "local"),
+}
+_SHARED_EXPERT_OVERLAP_DISPATCHERS = ("alltoall", "flex")
+
+_VERSION = re.compile(
+    r"\s*v?(?P<release>\d+(?:\.\d+)*)"
+    r"(?:[._-]?(?P<stage>dev|alpha|a|beta|b|rc|c|preview|pre|post)[._-]?(?P<number>\d*))?",
+    re.IGNORECASE,
+)
+_STAGE_ORDER = {"dev": 0, "a": 1, "alpha": 1, "b": 2, "beta": 2}
+_STAGE_ORDER.update({"rc": 3, "c": 3, "pre": 3, "preview": 3, "post": 5})
+_FINAL = 4
+
+
+def _version_key(text: str) -> tuple[tuple[int, ...], int, int]:
+    # Release, stage (dev < a < b < rc < final < post) and stage number: enough of PEP 440 to
+    # compare a Transformer Engine version with megatron-core's minimums the way its
+    # is_te_min_version (packaging.version) does. A local part (+abc) does not change the order.
+    match = _VERSION.match(text)
+    if match is None:
+        raise ValueError(
+            f"te_version={text!r} is not a version number; pass Transformer Engine's "
+            "__version__ (e.g. '2.8.0'), '0.0.0' when it is not installed, or None when unknown."
+        )
+    release = tuple(int(part) for part in match["release"].split("."))
+    release = (*release, *(0,) * (3 - len(release)))
+    stage = match["stage"]
+    if stage is None:
+        return release, _FINAL, 0
+    return release, _STAGE_ORDER[stage.lower()], int(match["number"] or 0)
+
+
+def _te_below(te_version: str | None, minimum: str) -> bool:
+    # None: the version is unknown, and a minimum-version rule cannot fail.
+    return te_version is not None and _version_key(te_version) < _version_key(minimum)
+
+
+def _te_found(te_version: str) -> str:
+    # How an error names the version found; megatron-core reads a missing TE as 0.0.0.
+    return "not installed" if _version_key(te_version)[0] == (0, 0, 0) else te_version
+
+
+# ---------------------------------------------------------------------------- precision
+
+
+def _check_bias_activation_fusion(
+    *,
+    bias_activation_fusion: bool,
+    activation_func: str,
+    gated_linear_unit: bool,
+    add_bias_linear: bool,
+) -> None:
+    # Mirrors transformer_config.py TransformerConfig.__post_init__, bias_activation_fusion: fused
+    # kernels exist for gelu, silu (swiglu) and quick_gelu (gated only), and the gelu one adds a
+    # bias, so an ungated gelu MLP needs add_bias_linear.
+    if not bias_activation_fusion:
+        return
+    fix = "or set bias_activation_fusion=False"
+    if activation_func not in ("gelu", "silu", "quick_gelu"):
+        raise ValueError(
+            f"bias_activation_fusion=True fuses gelu, silu (swiglu) or quick_gelu, not "
+            f"activation_func={activation_func!r}: change the activation {fix}."
+        )
+    if activation_func == "gelu" and not gated_linear_unit and not add_bias_linear:
+        raise ValueError(
+            "bias_activation_fusion=True with an ungated gelu MLP needs add_bias_linear=True (the "
+            f"fused kernel adds the fc1 bias): set add_bias_linear=True {fix}."
+        )
+    if activation_func == "quick_gelu" and not gated_linear_unit:
+        raise ValueError(
+            "bias_activation_fusion=True with quick_gelu needs gated_linear_unit=True: set it "
+            f"{fix}."
+        )
+
+
+def _check_half_precision(*, bf16: bool, fp16: bool) -> None:
+    # Mirrors transformer_config.py TransformerConfig.__post_init__: "Only one of fp16 and bf16".
+    if fp16 and bf16:
+        raise ValueError(
+            "fp16=True and bf16=True: megatron-core trains in one half precision. Set one of "
+            "fp16 or bf16 to False."
+        )
+
+
+def _check_fp8_recipe(*, fp8: str | None, fp8_recipe: str) -> None:
+    # Mirrors transformer_config.py TransformerConfig.__post_init__: fp8_recipe='custom' needs
+    # fp8_quantizer_factory.
+    if fp8 and fp8_recipe == "custom" and not _D["fp8_quantizer_factory"]:
+        raise ValueError(
+            f"fp8={fp8!r} with fp8_recipe='custom' needs fp8_quantizer_factory, which the job "
+            "description does not hold (megatron-core's default: None). Choose fp8_recipe "
+            "delayed, tensorwise, mxfp8 or blockwise."
+        )
+
+
+def _check_moe_fp8_te(
+    *, num_moe_experts: int | None, fp8: str | None, te_version: str | None
+) -> None:
+    # Mirrors transformer_config.py TransformerConfig.__post_init__: MoE FP8 training needs
+    # transformer-engine >= 1.7.0.dev0 (older TE fails on experts that receive no tokens).
+    if num_moe_experts and fp8 and _te_below(te_version, "1.7.0.dev0"):
+        raise ValueError(
+            f"num_moe_experts={num_moe_experts} with fp8={fp8!r} needs Transformer Engine >= 1.7 "
+            f"(found {_te_found(te_version)}). Upgrade Transformer Engine or set fp8=None."
+        )
+
+
+# ---------------------------------------------------------------------------- mixture of experts
+
+
+def _check_moe_ffn_hidden_size(
+    *, num_moe_experts: int | None, moe_ffn_hidden_size: int | None, moe_layer_freq: int
+) -> None:
+    # Mirrors transformer_config.py TransformerConfig.__post_init__: a dense model may carry
+    # moe_ffn_hidden_size only as the dense layers of a mixed model (moe_layer_freq > 1), where
+    # megatron-core ignores it.
+    if num_moe_experts is None and moe_ffn_hidden_size is not None and not moe_layer_freq > 1:
+        raise ValueError(
+            f"moe_ffn_hidden_size={moe_ffn_hidden_size} is set but num_moe_experts is None (a "
+            "dense model). Set num_moe_experts, or set moe_ffn_hidden_size=None."
+        )
+
+
+def _check_moe_bias(
+    *, num_moe_experts: int | None, add_bias_linear: bool, expert_tensor_parallel_size: int
+) -> None:
+    # Mirrors transformer_config.py TransformerConfig.__post_init__: "Bias in Moe is only supported
+    # when ETP==1" (an assert).
+    if num_moe_experts is not None and add_bias_linear and expert_tensor_parallel_size != 1:
+        raise ValueError(
+            f"num_moe_experts={num_moe_experts} with add_bias_linear=True (megatron-core's "
+            "default) needs expert_tensor_parallel_size=1, got "
+            f"{expert_tensor_parallel_size} (None means the tensor-parallel size): megatron-core "
+            "supports expert biases only without expert tensor parallelism. Set "
+            "add_bias_linear=False or expert_tensor_parallel_size=1."
+        )
+
+
+def _check_router_topk(moe_router_topk: int, *, model: ModelDescription) -> None:
+    # Mirrors transformer_config.py TransformerConfig.__post_init__: top-1 routing after a softmax
+    # over one expert has a zero gradient, so megatron-core needs moe_router_pre_softmax (or a
+    # non-softmax score function, or sinkhorn balancing). It checks this for dense models too.
+    if (
+        moe_router_topk == 1
+        and model.moe_router_score_function == "softmax"
+        and not model.moe_router_pre_softmax
+        and model.moe_router_load_balancing_type != "sinkhorn"
+    ):
+        raise ValueError(
+            "moe_router_topk=1 needs moe_router_pre_softmax=True, a non-softmax "
+            "moe_router_score_function or moe_router_load_balancing_type='sinkhorn' (softmax "
+            "scores after top-1 give a zero gradient). Set one of them, or moe_router_topk >= 2."
+        )
+
+
+def _check_flex_backend(
+    *, moe_token_dispatcher_type: str, moe_flex_dispatcher_backend: str
+) -> None:
+    # Mirrors transformer_config.py TransformerConfig.__post_init__: the ncclep backend belongs to
+    # the flex dispatcher (checked for dense models too).
+    if moe_flex_dispatcher_backend == "ncclep" and moe_token_dispatcher_type != "flex":
+        raise ValueError(
+            "moe_flex_dispatcher_backend='ncclep' needs moe_token_dispatcher_type='flex', got "
+            f"{moe_token_dispatcher_type!r}. Set moe_token_dispatcher_type='flex' or choose "
+            "another moe_flex_dispatcher_backend."
+        )
+
+
+def _check_shared_experts(
+    *,
+    moe_shared_expert_intermediate_size: int | None,
+    moe_shared_expert_overlap: bool,
+    moe_token_dispatcher_type: str,
+) -> None:
+    # Mirrors transformer_config.py TransformerConfig.__post_init__: a positive shared-expert width,
+    # and shared-expert overlap only under a dispatcher that leaves the compute stream free
+    # (alltoall, flex).
+    size = moe_shared_expert_intermediate_size
+    if size is None:
+        return
+    if size <= 0:
+        raise ValueError(
+            f"moe_shared_expert_intermediate_size={size} must be > 0 (num_shared_experts x "
+            "the width of one shared expert), or None for no shared experts."
+        )
+    if moe_shared_expert_overlap and moe_token_dispatcher_type not in (
+        _SHARED_EXPERT_OVERLAP_DISPATCHERS
+    ):
+        raise ValueError(
+            "moe_shared_expert_overlap=True needs moe_token_dispatcher_type alltoall or flex, "
+            f"got {moe_token_dispatcher_type!r}. Change the dispatcher or set "
+            "moe_shared_expert_overlap=False."
+        )
+
+
+def _check_dispatch_backward_te(
+    *, overlap_dispatch_backward_with_experts_wgrad: bool, te_version: str | None
+) -> None:
+    # Mirrors transformer_config.py TransformerConfig.__post_init__:
+    # overlap_dispatch_backward_with_experts_wgrad needs transformer-engine >= 2.3.0. (Its exclusion
+    # of overlap_moe_expert_parallel_comm and delay_wgrad_compute is the comm-overlap plan's rule.)
+    if overlap_dispatch_backward_with_experts_wgrad and _te_below(te_version, "2.3.0"):
+        raise ValueError(
+            "overlap_dispatch_backward_with_experts_wgrad=True needs Transformer Engine >= 2.3 "
+            f"(found {_te_found(te_version)}). Upgrade Transformer Engine or set it to False."
+        )
+
+
+# ---------------------------------------------------------------------------- recompute
+
+
+def _recompute_modules(recompute_modules: tuple[str, ...] | None) -> tuple[str, ...]:
+    # Mirrors transformer_config.py TransformerConfig.__post_init__: None means ["core_attn"].
+    return ("core_attn",) if recompute_modules is None else tuple(recompute_modules)
+
+
+def _check_recompute(
+    *,
+    recompute_granularity: str | None,
+    recompute_method: str | None,
+    recompute_num_layers: int | None,
+) -> None:
+    # Mirrors transformer_config.py TransformerConfig.__post_init__: full recompute needs a method
+    # and a layer count; selective recompute takes no layer count (a method is accepted and unused).
+    # Nothing is checked when recompute_granularity is None.
+    granularity, method = recompute_granularity, recompute_method
+    if granularity is None:
+        return
+    if granularity not in _RECOMPUTE_GRANULARITIES:
+        raise ValueError(
+            f"recompute_granularity={granularity!r} must be 'full', 'selective' or None."
+        )
+    if method is not None and method not in _RECOMPUTE_METHODS:
+        raise ValueError(
+            f"recompute_method={method!r} must be 'block' or 'uniform' (or None with "
+            "selective recompute)."
+        )
+    if granularity == "full" and method is None:
+        raise ValueError(
+            "recompute_granularity='full' needs recompute_method 'block' or 'uniform'; set "
+            "recompute_method."
+        )
+    if granularity == "full" and recompute_num_layers is None:
+        raise ValueError(
+            "recompute_granularity='full' needs recompute_num_layers (layers recomputed per "
+            "pipeline stage, or per group with 'uniform'); set it."
+        )
+    if granularity == "selective" and recompute_num_layers is not None:
+        raise ValueError(
+            f"recompute_granularity='selective' takes recompute_num_layers=None, got "
+            f"{recompute_num_layers}: selective recompute picks modules (recompute_modules), "
+            "not layers. Set recompute_num_layers=None or use recompute_granularity='full'."
+        )
+
+
+def _check_selective_modules(
+    *,
+    recompute_modules: tuple[str, ...],
+    moe_shared_expert_intermediate_size: int | None,
+    moe_shared_expert_overlap: bool,
+    model: ModelDescription,
+) -> None:
+    # Mirrors transformer_config.py TransformerConfig.__post_init__, under
+    # recompute_granularity='selective': known module names (an assert), and the modules that need a
+    # feature of the model.
+    unknown = sorted(set(recompute_modules) - set(_RECOMPUTE_MODULES))
+    if unknown:
+        raise ValueError(
+            f"recompute_modules has unknown names {unknown}; choose from "
+            f"{list(_RECOMPUTE_MODULES)}."
+        )
+    needs = (
+        ("moe_act", "moe_grouped_gemm=True", not model.moe_grouped_gemm),
+        ("mla_up_proj", "multi_latent_attention=True", not model.multi_latent_attention),
+        (
+            "gdn_norm_out",
+            "experimental_attention_variant='gated_delta_net'",
+            model.experimental_attention_variant != "gated_delta_net",
+        ),
+    )
+    for module, feature, missing in needs:
+        if module in recompute_modules and missing:
+            raise ValueError(
+                f"recompute_modules contains {module!r}, which megatron-core supports only with "
+                f"{feature}. Set it, or remove {module!r} from recompute_modules."
+            )
+    if (
+        "shared_experts" in recompute_modules
+        and moe_shared_expert_intermediate_size is not None
+        and moe_shared_expert_overlap
+    ):
+        raise ValueError(
+            "recompute_modules contains 'shared_experts', which cannot be recomputed with "
+            "moe_shared_expert_overlap=True. Remove 'shared_experts' or set "
+            "moe_shared_expert_overlap=False."
+        )
+
+
+def _check_fp8_recompute(
+    *,
+    recompute_modules: tuple[str, ...],
+    fp8: str | None,
+    fp8_recipe: str,
+    te_version: str | None,
+) -> None:
+    # Mirrors transformer_config.py TransformerConfig.__post_init__, under
+    # recompute_granularity='selective': recomputing moe_act or layernorm in FP8 needs a
+    # current-scaling recipe and transformer-engine >= 2.6.0dev0.
+    recomputed = [m for m in ("moe_act", "layernorm") if m in recompute_modules]
+    if not fp8 or not recomputed:
+        return
+    if fp8_recipe == "delayed":
+        raise ValueError(
+            f"recompute_modules {recomputed} with fp8={fp8!r} do not work with "
+            "fp8_recipe='delayed'. Choose another fp8_recipe (tensorwise, mxfp8, blockwise) or "
+            f"remove {recomputed} from recompute_modules."
+        )
+    if _te_below(te_version, "2.6.0.dev0"):
+        raise ValueError(
+            f"recompute_modules {recomputed} with fp8={fp8!r} need Transformer Engine >= 2.6 "
+            f"(found {_te_found(te_version)}). Upgrade Transformer Engine or remove "
+            f"{recomputed} from recompute_modules."
+        )
+
+
+# ---------------------------------------------------------------------------- CUDA graphs
+
+
+def _cuda_graph_capture(
+    *, cuda_graph_impl: str, cuda_graph_modules: tuple[str, ...]
+) -> tuple[str, tuple[str, ...]]:
+    # Mirrors transformer_config.py TransformerConfig.__post_init__ with
+    # cuda_graph_config.normalize_cuda_graph_modules,
+    # validate_deprecated_cuda_graph_modules_migration_inputs and
+    # get_deprecated_cuda_graph_modules_migration: returns the implementation and the capture
+    # regions megatron-core is left with. An empty tuple is megatron-core's "full" (the whole
+    # layer); "full" may also be given alone. The deprecated name "full_iteration" switches the
+    # implementation to full_iteration; "full_iteration_inference" touches only inference.
+    names = tuple(cuda_graph_modules)
+    if "full" in names and names != ("full",):
+        raise ValueError(
+            f"cuda_graph_modules={list(names)}: 'full' (the whole layer) cannot be combined "
+            "with other modules. Use an empty cuda_graph_modules for the whole layer, or list "
+            "modules without 'full'."
+        )
+    if names == ("full",):
+        names = ()
+    unknown = [
+        n for n in names if n not in _CUDA_GRAPH_MODULES and n not in _DEPRECATED_CUDA_GRAPH_MODULES
+    ]
+    if unknown:
+        raise ValueError(
+            f"cuda_graph_modules has unknown names {unknown}; choose from "
+            f"{list(_CUDA_GRAPH_MODULES)}, or leave it empty for the whole layer."
+        )
+    deprecated = sorted({n for n in names if n in _DEPRECATED_CUDA_GRAPH_MODULES})
+    if len(deprecated) > 1:
+        raise ValueError(
+            f"cuda_graph_modules contains the deprecated names {deprecated} together; use "
+            "cuda_graph_impl='full_iteration' instead of them."
+        )
+    impl = cuda_graph_impl
+    if deprecated:
+        (name,) = deprecated
+        allowed = _DEPRECATED_CUDA_GRAPH_MODULES[name]
+        if impl not in allowed:
+            raise ValueError(
+                f"cuda_graph_modules contains the deprecated {name!r}, which cannot be combined "
+                f"with cuda_graph_impl={impl!r} (allowed: {list(allowed)}). Drop {name!r} and "
+                "use cuda_graph_impl='full_iteration'."
+            )
+        if name == "full_iteration":
+            impl = "full_iteration"
+    if impl not in _CUDA_GRAPH_IMPLS:
+        raise ValueError(
+            f"cuda_graph_impl={cuda_graph_impl!r} must be one of {list(_CUDA_GRAPH_IMPLS)}."
+        )
+    modules = tuple(n for n in names if n in _CUDA_GRAPH_MODULES)
+    if impl == "full_iteration" and modules:
+        raise ValueError(
+            f"cuda_graph_impl='full_iteration' captures the whole iteration, so "
+            f"cuda_graph_modules must be empty, got {list(modules)}. Empty cuda_graph_modules "
+            "or choose cuda_graph_impl 'local' or 'transformer_engine'."
+        )
+    if impl == "local" and ("moe_router" in modules or "moe_preprocess" in modules):
+        # The local implementation captures the router and the preprocess step together.
+        modules = (*modules, *(m for m in ("moe_router", "moe_preprocess") if m not in modules))
+    return impl, modules
+
+
+def _check_cuda_graph_modules(
+    *,
+    cuda_graph_impl: str,
+    modules: tuple[str, ...],
+    num_moe_experts: int | None,
+    moe_layer_freq: int,
+    model: ModelDescription,
+) -> None:
+    # Mirrors transformer_config.py TransformerConfig.__post_init__, per-layer implementations
+    # (local, transformer_engine): which capture regions exist in this model.
+    if cuda_graph_impl not in ("local", "transformer_engine"):
+        return
+    where = f"cuda_graph_impl={cuda_graph_impl!r} with cuda_graph_modules={list(modules)}"
+    if "moe" in modules and "moe_router" in modules:
+        raise ValueError(
+            f"{where}: 'moe' and 'moe_router' cannot be captured together (with the local "
+            "implementation 'moe_preprocess' implies 'moe_router'). Keep one of them."
+        )
+    if "moe_preprocess" in modules and "moe_router" not in modules:
+        raise ValueError(f"{where}: 'moe_preprocess' needs 'moe_router' too; add it.")
+    if num_moe_experts is None or num_moe_experts <= 1:
+        graphed = [m for m in ("moe", "moe_router") if m in modules]
+        if graphed:
+            raise ValueError(
+                f"{where}: {graphed} capture MoE layers, which need num_moe_experts > 1 (got "
+                f"{num_moe_experts}). Remove {graphed} from cuda_graph_modules."
+            )
+        return
+    if moe_layer_freq == 1 and "mlp" in modules:
+        raise ValueError(
+            f"{where}: 'mlp' captures dense MLP layers, and with moe_layer_freq=1 every layer is "
+            "an MoE layer. Remove 'mlp' from cuda_graph_modules."
+        )
+    if "moe" in modules and (
+        model.moe_expert_capacity_factor is None or not model.moe_pad_expert_input_to_capacity
+    ):
+        raise ValueError(
+            f"{where}: 'moe' capture needs drop-and-pad MoE (moe_expert_capacity_factor and "
+            "moe_pad_expert_input_to_capacity=True; megatron-core's default is dropless). Set "
+            "both, or use 'moe_router' instead of 'moe'."
+        )
+
+
+def _check_cuda_graph_recompute(
+    *,
+    cuda_graph_impl: str,
+    modules: tuple[str, ...],
+    recompute_granularity: str | None,
+    recompute_modules: tuple[str, ...],
+    model: ModelDescription,
+) -> None:
+    # Mirrors transformer_config.py TransformerConfig.__post_init__, CUDA graphs with activation
+    # recompute: full recompute only under a full-iteration graph; selective recompute of a captured
+    # region only when the region has no dropout (a graph cannot replay the random mask), with
+    # megatron-core's default attention_dropout and hidden_dropout.
+    if cuda_graph_impl == "none" or not recompute_granularity:
+        return
+    if recompute_granularity != "selective":
+        if cuda_graph_impl != "full_iteration":
+            raise ValueError(
+                f"recompute_granularity={recompute_granularity!r} with "
+                f"cuda_graph_impl={cuda_graph_impl!r}: full recompute works only with "
+                "cuda_graph_impl='full_iteration'. Change one of them."
+            )
+        return
+    if (
+        cuda_graph_impl == "transformer_engine"
+        and "moe" in recompute_modules
+        and "moe_router" in modules
+    ):
+        raise ValueError(
+            "recompute_modules contains 'moe' and cuda_graph_modules 'moe_router' with "
+            "cuda_graph_impl='transformer_engine': the recomputed region would cover the graph. "
+            "Remove one of them."
+        )
+    whole_layer = cuda_graph_impl == "full_iteration" or not modules
+    pairs = (
+        ("core_attn", "attn", model.attention_dropout),
+        ("mlp", "mlp", model.hidden_dropout),
+        ("moe", "moe", model.hidden_dropout),
+    )
+    for recomputed, graphed, dropout in pairs:
+        captured = whole_layer or graphed in modules
+        if dropout != 0.0 and captured and recomputed in recompute_modules:
+            region = "the whole layer" if whole_layer else f"{graphed!r}"
+            raise ValueError(
+                f"recompute_modules contains {recomputed!r} (recompute_modules=None means "
+                f"['core_attn']) while the CUDA graph captures {region}: a graphed recompute "
+                f"cannot replay dropout, and the region's dropout is {dropout}. Set the dropout to "
+                f"0.0, or remove {recomputed!r} from recompute_modules or the region from the "
+                "CUDA graph."
+            )
+
+
+# ---------------------------------------------------------------------------- entry point
+
+
+def check_model(model: ModelDescription, *, te_version: str | None = None) -> None:
+    """Raise ``ValueError`` for a model megatron-core's ``TransformerConfig`` would reject.
+
+    Mirrors the rules of megatron-core's ``TransformerConfig.__post_init__`` (and
+    ``ModelParallelConfig.__post_init__``) that read the description's fields, each error naming
+    the field(s) and the fix; see the module docstring for what is left to the layout check and
+    to the comm-overlap plan. ``te_version`` is the Transformer Engine version where the job runs
+    (``"0.0.0"`` when it is not installed, as megatron-core reads it); None means unknown, and the
+    minimum-version rules are skipped. Shape fields left None (unknown) are read by no rule here.
+    """
+    m = model
+    if te_version is not None:
+        _version_key(te_version)
+    etp = (
+        m.tensor_model_parallel_size
+        if m.expert_tensor_parallel_size is None
+        else m.expert_tensor_parallel_size
+    )
+    recompute_modules = _recompute_modules(m.recompute_modules)
+
+    _check_half_precision(bf16=m.bf16, fp16=m.fp16)
+    _check_bias_activation_fusion(
+        bias_activation_fusion=m.bias_activation_fusion,
+        activation_func=m.activation_func,
+        gated_linear_unit=m.gated_linear_unit,
+        add_bias_linear=m.add_bias_linear,
+    )
+    _check_fp8_recipe(fp8=m.fp8, fp8_recipe=m.fp8_recipe)
+    _check_moe_fp8_te(num_moe_experts=m.num_moe_experts, fp8=m.fp8, te_version=te_version)
+
+    _check_moe_ffn_hidden_size(
+        num_moe_experts=m.num_moe_experts,
+        moe_ffn_hidden_size=m.moe_ffn_hidden_size,
+        moe_layer_freq=m.moe_layer_freq,
+    )
+    _check_moe_bias(
+        num_moe_experts=m.num_moe_experts,
+        add_bias_linear=m.add_bias_linear,
+        expert_tensor_parallel_size=etp,
+    )
+    _check_router_topk(m.moe_router_topk, model=m)
+    _check_flex_backend(
+        moe_token_dispatcher_type=m.moe_token_dispatcher_type,
+        moe_flex_dispatcher_backend=m.moe_flex_dispatcher_backend,
+    )
+    _check_shared_experts(
+        moe_shared_expert_intermediate_size=m.moe_shared_expert_intermediate_size,
+        moe_shared_expert_overlap=m.moe_shared_expert_overlap,
+        moe_token_dispatcher_type=m.moe_token_dispatcher_type,
+    )
+    _check_dispatch_backward_te(
+        overlap_dispatch_backward_with_experts_wgrad=m.overlap_dispatch_backward_with_experts_wgrad,
+        te_version=te_version,
+    )
+
+    _check_recompute(
+        recompute_granularity=m.recompute_granularity,
+        recompute_method=m.recompute_method,
+        recompute_num_layers=m.recompute_num_layers,
+    )
+    if m.recompute_granularity == "selective":
+        _check_selective_modules(
+            model=m,
+            recompute_modules=recompute_modules,
+            moe_shared_expert_intermediate_size=m.moe_shared_expert_intermediate_size,
+            moe_shared_expert_overlap=m.moe_shared_expert_overlap,
+        )
+        _check_fp8_recompute(
+            recompute_modules=recompute_modules,
+            fp8=m.fp8,
+            fp8_recipe=m.fp8_recipe,
+            te_version=te_version,
+        )
+
+    impl, modules = _cuda_graph_capture(
+        cuda_graph_impl=m.cuda_graph_impl, cuda_graph_modules=m.cuda_graph_modules
+    )
+    _check_cuda_graph_modules(
+        model=m,
+        cuda_graph_impl=impl,
+        modules=modules,
+        num_moe_experts=m.num_moe_experts,
+        moe_layer_freq=m.moe_layer_freq,
+    )
+    _check_cuda_graph_recompute(
+        model=m,
+        cuda_graph_impl=impl,
+        modules=modules,
+        recompute_granularity=m.recompute_granularity,
+        recompute_modules=recompute_modules,
+    )
