@@ -6,9 +6,15 @@ Transformer Engine cannot be built or imported on these CPU-only machines, so te
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import json
 import logging
 import os
 import socket
+import subprocess
+import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from unittest import mock
 
@@ -66,6 +72,32 @@ def make_configs(
     optimizer = OptimizerConfig(use_distributed_optimizer=distributed_optimizer, bf16=True)
     ddp = DistributedDataParallelConfig(use_distributed_optimizer=distributed_optimizer)
     return Configs(model=model, optimizer=optimizer, ddp=ddp)
+
+
+def snapshot(config) -> dict:
+    """Field values, with megatron-core's init-method partials compared by what they compute."""
+    out = {}
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if isinstance(value, functools.partial):
+            value = (value.func, value.args, tuple(sorted(value.keywords.items())))
+        out[f.name] = value
+    return out
+
+
+def modules_loaded_by(code: str, names: Iterable[str]) -> list[str]:
+    """Which of ``names`` are in ``sys.modules`` after a fresh interpreter ran ``code``.
+
+    Fails the test, with the interpreter's stderr, when ``code`` raises.
+    """
+    probe = (
+        f"{code}\nimport json, sys\n"
+        f"print(json.dumps(sorted(m for m in {tuple(names)!r} if m in sys.modules)), file=sys.stderr)"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    if result.returncode != 0:
+        pytest.fail(f"the probe failed:\n{result.stderr}")
+    return json.loads(result.stderr.strip().splitlines()[-1])
 
 
 @pytest.fixture(autouse=True)

@@ -1,8 +1,5 @@
 """Launch-time environment rules (megatron/bridge/training/launch_env.py): pure, no NeMo-Run."""
 
-import subprocess
-import sys
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -14,6 +11,7 @@ from megatron.bridge.training.launch_env import (
     cuda_device_max_connections,
     plan_launch_env,
 )
+from tests.unit_tests.conftest import modules_loaded_by
 
 HOPPER, BLACKWELL = False, True
 
@@ -275,11 +273,6 @@ def test_the_plan_always_passes_the_live_check(layout, tp_comm_overlap):
 
 
 def test_module_is_pure_stdlib():
-    code = (
-        "import sys, megatron.bridge.training.launch_env\n"
-        "heavy = [m for m in ('torch', 'megatron.core', 'nemo_run', 'transformer_engine') "
-        "if m in sys.modules]\n"
-        "assert not heavy, heavy\n"
-    )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
+    code = "import megatron.bridge.training.launch_env"
+    heavy = ("torch", "megatron.core", "nemo_run", "transformer_engine")
+    assert modules_loaded_by(code, heavy) == []

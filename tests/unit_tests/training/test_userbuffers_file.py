@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +16,7 @@ from megatron.bridge.training.userbuffers import (
     TransformerLayerTPOverlapCfg,
 )
 from megatron.bridge.training.userbuffers_file import load_tp_overlap_cfg
+from tests.unit_tests.conftest import modules_loaded_by
 
 REFERENCE_FILE = Path(__file__).parent / "data" / "userbuffers_presets.yaml"
 
@@ -219,9 +218,5 @@ def test_source_of_another_type():
 
 
 def test_import_loads_neither_torch_nor_yaml():
-    code = (
-        "import sys, megatron.bridge.training.userbuffers_file; "
-        "print(sorted(m for m in ('torch', 'yaml', 'transformer_engine') if m in sys.modules))"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    code = "import megatron.bridge.training.userbuffers_file"
+    assert modules_loaded_by(code, ("torch", "yaml", "transformer_engine")) == []
