@@ -14,7 +14,8 @@ import os
 import socket
 import subprocess
 import sys
-from collections.abc import Iterable
+import types
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from unittest import mock
 
@@ -131,6 +132,40 @@ def environment_restored():
     os.environ.update(saved)
 
 
+#: The launch variables the recipes' ``env_vars`` hold (runtime_config_update exports them).
+LAUNCH_VARS = (
+    "CUDA_DEVICE_MAX_CONNECTIONS",
+    "NVTE_FWD_LAYERNORM_SM_MARGIN",
+    "NVTE_BWD_LAYERNORM_SM_MARGIN",
+)
+
+
+@pytest.fixture
+def no_launch_vars(monkeypatch):
+    """Start the test with none of :data:`LAUNCH_VARS` set, whatever the shell exported."""
+    for name in LAUNCH_VARS:
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def importable_module(tmp_path, monkeypatch):
+    """A function ``(name, source) -> name`` that makes ``source`` importable as module ``name``.
+
+    The module is dropped from ``sys.modules`` after the test, and its folder from ``sys.path``.
+    """
+    written: list[str] = []
+
+    def write(name: str, source: str) -> str:
+        (tmp_path / f"{name}.py").write_text(source)
+        monkeypatch.syspath_prepend(str(tmp_path))
+        written.append(name)
+        return name
+
+    yield write
+    for name in written:
+        sys.modules.pop(name, None)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -152,6 +187,22 @@ def one_rank_group():
     finally:
         parallel_state.destroy_model_parallel()
         dist.destroy_process_group()
+
+
+def stub_transformer_engine(monkeypatch, initialize_ub: Callable[..., None]) -> None:
+    """Make ``transformer_engine.pytorch.module.base.initialize_ub`` importable as ``initialize_ub``.
+
+    TE cannot be built on a CPU machine; ``monkeypatch`` takes the stand-in modules out again.
+    """
+    base = types.ModuleType("transformer_engine.pytorch.module.base")
+    base.initialize_ub = initialize_ub
+    for name in (
+        "transformer_engine",
+        "transformer_engine.pytorch",
+        "transformer_engine.pytorch.module",
+    ):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, base.__name__, base)
 
 
 @pytest.fixture
