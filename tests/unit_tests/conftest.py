@@ -26,6 +26,7 @@ from megatron.core.optimizer import OptimizerConfig
 from megatron.core.transformer.transformer_config import TransformerConfig
 
 from megatron.bridge.training import comm_overlap
+from megatron.bridge.training.config import ConfigContainer, TrainingConfig
 
 
 @dataclass
@@ -101,6 +102,24 @@ def modules_loaded_by(code: str, names: Iterable[str]) -> list[str]:
     return json.loads(result.stderr.strip().splitlines()[-1])
 
 
+def bf16_container(model, *, comm_overlap=None, gpu: str | None = None, **model_fields):
+    """A real ConfigContainer around ``model``: bf16 mixed, micro-batch 1, distributed optimizer.
+
+    ``model_fields`` are set on the model after construction, the way recipes write them.
+    """
+    for name, value in model_fields.items():
+        setattr(model, name, value)
+    cfg = ConfigContainer(
+        model=model,
+        train=TrainingConfig(micro_batch_size=1),
+        mixed_precision="bf16_mixed",
+        comm_overlap=comm_overlap,
+        gpu=gpu,
+    )
+    cfg.ddp.use_distributed_optimizer = True
+    return cfg
+
+
 @pytest.fixture(autouse=True)
 def root_logger_untouched():
     """Fail a test that leaves the root logger's handlers or level changed.
@@ -130,6 +149,56 @@ def environment_restored():
     yield
     os.environ.clear()
     os.environ.update(saved)
+
+
+HOPPER, BLACKWELL = False, True
+
+#: The layout fields ``launch_env.cuda_device_max_connections`` takes, in matrix-row order.
+_CONNECTION_FIELDS = (
+    "gpu_sm100_or_newer",
+    "tp_size",
+    "cp_size",
+    "dp_size",
+    "pp_size",
+    "moe_flex_dispatcher_backend",
+    "a2a_overlap",
+)
+
+
+def connection_layout(*values) -> dict:
+    """A row's (gpu, tp, cp, dp, pp, flex backend, a2a overlap) as launch-environment keywords."""
+    return dict(zip(_CONNECTION_FIELDS, values, strict=True))
+
+
+def _connection_case(*values, expected: int, id: str):
+    return pytest.param(connection_layout(*values), expected, id=id)
+
+
+#: CUDA_DEVICE_MAX_CONNECTIONS by layout, as (keywords, expected value): the rule itself and
+#: every consumer of it (PerfEnvPlugin) must give these.
+CONNECTION_MATRIX = [
+    # gpu, tp, cp, dp, pp, flex backend, a2a overlap
+    _connection_case(HOPPER, 1, 1, 8, 1, None, False, expected=8, id="hopper-dp8"),
+    _connection_case(HOPPER, 1, 1, 2, 4, None, False, expected=8, id="hopper-pp4-dp2"),
+    _connection_case(HOPPER, 2, 1, 1, 1, None, False, expected=1, id="hopper-tp2-dp1"),
+    _connection_case(HOPPER, 4, 1, 1, 2, None, False, expected=1, id="hopper-tp4-pp2"),
+    _connection_case(HOPPER, 1, 2, 4, 1, None, False, expected=1, id="hopper-cp2-dp4"),
+    _connection_case(HOPPER, 8, 2, 4, 4, None, False, expected=1, id="hopper-tp8-cp2-pp4"),
+    _connection_case(HOPPER, 2, 1, 4, 1, None, True, expected=8, id="hopper-tp2-a2a"),
+    _connection_case(HOPPER, 1, 2, 4, 1, None, True, expected=8, id="hopper-cp2-a2a"),
+    _connection_case(HOPPER, 2, 1, 4, 1, "deepep", False, expected=32, id="hopper-tp2-deepep"),
+    _connection_case(HOPPER, 1, 1, 8, 1, "hybridep", False, expected=32, id="hopper-hybridep"),
+    _connection_case(HOPPER, 2, 1, 4, 1, "ncclep", False, expected=1, id="hopper-tp2-ncclep"),
+    _connection_case(BLACKWELL, 2, 1, 4, 1, None, False, expected=32, id="sm100-tp2-dp4"),
+    _connection_case(BLACKWELL, 2, 1, 1, 2, None, False, expected=32, id="sm100-tp2-pp2-dp1"),
+    _connection_case(BLACKWELL, 1, 2, 2, 1, None, False, expected=32, id="sm100-cp2-dp2"),
+    _connection_case(BLACKWELL, 2, 1, 1, 1, None, False, expected=8, id="sm100-tp2-dp1"),
+    _connection_case(BLACKWELL, 1, 1, 8, 1, None, False, expected=8, id="sm100-dp8"),
+    _connection_case(BLACKWELL, 1, 1, 1, 8, None, False, expected=8, id="sm100-pp8"),
+    _connection_case(BLACKWELL, 2, 1, 4, 1, None, True, expected=32, id="sm100-tp2-a2a"),
+    _connection_case(BLACKWELL, 1, 1, 8, 1, "deepep", False, expected=32, id="sm100-deepep"),
+    _connection_case(BLACKWELL, 1, 1, 8, 1, "ncclep", False, expected=8, id="sm100-ncclep"),
+]
 
 
 #: The launch variables the recipes' ``env_vars`` hold (runtime_config_update exports them).

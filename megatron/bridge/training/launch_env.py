@@ -134,6 +134,20 @@ def validate_moe_flex_dispatcher_backend(
 # --------------------------------------------------------------------------- rules
 
 
+def _validated_layout(
+    tp_size: int, cp_size: int, dp_size: int, pp_size: int, moe_flex_dispatcher_backend: str | None
+) -> str | None:
+    """Check the four parallel sizes and the flex backend; return the backend."""
+    for name, value in (
+        ("tp_size", tp_size),
+        ("cp_size", cp_size),
+        ("dp_size", dp_size),
+        ("pp_size", pp_size),
+    ):
+        validate_parallel_size(name, value)
+    return validate_moe_flex_dispatcher_backend(moe_flex_dispatcher_backend)
+
+
 def cuda_device_max_connections(
     *,
     gpu_sm100_or_newer: bool,
@@ -149,14 +163,7 @@ def cuda_device_max_connections(
     Precedence is documented in the module docstring: flex backend, then GPU generation,
     then CUDA's default of 8.
     """
-    for name, value in (
-        ("tp_size", tp_size),
-        ("cp_size", cp_size),
-        ("dp_size", dp_size),
-        ("pp_size", pp_size),
-    ):
-        validate_parallel_size(name, value)
-    backend = validate_moe_flex_dispatcher_backend(moe_flex_dispatcher_backend)
+    backend = _validated_layout(tp_size, cp_size, dp_size, pp_size, moe_flex_dispatcher_backend)
     check_bool("", "gpu_sm100_or_newer", gpu_sm100_or_newer)
     check_bool("", "a2a_overlap", a2a_overlap)
 
@@ -304,14 +311,7 @@ def check_live_environment(
     the flex-backend rule, which holds on every generation. An empty list means no problem.
     The caller decides whether to warn or raise.
     """
-    for name, value in (
-        ("tp_size", tp_size),
-        ("cp_size", cp_size),
-        ("dp_size", dp_size),
-        ("pp_size", pp_size),
-    ):
-        validate_parallel_size(name, value)
-    backend = validate_moe_flex_dispatcher_backend(moe_flex_dispatcher_backend)
+    backend = _validated_layout(tp_size, cp_size, dp_size, pp_size, moe_flex_dispatcher_backend)
 
     raw = env.get(CUDA_DEVICE_MAX_CONNECTIONS)
     if raw is None:
