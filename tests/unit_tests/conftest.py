@@ -27,6 +27,7 @@ from megatron.core.transformer.transformer_config import TransformerConfig
 
 from megatron.bridge.training import comm_overlap
 from megatron.bridge.training.config import ConfigContainer, TrainingConfig
+from megatron.bridge.training.job import JobDescription, ModelDescription
 
 
 @dataclass
@@ -149,6 +150,36 @@ def environment_restored():
     yield
     os.environ.clear()
     os.environ.update(saved)
+
+
+#: Short layout names tests use, and the model field each one sets.
+_LAYOUT_NAMES = {
+    "tp_size": "tensor_model_parallel_size",
+    "pp_size": "pipeline_model_parallel_size",
+    "vpp_size": "virtual_pipeline_model_parallel_size",
+    "cp_size": "context_parallel_size",
+    "ep_size": "expert_model_parallel_size",
+}
+_MODEL_FIELDS = {f.name for f in dataclasses.fields(ModelDescription)}
+
+
+def h100_job(model: ModelDescription, *, dp_size: int = 1, **fields) -> JobDescription:
+    """A job of ``model`` on H100 (micro-batch 1, gradients reduced in fp32).
+
+    ``fields`` are model fields (the layout by its short names, ``tp_size`` ...) or job fields;
+    the world size is TP x CP x PP x ``dp_size``.
+    """
+    fields = {_LAYOUT_NAMES.get(k, k): v for k, v in fields.items()}
+    model = dataclasses.replace(model, **{k: v for k, v in fields.items() if k in _MODEL_FIELDS})
+    job = {"gpu": "h100", "micro_batch_size": 1, "grad_reduce_in_fp32": True}
+    job |= {k: v for k, v in fields.items() if k not in _MODEL_FIELDS}
+    world = (
+        model.tensor_model_parallel_size
+        * model.context_parallel_size
+        * model.pipeline_model_parallel_size
+        * dp_size
+    )
+    return JobDescription(model=model, world_size=world, **job)
 
 
 HOPPER, BLACKWELL = False, True

@@ -8,7 +8,6 @@ single-process test cannot create.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from types import SimpleNamespace
 
@@ -17,7 +16,8 @@ from megatron.core.pipeline_parallel.schedules import get_tensor_shapes
 
 from megatron.bridge.training.comm_overlap import CommOverlapConfig, plan_comm_overlap
 from megatron.bridge.training.estimate import estimate_step
-from megatron.bridge.training.job import JobDescription, ModelDescription
+from megatron.bridge.training.job import ModelDescription
+from tests.unit_tests.conftest import h100_job
 
 DIMS = ModelDescription(
     num_layers=8,
@@ -30,31 +30,14 @@ DIMS = ModelDescription(
 )
 
 
-def _job(*, tp: int, pp: int, cp: int, dp: int, sp: bool, mbs: int, gbs: int) -> JobDescription:
-    model = dataclasses.replace(
-        DIMS,
-        tensor_model_parallel_size=tp,
-        pipeline_model_parallel_size=pp,
-        context_parallel_size=cp,
-        sequence_parallel=sp,
-    )
-    return JobDescription(
-        model=model,
-        world_size=tp * cp * pp * dp,
-        gpu="h100",
-        micro_batch_size=mbs,
-        global_batch_size=gbs,
-        grad_reduce_in_fp32=True,
-    )
-
-
 def _group(size: int) -> SimpleNamespace:
     return SimpleNamespace(size=lambda: size)
 
 
 def _estimated(mode: str, *, tp: int, pp: int, cp: int, dp: int, sp: bool, mbs: int, gbs: int):
     """The step estimate's one communication entry of ``mode``, for a job of DIMS (overlap off)."""
-    job = _job(tp=tp, pp=pp, cp=cp, dp=dp, sp=sp, mbs=mbs, gbs=gbs)
+    layout = {"tp_size": tp, "pp_size": pp, "cp_size": cp, "sequence_parallel": sp}
+    job = h100_job(DIMS, dp_size=dp, micro_batch_size=mbs, global_batch_size=gbs, **layout)
     plan = plan_comm_overlap(CommOverlapConfig(tp_comm_overlap=False), job)
     (entry,) = [c for c in estimate_step(plan).communication if c.mode == mode]
     return entry

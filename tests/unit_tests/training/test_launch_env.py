@@ -124,17 +124,8 @@ def test_manual_gc_interval_validation():
 
 
 def _check(env, *, gpu, tp=2, cp=1, dp=4, pp=1, backend=None, a2a=False, tp_comm_overlap=True):
-    return check_live_environment(
-        tp_comm_overlap=tp_comm_overlap,
-        tp_size=tp,
-        cp_size=cp,
-        dp_size=dp,
-        pp_size=pp,
-        a2a_overlap=a2a,
-        moe_flex_dispatcher_backend=backend,
-        gpu_sm100_or_newer=gpu,
-        env=env,
-    )
+    layout = connection_layout(gpu, tp, cp, dp, pp, backend, a2a)
+    return check_live_environment(tp_comm_overlap=tp_comm_overlap, **layout, env=env)
 
 
 def test_check_hopper_tp_overlap_unset_is_a_problem():
