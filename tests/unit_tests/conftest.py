@@ -163,6 +163,12 @@ _LAYOUT_NAMES = {
 _MODEL_FIELDS = {f.name for f in dataclasses.fields(ModelDescription)}
 
 
+def layout_fields(**sizes) -> dict:
+    """megatron-core's names for a layout given by short names: ``tp_size=2`` ->
+    ``tensor_model_parallel_size=2`` (also ``pp_size``, ``vpp_size``, ``cp_size``, ``ep_size``)."""
+    return {_LAYOUT_NAMES[name]: size for name, size in sizes.items()}
+
+
 def h100_job(model: ModelDescription, *, dp_size: int = 1, **fields) -> JobDescription:
     """A job of ``model`` on H100 (micro-batch 1, gradients reduced in fp32).
 
