@@ -211,29 +211,34 @@ def _connection_case(*values, expected: int, id: str):
     return pytest.param(connection_layout(*values), expected, id=id)
 
 
-#: CUDA_DEVICE_MAX_CONNECTIONS by layout, as (keywords, expected value): the rule itself and
-#: every consumer of it (PerfEnvPlugin) must give these.
+#: CUDA_DEVICE_MAX_CONNECTIONS by layout, as (keywords, expected value), grouped by the rule
+#: that decides it (launch_env's precedence): the rule itself and every consumer of it
+#: (PerfEnvPlugin) must give these.
 CONNECTION_MATRIX = [
     # gpu, tp, cp, dp, pp, flex backend, a2a overlap
-    _connection_case(HOPPER, 1, 1, 8, 1, None, False, expected=8, id="hopper-dp8"),
-    _connection_case(HOPPER, 1, 1, 2, 4, None, False, expected=8, id="hopper-pp4-dp2"),
+    # 1. a flex backend with its own streams (deepep, hybridep): 32 on any GPU
+    _connection_case(HOPPER, 2, 1, 4, 1, "deepep", False, expected=32, id="hopper-tp2-deepep"),
+    _connection_case(HOPPER, 1, 1, 8, 1, "hybridep", False, expected=32, id="hopper-hybridep"),
+    _connection_case(BLACKWELL, 1, 1, 8, 1, "deepep", False, expected=32, id="sm100-deepep"),
+    # 2. Blackwell, TP or CP split, and DP or PP split: 32
+    _connection_case(BLACKWELL, 2, 1, 4, 1, None, False, expected=32, id="sm100-tp2-dp4"),
+    _connection_case(BLACKWELL, 2, 1, 1, 2, None, False, expected=32, id="sm100-tp2-pp2-dp1"),
+    _connection_case(BLACKWELL, 1, 2, 2, 1, None, False, expected=32, id="sm100-cp2-dp2"),
+    _connection_case(BLACKWELL, 2, 1, 4, 1, None, True, expected=32, id="sm100-tp2-a2a"),
+    # 3. Hopper, TP or CP split, no EP all-to-all overlap: 1 (ncclep falls through to here)
     _connection_case(HOPPER, 2, 1, 1, 1, None, False, expected=1, id="hopper-tp2-dp1"),
     _connection_case(HOPPER, 4, 1, 1, 2, None, False, expected=1, id="hopper-tp4-pp2"),
     _connection_case(HOPPER, 1, 2, 4, 1, None, False, expected=1, id="hopper-cp2-dp4"),
     _connection_case(HOPPER, 8, 2, 4, 4, None, False, expected=1, id="hopper-tp8-cp2-pp4"),
+    _connection_case(HOPPER, 2, 1, 4, 1, "ncclep", False, expected=1, id="hopper-tp2-ncclep"),
+    # 4. otherwise CUDA's default, 8
+    _connection_case(HOPPER, 1, 1, 8, 1, None, False, expected=8, id="hopper-dp8"),
+    _connection_case(HOPPER, 1, 1, 2, 4, None, False, expected=8, id="hopper-pp4-dp2"),
     _connection_case(HOPPER, 2, 1, 4, 1, None, True, expected=8, id="hopper-tp2-a2a"),
     _connection_case(HOPPER, 1, 2, 4, 1, None, True, expected=8, id="hopper-cp2-a2a"),
-    _connection_case(HOPPER, 2, 1, 4, 1, "deepep", False, expected=32, id="hopper-tp2-deepep"),
-    _connection_case(HOPPER, 1, 1, 8, 1, "hybridep", False, expected=32, id="hopper-hybridep"),
-    _connection_case(HOPPER, 2, 1, 4, 1, "ncclep", False, expected=1, id="hopper-tp2-ncclep"),
-    _connection_case(BLACKWELL, 2, 1, 4, 1, None, False, expected=32, id="sm100-tp2-dp4"),
-    _connection_case(BLACKWELL, 2, 1, 1, 2, None, False, expected=32, id="sm100-tp2-pp2-dp1"),
-    _connection_case(BLACKWELL, 1, 2, 2, 1, None, False, expected=32, id="sm100-cp2-dp2"),
     _connection_case(BLACKWELL, 2, 1, 1, 1, None, False, expected=8, id="sm100-tp2-dp1"),
     _connection_case(BLACKWELL, 1, 1, 8, 1, None, False, expected=8, id="sm100-dp8"),
     _connection_case(BLACKWELL, 1, 1, 1, 8, None, False, expected=8, id="sm100-pp8"),
-    _connection_case(BLACKWELL, 2, 1, 4, 1, None, True, expected=32, id="sm100-tp2-a2a"),
-    _connection_case(BLACKWELL, 1, 1, 8, 1, "deepep", False, expected=32, id="sm100-deepep"),
     _connection_case(BLACKWELL, 1, 1, 8, 1, "ncclep", False, expected=8, id="sm100-ncclep"),
 ]
 
