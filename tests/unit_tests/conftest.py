@@ -6,9 +6,16 @@ Transformer Engine cannot be built or imported on these CPU-only machines, so te
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import json
 import logging
 import os
 import socket
+import subprocess
+import sys
+import types
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from unittest import mock
 
@@ -19,6 +26,8 @@ from megatron.core.optimizer import OptimizerConfig
 from megatron.core.transformer.transformer_config import TransformerConfig
 
 from megatron.bridge.training import comm_overlap
+from megatron.bridge.training.config import ConfigContainer, TrainingConfig
+from megatron.bridge.training.job import JobDescription, ModelDescription
 
 
 @dataclass
@@ -68,6 +77,50 @@ def make_configs(
     return Configs(model=model, optimizer=optimizer, ddp=ddp)
 
 
+def snapshot(config) -> dict:
+    """Field values, with megatron-core's init-method partials compared by what they compute."""
+    out = {}
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if isinstance(value, functools.partial):
+            value = (value.func, value.args, tuple(sorted(value.keywords.items())))
+        out[f.name] = value
+    return out
+
+
+def modules_loaded_by(code: str, names: Iterable[str]) -> list[str]:
+    """Which of ``names`` are in ``sys.modules`` after a fresh interpreter ran ``code``.
+
+    Fails the test, with the interpreter's stderr, when ``code`` raises.
+    """
+    probe = (
+        f"{code}\nimport json, sys\n"
+        f"print(json.dumps(sorted(m for m in {tuple(names)!r} if m in sys.modules)), file=sys.stderr)"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    if result.returncode != 0:
+        pytest.fail(f"the probe failed:\n{result.stderr}")
+    return json.loads(result.stderr.strip().splitlines()[-1])
+
+
+def bf16_container(model, *, comm_overlap=None, gpu: str | None = None, **model_fields):
+    """A real ConfigContainer around ``model``: bf16 mixed, micro-batch 1, distributed optimizer.
+
+    ``model_fields`` are set on the model after construction, the way recipes write them.
+    """
+    for name, value in model_fields.items():
+        setattr(model, name, value)
+    cfg = ConfigContainer(
+        model=model,
+        train=TrainingConfig(micro_batch_size=1),
+        mixed_precision="bf16_mixed",
+        comm_overlap=comm_overlap,
+        gpu=gpu,
+    )
+    cfg.ddp.use_distributed_optimizer = True
+    return cfg
+
+
 @pytest.fixture(autouse=True)
 def root_logger_untouched():
     """Fail a test that leaves the root logger's handlers or level changed.
@@ -99,6 +152,131 @@ def environment_restored():
     os.environ.update(saved)
 
 
+#: Short layout names tests use, and the model field each one sets.
+_LAYOUT_NAMES = {
+    "tp_size": "tensor_model_parallel_size",
+    "pp_size": "pipeline_model_parallel_size",
+    "vpp_size": "virtual_pipeline_model_parallel_size",
+    "cp_size": "context_parallel_size",
+    "ep_size": "expert_model_parallel_size",
+}
+_MODEL_FIELDS = {f.name for f in dataclasses.fields(ModelDescription)}
+
+
+def layout_fields(**sizes) -> dict:
+    """megatron-core's names for a layout given by short names: ``tp_size=2`` ->
+    ``tensor_model_parallel_size=2`` (also ``pp_size``, ``vpp_size``, ``cp_size``, ``ep_size``)."""
+    return {_LAYOUT_NAMES[name]: size for name, size in sizes.items()}
+
+
+def h100_job(model: ModelDescription, *, dp_size: int = 1, **fields) -> JobDescription:
+    """A job of ``model`` on H100 (micro-batch 1, gradients reduced in fp32).
+
+    ``fields`` are model fields (the layout by its short names, ``tp_size`` ...) or job fields;
+    the world size is TP x CP x PP x ``dp_size``.
+    """
+    fields = {_LAYOUT_NAMES.get(k, k): v for k, v in fields.items()}
+    model = dataclasses.replace(model, **{k: v for k, v in fields.items() if k in _MODEL_FIELDS})
+    job = {"gpu": "h100", "micro_batch_size": 1, "grad_reduce_in_fp32": True}
+    job |= {k: v for k, v in fields.items() if k not in _MODEL_FIELDS}
+    world = (
+        model.tensor_model_parallel_size
+        * model.context_parallel_size
+        * model.pipeline_model_parallel_size
+        * dp_size
+    )
+    return JobDescription(model=model, world_size=world, **job)
+
+
+HOPPER, BLACKWELL = False, True
+
+#: The layout fields ``launch_env.cuda_device_max_connections`` takes, in matrix-row order.
+_CONNECTION_FIELDS = (
+    "gpu_sm100_or_newer",
+    "tp_size",
+    "cp_size",
+    "dp_size",
+    "pp_size",
+    "moe_flex_dispatcher_backend",
+    "a2a_overlap",
+)
+
+
+def connection_layout(*values) -> dict:
+    """A row's (gpu, tp, cp, dp, pp, flex backend, a2a overlap) as launch-environment keywords."""
+    return dict(zip(_CONNECTION_FIELDS, values, strict=True))
+
+
+def _connection_case(*values, expected: int, id: str):
+    return pytest.param(connection_layout(*values), expected, id=id)
+
+
+#: CUDA_DEVICE_MAX_CONNECTIONS by layout, as (keywords, expected value), grouped by the rule
+#: that decides it (launch_env's precedence): the rule itself and every consumer of it
+#: (PerfEnvPlugin) must give these.
+CONNECTION_MATRIX = [
+    # gpu, tp, cp, dp, pp, flex backend, a2a overlap
+    # 1. a flex backend with its own streams (deepep, hybridep): 32 on any GPU
+    _connection_case(HOPPER, 2, 1, 4, 1, "deepep", False, expected=32, id="hopper-tp2-deepep"),
+    _connection_case(HOPPER, 1, 1, 8, 1, "hybridep", False, expected=32, id="hopper-hybridep"),
+    _connection_case(BLACKWELL, 1, 1, 8, 1, "deepep", False, expected=32, id="sm100-deepep"),
+    # 2. Blackwell, TP or CP split, and DP or PP split: 32
+    _connection_case(BLACKWELL, 2, 1, 4, 1, None, False, expected=32, id="sm100-tp2-dp4"),
+    _connection_case(BLACKWELL, 2, 1, 1, 2, None, False, expected=32, id="sm100-tp2-pp2-dp1"),
+    _connection_case(BLACKWELL, 1, 2, 2, 1, None, False, expected=32, id="sm100-cp2-dp2"),
+    _connection_case(BLACKWELL, 2, 1, 4, 1, None, True, expected=32, id="sm100-tp2-a2a"),
+    # 3. Hopper, TP or CP split, no EP all-to-all overlap: 1 (ncclep falls through to here)
+    _connection_case(HOPPER, 2, 1, 1, 1, None, False, expected=1, id="hopper-tp2-dp1"),
+    _connection_case(HOPPER, 4, 1, 1, 2, None, False, expected=1, id="hopper-tp4-pp2"),
+    _connection_case(HOPPER, 1, 2, 4, 1, None, False, expected=1, id="hopper-cp2-dp4"),
+    _connection_case(HOPPER, 8, 2, 4, 4, None, False, expected=1, id="hopper-tp8-cp2-pp4"),
+    _connection_case(HOPPER, 2, 1, 4, 1, "ncclep", False, expected=1, id="hopper-tp2-ncclep"),
+    # 4. otherwise CUDA's default, 8
+    _connection_case(HOPPER, 1, 1, 8, 1, None, False, expected=8, id="hopper-dp8"),
+    _connection_case(HOPPER, 1, 1, 2, 4, None, False, expected=8, id="hopper-pp4-dp2"),
+    _connection_case(HOPPER, 2, 1, 4, 1, None, True, expected=8, id="hopper-tp2-a2a"),
+    _connection_case(HOPPER, 1, 2, 4, 1, None, True, expected=8, id="hopper-cp2-a2a"),
+    _connection_case(BLACKWELL, 2, 1, 1, 1, None, False, expected=8, id="sm100-tp2-dp1"),
+    _connection_case(BLACKWELL, 1, 1, 8, 1, None, False, expected=8, id="sm100-dp8"),
+    _connection_case(BLACKWELL, 1, 1, 1, 8, None, False, expected=8, id="sm100-pp8"),
+    _connection_case(BLACKWELL, 1, 1, 8, 1, "ncclep", False, expected=8, id="sm100-ncclep"),
+]
+
+
+#: The launch variables the recipes' ``env_vars`` hold (runtime_config_update exports them).
+LAUNCH_VARS = (
+    "CUDA_DEVICE_MAX_CONNECTIONS",
+    "NVTE_FWD_LAYERNORM_SM_MARGIN",
+    "NVTE_BWD_LAYERNORM_SM_MARGIN",
+)
+
+
+@pytest.fixture
+def no_launch_vars(monkeypatch):
+    """Start the test with none of :data:`LAUNCH_VARS` set, whatever the shell exported."""
+    for name in LAUNCH_VARS:
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def importable_module(tmp_path, monkeypatch):
+    """A function ``(name, source) -> name`` that makes ``source`` importable as module ``name``.
+
+    The module is dropped from ``sys.modules`` after the test, and its folder from ``sys.path``.
+    """
+    written: list[str] = []
+
+    def write(name: str, source: str) -> str:
+        (tmp_path / f"{name}.py").write_text(source)
+        monkeypatch.syspath_prepend(str(tmp_path))
+        written.append(name)
+        return name
+
+    yield write
+    for name in written:
+        sys.modules.pop(name, None)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -120,6 +298,22 @@ def one_rank_group():
     finally:
         parallel_state.destroy_model_parallel()
         dist.destroy_process_group()
+
+
+def stub_transformer_engine(monkeypatch, initialize_ub: Callable[..., None]) -> None:
+    """Make ``transformer_engine.pytorch.module.base.initialize_ub`` importable as ``initialize_ub``.
+
+    TE cannot be built on a CPU machine; ``monkeypatch`` takes the stand-in modules out again.
+    """
+    base = types.ModuleType("transformer_engine.pytorch.module.base")
+    base.initialize_ub = initialize_ub
+    for name in (
+        "transformer_engine",
+        "transformer_engine.pytorch",
+        "transformer_engine.pytorch.module",
+    ):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, base.__name__, base)
 
 
 @pytest.fixture

@@ -119,12 +119,9 @@ USER_MODULE = textwrap.dedent(
 
 
 @pytest.fixture
-def user_recipes(tmp_path, monkeypatch):
+def user_recipes(importable_module):
     """An importable module of recipes of the user's that are wrong in two ways."""
-    (tmp_path / "wrong_recipes.py").write_text(USER_MODULE)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    yield "wrong_recipes"
-    sys.modules.pop("wrong_recipes", None)
+    return importable_module("wrong_recipes", USER_MODULE)
 
 
 @pytest.mark.parametrize(

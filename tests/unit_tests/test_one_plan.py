@@ -35,7 +35,7 @@ from megatron.bridge.training.comm_overlap import (
     OverlapRefusedError,
     userbuffers_bf16_h100_h12288_tp4_mbs1_seqlen2048,
 )
-from megatron.bridge.training.config import ConfigContainer, TrainingConfig
+from megatron.bridge.training.config import ConfigContainer
 from megatron.bridge.training.launch_env import MoeFlexDispatcherBackend
 from megatron.bridge.training.parallel_layout import check_parallel_layout
 from megatron.bridge.training.resolve import (
@@ -44,6 +44,7 @@ from megatron.bridge.training.resolve import (
     runtime_config_update,
 )
 from megatron.bridge.training.userbuffers import preset_names_of, published_name_for
+from tests.unit_tests.conftest import bf16_container
 
 RESOLVE_LOGGER = "megatron.bridge.training.resolve"
 H100_PRESET = "userbuffers_bf16_h100_h12288_tp4_mbs1_seqlen2048"
@@ -97,17 +98,7 @@ def _container(
     model.virtual_pipeline_model_parallel_size = vpp
     model.context_parallel_size = cp
     model.sequence_parallel = tp > 1
-    for name, value in model_fields.items():
-        setattr(model, name, value)
-    cfg = ConfigContainer(
-        model=model,
-        train=TrainingConfig(micro_batch_size=1),
-        mixed_precision="bf16_mixed",
-        comm_overlap=request,
-        gpu=gpu,
-    )
-    cfg.ddp.use_distributed_optimizer = True
-    return cfg
+    return bf16_container(model, comm_overlap=request, gpu=gpu, **model_fields)
 
 
 def _moe_fields(*, ep: int, dispatcher: str = "alltoall", **extra) -> dict:

@@ -25,6 +25,11 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: error: {message}")
 
 
+def _add_switch(parser: argparse.ArgumentParser, flag: str, help: str) -> None:
+    """A ``--flag``/``--no-flag`` pair; None when neither is given (the layout decides)."""
+    parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=help)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``bridge-overlap``."""
     parser = _Parser(prog="bridge-overlap", description=_DESCRIPTION)
@@ -66,24 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--etp", type=positive_int_argument, help="expert tensor-parallel size (default: TP)"
     )
     ex.add_argument("--world-size", type=positive_int_argument, help="number of GPUs (default 128)")
-    ex.add_argument(
-        "--sequence-parallel",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="sequence parallelism (default: on when TP > 1)",
-    )
-    ex.add_argument(
-        "--distributed-optimizer",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="distributed optimizer (default: on)",
-    )
-    ex.add_argument(
-        "--tp-comm-overlap",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="request TP comm overlap (default: on)",
-    )
+    _add_switch(ex, "--sequence-parallel", "sequence parallelism (default: on when TP > 1)")
+    _add_switch(ex, "--distributed-optimizer", "distributed optimizer (default: on)")
+    _add_switch(ex, "--tp-comm-overlap", "request TP comm overlap (default: on)")
     ex.add_argument("--gpu", choices=sorted(hardware.GPUS), help="GPU model (default h100)")
     ex.add_argument(
         "--precision", choices=["bf16", "fp8"], help="training precision (default bf16)"
@@ -112,11 +102,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--num-query-groups", type=positive_int_argument, help="GQA query groups (default: MHA)"
     )
     for part in ("embedding", "loss"):
-        ex.add_argument(
+        _add_switch(
+            ex,
             f"--{part}-in-pipeline-split",
-            action=argparse.BooleanOptionalAction,
-            default=None,
-            help=f"count the {part} as a layer when splitting layers over pipeline stages",
+            f"count the {part} as a layer when splitting layers over pipeline stages",
         )
     ex.add_argument(
         "--num-moe-experts",
@@ -164,12 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="MLP width for the estimate (default 4 x hidden)",
     )
     ex.add_argument("--vocab-size", type=positive_int_argument, help="vocabulary (default 51200)")
-    ex.add_argument(
-        "--swiglu",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="gated (SwiGLU) MLP (megatron-core's gated_linear_unit)",
-    )
+    _add_switch(ex, "--swiglu", "gated (SwiGLU) MLP (megatron-core's gated_linear_unit)")
     # Megatron-LM's spellings (megatron/training/arguments.py).
     ex.add_argument(
         "--disable-bias-linear",

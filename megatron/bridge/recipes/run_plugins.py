@@ -133,9 +133,9 @@ def _perf_env_hydra_overrides(args: PerfEnvPluginScriptArgs) -> list[str]:
     )
 
 
-def _nsys_hydra_overrides(args: NsysPluginScriptArgs) -> list[str]:
-    # Default NsysPlugin converter: the profile window as profiling.* overrides, leaving out
-    # the optional settings the plugin did not set.
+def _profiling_overrides(args: NsysPluginScriptArgs) -> dict[str, Any]:
+    # The profile window as profiling.* overrides, leaving out the optional settings the
+    # plugin did not set.
     overrides: dict[str, Any] = {
         "profiling.use_nsys_profiler": True,
         "profiling.profile_step_start": args.profile_step_start,
@@ -146,7 +146,12 @@ def _nsys_hydra_overrides(args: NsysPluginScriptArgs) -> list[str]:
         overrides["profiling.record_memory_history"] = args.record_memory_history
     if args.record_shapes_set:
         overrides["profiling.record_shapes"] = args.record_shapes
-    return to_hydra_overrides(overrides)
+    return overrides
+
+
+def _nsys_hydra_overrides(args: NsysPluginScriptArgs) -> list[str]:
+    # Default NsysPlugin converter.
+    return to_hydra_overrides(_profiling_overrides(args))
 
 
 def _arg_name(token: str) -> str:
@@ -557,17 +562,7 @@ class NsysPlugin(run.Plugin):
 
     def profiling_overrides(self) -> dict[str, Any]:
         """What the training loop needs to know, as ``profiling.*`` overrides."""
-        overrides: dict[str, Any] = {
-            "profiling.use_nsys_profiler": True,
-            "profiling.profile_step_start": self.profile_step_start,
-            "profiling.profile_step_end": self.profile_step_end,
-            "profiling.profile_ranks": list(self.profile_ranks),
-        }
-        if self.record_memory_history is not None:
-            overrides["profiling.record_memory_history"] = self.record_memory_history
-        if self.record_shapes is not None:
-            overrides["profiling.record_shapes"] = self.record_shapes
-        return overrides
+        return _profiling_overrides(self.script_args())
 
     def setup(self, task: run.Partial | run.Script, executor: Executor) -> None:
         """Turn on nsys in the executor's launcher and pass the profile window to ``task``."""

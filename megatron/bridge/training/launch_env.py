@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from megatron.bridge.training.hardware import gpu_spec
 from megatron.bridge.training.parallel_layout import validate_parallel_size
@@ -44,6 +44,7 @@ __all__ = [
     "MoeFlexDispatcherBackend",
     "check_live_environment",
     "cuda_device_max_connections",
+    "launch_layout",
     "plan_launch_env",
     "plan_launch_env_for",
     "validate_layernorm_sm_margin",
@@ -133,6 +134,20 @@ def validate_moe_flex_dispatcher_backend(
 # --------------------------------------------------------------------------- rules
 
 
+def _validated_layout(
+    tp_size: int, cp_size: int, dp_size: int, pp_size: int, moe_flex_dispatcher_backend: str | None
+) -> str | None:
+    """Check the four parallel sizes and the flex backend; return the backend."""
+    for name, value in (
+        ("tp_size", tp_size),
+        ("cp_size", cp_size),
+        ("dp_size", dp_size),
+        ("pp_size", pp_size),
+    ):
+        validate_parallel_size(name, value)
+    return validate_moe_flex_dispatcher_backend(moe_flex_dispatcher_backend)
+
+
 def cuda_device_max_connections(
     *,
     gpu_sm100_or_newer: bool,
@@ -148,14 +163,7 @@ def cuda_device_max_connections(
     Precedence is documented in the module docstring: flex backend, then GPU generation,
     then CUDA's default of 8.
     """
-    for name, value in (
-        ("tp_size", tp_size),
-        ("cp_size", cp_size),
-        ("dp_size", dp_size),
-        ("pp_size", pp_size),
-    ):
-        validate_parallel_size(name, value)
-    backend = validate_moe_flex_dispatcher_backend(moe_flex_dispatcher_backend)
+    backend = _validated_layout(tp_size, cp_size, dp_size, pp_size, moe_flex_dispatcher_backend)
     check_bool("", "gpu_sm100_or_newer", gpu_sm100_or_newer)
     check_bool("", "a2a_overlap", a2a_overlap)
 
@@ -248,49 +256,37 @@ def plan_launch_env(
         moe_flex_dispatcher_backend=moe_flex_dispatcher_backend,
         a2a_overlap=a2a_overlap,
     )
-    entries = [LaunchEnvEntry(name=CUDA_DEVICE_MAX_CONNECTIONS, value=str(connections), reason=why)]
-
-    for name in (NVTE_FWD_LAYERNORM_SM_MARGIN, NVTE_BWD_LAYERNORM_SM_MARGIN):
-        if enable_layernorm_sm_margin:
-            entries.append(
-                LaunchEnvEntry(
-                    name=name,
-                    value=str(margin),
-                    reason=f"LayerNorm kernels leave {margin} SMs free for overlapped DP collectives",
-                )
-            )
-        else:
-            entries.append(
-                LaunchEnvEntry(
-                    name=name, value=None, reason="enable_layernorm_sm_margin=False: TE default"
-                )
-            )
-
-    if chunk is None:
-        entries.append(
-            LaunchEnvEntry(
-                name=NCCL_P2P_NET_CHUNKSIZE,
-                value=None,
-                reason="nccl_pp_comm_chunksize not given: NCCL default",
-            )
-        )
-    elif pp_size > 1:
-        entries.append(
-            LaunchEnvEntry(
-                name=NCCL_P2P_NET_CHUNKSIZE,
-                value=str(chunk),
-                reason=f"PP={pp_size}: pipeline P2P sends use {chunk}-byte network chunks",
-            )
+    if enable_layernorm_sm_margin:
+        margin_setting = (
+            str(margin),
+            f"LayerNorm kernels leave {margin} SMs free for overlapped DP collectives",
         )
     else:
-        entries.append(
-            LaunchEnvEntry(
-                name=NCCL_P2P_NET_CHUNKSIZE,
-                value=None,
-                reason=f"nccl_pp_comm_chunksize={chunk} ignored: PP=1 has no pipeline P2P traffic",
-            )
+        margin_setting = (None, "enable_layernorm_sm_margin=False: TE default")
+    if chunk is None:
+        chunk_setting = (None, "nccl_pp_comm_chunksize not given: NCCL default")
+    elif pp_size > 1:
+        chunk_setting = (
+            str(chunk),
+            f"PP={pp_size}: pipeline P2P sends use {chunk}-byte network chunks",
         )
-    return LaunchEnvPlan(entries=tuple(entries))
+    else:
+        chunk_setting = (
+            None,
+            f"nccl_pp_comm_chunksize={chunk} ignored: PP=1 has no pipeline P2P traffic",
+        )
+    settings = (
+        (CUDA_DEVICE_MAX_CONNECTIONS, (str(connections), why)),
+        (NVTE_FWD_LAYERNORM_SM_MARGIN, margin_setting),
+        (NVTE_BWD_LAYERNORM_SM_MARGIN, margin_setting),
+        (NCCL_P2P_NET_CHUNKSIZE, chunk_setting),
+    )
+    return LaunchEnvPlan(
+        entries=tuple(
+            LaunchEnvEntry(name=name, value=value, reason=reason)
+            for name, (value, reason) in settings
+        )
+    )
 
 
 # --------------------------------------------------------------------------- runtime check
@@ -315,14 +311,7 @@ def check_live_environment(
     the flex-backend rule, which holds on every generation. An empty list means no problem.
     The caller decides whether to warn or raise.
     """
-    for name, value in (
-        ("tp_size", tp_size),
-        ("cp_size", cp_size),
-        ("dp_size", dp_size),
-        ("pp_size", pp_size),
-    ):
-        validate_parallel_size(name, value)
-    backend = validate_moe_flex_dispatcher_backend(moe_flex_dispatcher_backend)
+    backend = _validated_layout(tp_size, cp_size, dp_size, pp_size, moe_flex_dispatcher_backend)
 
     raw = env.get(CUDA_DEVICE_MAX_CONNECTIONS)
     if raw is None:
@@ -371,6 +360,17 @@ def check_live_environment(
 # --------------------------------------------------------------------------- from a plan
 
 
+def launch_layout(job: JobDescription) -> dict[str, Any]:
+    """The job's parallel layout, as the keywords the rules above take (``tp_size`` ...)."""
+    return {
+        "tp_size": job.tp_size,
+        "cp_size": job.cp_size,
+        "dp_size": job.dp_size,
+        "pp_size": job.pp_size,
+        "moe_flex_dispatcher_backend": job.model.flex_backend,
+    }
+
+
 def plan_launch_env_for(
     job: JobDescription,
     *,
@@ -402,11 +402,7 @@ def plan_launch_env_for(
         generation = gpu_sm100_or_newer
     return plan_launch_env(
         gpu_sm100_or_newer=generation,
-        tp_size=job.tp_size,
-        cp_size=job.cp_size,
-        dp_size=job.dp_size,
-        pp_size=job.pp_size,
-        moe_flex_dispatcher_backend=job.model.flex_backend,
+        **launch_layout(job),
         a2a_overlap=a2a_overlap,
         enable_layernorm_sm_margin=enable_layernorm_sm_margin,
         layernorm_sm_margin=layernorm_sm_margin,

@@ -53,6 +53,23 @@ _PARAM_DTYPES: tuple[torch.dtype, ...] = (torch.float32, torch.bfloat16, torch.f
 
 _OWNER = "MixedPrecisionConfig"
 
+#: Settings written onto the model config under their own name. fp8_recipe is among them even
+#: without FP8: megatron-core's TransformerConfig default recipe is delayed, and the user's recipe
+#: stays there so that a later fp8 switch-on behaves as written.
+_MODEL_FIELDS = (
+    "fp8",
+    "fp8_recipe",
+    "fp8_margin",
+    "fp8_amax_history_len",
+    "fp8_amax_compute_algo",
+    "fp8_wgrad",
+    "fp8_dot_product_attention",
+    "fp8_multi_head_attention",
+    "first_last_layers_bf16",
+    "num_layers_at_start_in_bf16",
+    "num_layers_at_end_in_bf16",
+)
+
 
 def _check_positive_number(name: str, value: object, *, optional: bool = False) -> None:
     if optional and value is None:
@@ -239,21 +256,10 @@ class MixedPrecisionConfig:
         model_config.autocast_dtype = (
             self.autocast_dtype if self.autocast_dtype is not None else params_dtype
         )
-        model_config.fp8 = self.fp8
-        # megatron-core's TransformerConfig default recipe is delayed; keep the user's recipe
-        # there even without FP8 so that a later fp8 switch-on behaves as written.
-        model_config.fp8_recipe = self.fp8_recipe
-        model_config.fp8_margin = self.fp8_margin
-        model_config.fp8_amax_history_len = self.fp8_amax_history_len
-        model_config.fp8_amax_compute_algo = self.fp8_amax_compute_algo
-        model_config.fp8_wgrad = self.fp8_wgrad
-        model_config.fp8_dot_product_attention = self.fp8_dot_product_attention
-        model_config.fp8_multi_head_attention = self.fp8_multi_head_attention
+        for name in _MODEL_FIELDS:
+            setattr(model_config, name, getattr(self, name))
         # Megatron-LM maps --fp8-param-gather onto TransformerConfig.fp8_param (FP8 weights).
         model_config.fp8_param = self.fp8_param_gather
-        model_config.first_last_layers_bf16 = self.first_last_layers_bf16
-        model_config.num_layers_at_start_in_bf16 = self.num_layers_at_start_in_bf16
-        model_config.num_layers_at_end_in_bf16 = self.num_layers_at_end_in_bf16
 
         if optimizer_config is not None:
             optimizer_config.bf16 = self.bf16

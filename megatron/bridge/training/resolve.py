@@ -206,12 +206,8 @@ def check_launch_environment(
     plan = resolved.plan
     problems = launch_env.check_live_environment(
         tp_comm_overlap=bool(plan is not None and plan.value("tp_comm_overlap")),
-        tp_size=f.tp_size,
-        cp_size=f.cp_size,
-        dp_size=f.dp_size,
-        pp_size=f.pp_size,
+        **launch_env.launch_layout(f),
         a2a_overlap=resolved.a2a_overlap,
-        moe_flex_dispatcher_backend=f.model.flex_backend,
         gpu_sm100_or_newer=live,
         env=os.environ if env is None else env,
     )
@@ -292,31 +288,20 @@ def resolve_config(
     dp = _data_parallel_size(staged.model, world)
     staged.train.finalize(dp)
 
+    configs = (staged.model, staged.optimizer, staged.ddp)
+    run = {
+        "micro_batch_size": staged.train.micro_batch_size,
+        "global_batch_size": staged.train.global_batch_size,
+        "te_status": te,
+        "gpu": gpu,
+    }
     plan = None
     if overlap is not None:
         # setup() runs the request's finalize() checks first.
-        plan = overlap.setup(
-            staged.model,
-            staged.optimizer,
-            staged.ddp,
-            data_parallel_size=dp,
-            micro_batch_size=staged.train.micro_batch_size,
-            global_batch_size=staged.train.global_batch_size,
-            te_status=te,
-            gpu=gpu,
-        )
+        plan = overlap.setup(*configs, data_parallel_size=dp, **run)
         job = plan.job
     else:
-        job = describe_configs(
-            staged.model,
-            staged.optimizer,
-            staged.ddp,
-            world_size=world,
-            micro_batch_size=staged.train.micro_batch_size,
-            global_batch_size=staged.train.global_batch_size,
-            te_status=te,
-            gpu=gpu,
-        )
+        job = describe_configs(*configs, world_size=world, **run)
         write_distributed_optimizer(job, staged.optimizer, staged.ddp)
         if job.distributed_optimizer_note is not None:
             logger.info(job.distributed_optimizer_note)

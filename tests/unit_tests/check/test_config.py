@@ -8,7 +8,6 @@ Both routes must give the same config, layout and notes for the same recipe.
 from __future__ import annotations
 
 import dataclasses
-import sys
 import textwrap
 from typing import Any
 
@@ -51,11 +50,8 @@ PLAIN = (int, float, str, bool, type(None))
 
 
 @pytest.fixture
-def user_recipes(tmp_path, monkeypatch):
-    (tmp_path / "check_user_recipes.py").write_text(USER_MODULE)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    yield "check_user_recipes"
-    sys.modules.pop("check_user_recipes", None)
+def user_recipes(importable_module):
+    return importable_module("check_user_recipes", USER_MODULE)
 
 
 def _plain_fields(obj: Any) -> dict[str, Any]:

@@ -3,8 +3,6 @@ tests/unit_tests/training/test_setup.py)."""
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 from unittest import mock
 
 import pytest
@@ -14,23 +12,13 @@ from megatron.core.transformer.transformer_config import TransformerConfig
 
 from megatron.bridge.models import GPTModelProvider
 from megatron.bridge.models import gpt_provider as gpt_provider_module
+from tests.unit_tests.conftest import snapshot
 
 
 def _dims(**extra) -> GPTModelProvider:
     return GPTModelProvider(
         num_layers=8, hidden_size=512, num_attention_heads=8, vocab_size=1000, **extra
     )
-
-
-def snapshot(config) -> dict:
-    """Field values, with megatron-core's init-method partials compared by what they compute."""
-    out = {}
-    for f in dataclasses.fields(config):
-        value = getattr(config, f.name)
-        if isinstance(value, functools.partial):
-            value = (value.func, value.args, tuple(sorted(value.keywords.items())))
-        out[f.name] = value
-    return out
 
 
 def test_is_a_real_transformer_config():

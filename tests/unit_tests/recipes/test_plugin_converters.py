@@ -39,13 +39,19 @@ def upstream_nsys_converter(args: NsysPluginScriptArgs) -> list[str]:
     ]
 
 
-def test_upstream_converter_works_for_perf_env_plugin():
+def _recording(convert):
+    """``convert`` wrapped to record every dataclass it is called with: (wrapper, calls)."""
     seen = []
 
     def converter(args):
         seen.append(args)
-        return upstream_perf_env_converter(args)
+        return convert(args)
 
+    return converter, seen
+
+
+def test_upstream_converter_works_for_perf_env_plugin():
+    converter, seen = _recording(upstream_perf_env_converter)
     task = _script()
     PerfEnvPlugin(manual_gc_interval=25, script_args_converter_fn=converter).setup(
         task, run.LocalExecutor()
@@ -56,12 +62,7 @@ def test_upstream_converter_works_for_perf_env_plugin():
 
 
 def test_upstream_converter_works_for_nsys_plugin():
-    seen = []
-
-    def converter(args):
-        seen.append(args)
-        return upstream_nsys_converter(args)
-
+    converter, seen = _recording(upstream_nsys_converter)
     task = _script()
     NsysPlugin(
         profile_step_start=3,
@@ -86,11 +87,11 @@ def test_upstream_converter_works_for_nsys_plugin():
 
 
 def test_nsys_record_shapes_unset_reaches_an_upstream_converter_as_false():
-    seen = []
+    converter, seen = _recording(lambda args: [])
     NsysPlugin(
         profile_step_start=1,
         profile_step_end=2,
-        script_args_converter_fn=lambda args: seen.append(args) or [],
+        script_args_converter_fn=converter,
     ).setup(_script(), run.LocalExecutor())
     assert seen[0].record_shapes is False and seen[0].record_shapes_set is False
 

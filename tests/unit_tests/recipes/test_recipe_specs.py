@@ -144,18 +144,16 @@ USER_MODULE = textwrap.dedent(
 
 
 @pytest.fixture
-def user_recipes(tmp_path, monkeypatch):
+def user_recipes(importable_module, tmp_path):
     """An importable module of the user's, and a distribution registering one of its recipes."""
-    (tmp_path / "my_recipes.py").write_text(USER_MODULE)
+    importable_module("my_recipes", USER_MODULE)
     dist = tmp_path / "my_recipes-1.0.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: my-recipes\nVersion: 1.0\n")
     (dist / "entry_points.txt").write_text(
         "[megatron_bridge.recipes]\ntiny_gpt = my_recipes:tiny_gpt\n"
     )
-    monkeypatch.syspath_prepend(str(tmp_path))
-    yield tmp_path
-    sys.modules.pop("my_recipes", None)
+    return tmp_path
 
 
 def test_module_function_recipe_is_explained_with_overrides(user_recipes, capsys):

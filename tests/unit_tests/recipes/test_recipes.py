@@ -44,32 +44,20 @@ def resolve(cfg, world_size):
         return runtime_config_update(cfg, world_size=world_size)
 
 
-# name, published GPU count, expected DP size, preset name, TP, PP, VPP, CP
+# name, published GPU count, expected DP size, preset name, (TP, PP, VPP, CP)
 PUBLISHED = [
-    pytest.param(
-        "gpt3_175b",
-        1024,
-        32,
-        "userbuffers_bf16_h100_h12288_tp4_mbs1_seqlen2048",
-        (4, 8, 6, 1),
-        id="gpt3_175b",
-    ),
-    pytest.param(
-        "llama3_70b",
-        64,
-        2,
-        "userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192",
-        (4, 4, 5, 2),
-        id="llama3_70b",
-    ),
-    pytest.param(
-        "llama31_405b",
-        1024,
-        8,
-        "userbuffers_bf16_h100_h16384_tp8_cp2_mbs1_seqlen8192",
-        (8, 8, 8, 2),
-        id="llama31_405b",
-    ),
+    pytest.param(*row, id=row[0])
+    for row in [
+        ("gpt3_175b", 1024, 32, "userbuffers_bf16_h100_h12288_tp4_mbs1_seqlen2048", (4, 8, 6, 1)),
+        ("llama3_70b", 64, 2, "userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192", (4, 4, 5, 2)),
+        (
+            "llama31_405b",
+            1024,
+            8,
+            "userbuffers_bf16_h100_h16384_tp8_cp2_mbs1_seqlen8192",
+            (8, 8, 8, 2),
+        ),
+    ]
 ]
 
 

@@ -3,7 +3,6 @@
 import importlib
 import logging
 import os
-import subprocess
 import sys
 
 import nemo_run as run
@@ -13,12 +12,11 @@ from megatron.bridge.models import GPTModelProvider
 from megatron.bridge.recipes import run_plugins
 from megatron.bridge.recipes.run_plugins import VBOOST_SETUP_LINE, NsysPlugin, PerfEnvPlugin
 from megatron.bridge.training.comm_overlap import CommOverlapConfig, te_status
-from megatron.bridge.training.config import ConfigContainer, TrainingConfig
 from megatron.bridge.training.resolve import resolve_config
 from megatron.bridge.utils.root_logger import root_logger_preserved
+from tests.unit_tests.conftest import CONNECTION_MATRIX, bf16_container, modules_loaded_by
 
 LOGGER = "megatron.bridge.recipes.run_plugins"
-HOPPER, BLACKWELL = False, True
 
 
 def _script():
@@ -57,44 +55,14 @@ def train_plain(lr: float = 1.0):
 
 # --------------------------------------------------------------------- connection matrix
 
-# gpu, tp, cp, pp, num_gpus (-> dp), backend, a2a, expected CUDA_DEVICE_MAX_CONNECTIONS
-CONNECTION_MATRIX = [
-    pytest.param(HOPPER, 1, 1, 1, 8, None, False, "8", id="hopper-dp8"),
-    pytest.param(HOPPER, 1, 1, 4, 8, None, False, "8", id="hopper-pp4-dp2"),
-    pytest.param(HOPPER, 2, 1, 1, 2, None, False, "1", id="hopper-tp2-dp1"),
-    pytest.param(HOPPER, 4, 1, 2, 8, None, False, "1", id="hopper-tp4-pp2"),
-    pytest.param(HOPPER, 1, 2, 1, 8, None, False, "1", id="hopper-cp2-dp4"),
-    pytest.param(HOPPER, 2, 1, 1, 8, None, True, "8", id="hopper-tp2-a2a"),
-    pytest.param(HOPPER, 2, 1, 1, 8, "deepep", False, "32", id="hopper-tp2-deepep"),
-    pytest.param(HOPPER, 1, 1, 1, 8, "hybridep", False, "32", id="hopper-hybridep"),
-    pytest.param(HOPPER, 2, 1, 1, 8, "ncclep", False, "1", id="hopper-tp2-ncclep"),
-    pytest.param(BLACKWELL, 2, 1, 1, 8, None, False, "32", id="sm100-tp2-dp4"),
-    pytest.param(BLACKWELL, 2, 1, 2, 4, None, False, "32", id="sm100-tp2-pp2-dp1"),
-    pytest.param(BLACKWELL, 1, 2, 1, 4, None, False, "32", id="sm100-cp2-dp2"),
-    pytest.param(BLACKWELL, 2, 1, 1, 2, None, False, "8", id="sm100-tp2-dp1"),
-    pytest.param(BLACKWELL, 1, 1, 1, 8, None, False, "8", id="sm100-dp8"),
-    pytest.param(BLACKWELL, 1, 1, 8, 8, None, False, "8", id="sm100-pp8"),
-    pytest.param(BLACKWELL, 2, 1, 1, 8, None, True, "32", id="sm100-tp2-a2a"),
-    pytest.param(BLACKWELL, 1, 1, 1, 8, "deepep", False, "32", id="sm100-deepep"),
-    pytest.param(BLACKWELL, 1, 1, 1, 8, "ncclep", False, "8", id="sm100-ncclep"),
-]
 
-
-@pytest.mark.parametrize(
-    ("gpu", "tp", "cp", "pp", "num_gpus", "backend", "a2a", "expected"), CONNECTION_MATRIX
-)
-def test_connection_matrix_on_local_executor(gpu, tp, cp, pp, num_gpus, backend, a2a, expected):
+@pytest.mark.parametrize(("layout", "expected"), CONNECTION_MATRIX)
+def test_connection_matrix_on_local_executor(layout, expected):
+    plugin_fields = {k: v for k, v in layout.items() if k != "dp_size"}
+    num_gpus = layout["tp_size"] * layout["cp_size"] * layout["pp_size"] * layout["dp_size"]
     executor = run.LocalExecutor()
-    PerfEnvPlugin(
-        gpu_sm100_or_newer=gpu,
-        tp_size=tp,
-        cp_size=cp,
-        pp_size=pp,
-        num_gpus=num_gpus,
-        moe_flex_dispatcher_backend=backend,
-        a2a_overlap=a2a,
-    ).setup(_script(), executor)
-    assert executor.env_vars["CUDA_DEVICE_MAX_CONNECTIONS"] == expected
+    PerfEnvPlugin(**plugin_fields, num_gpus=num_gpus).setup(_script(), executor)
+    assert executor.env_vars["CUDA_DEVICE_MAX_CONNECTIONS"] == str(expected)
 
 
 def test_plugin_uses_the_shared_plan():
@@ -318,16 +286,7 @@ def _container(comm_overlap=None, **model_kwargs):
     model = GPTModelProvider(
         num_layers=4, hidden_size=64, num_attention_heads=4, seq_length=128, vocab_size=1000
     )
-    for name, value in model_kwargs.items():
-        setattr(model, name, value)
-    cfg = ConfigContainer(
-        model=model,
-        train=TrainingConfig(micro_batch_size=1),
-        mixed_precision="bf16_mixed",
-        comm_overlap=comm_overlap,
-    )
-    cfg.ddp.use_distributed_optimizer = True
-    return cfg
+    return bf16_container(model, comm_overlap=comm_overlap, **model_kwargs)
 
 
 def _moe(**kwargs):
@@ -636,10 +595,5 @@ def test_module_exports_are_documented_plugins_and_helpers():
 
 
 def test_recipes_package_import_is_light():
-    code = (
-        "import sys, megatron.bridge.recipes\n"
-        "heavy = [m for m in ('torch', 'megatron.core', 'nemo_run') if m in sys.modules]\n"
-        "assert not heavy, heavy\n"
-    )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
+    code = "import megatron.bridge.recipes"
+    assert modules_loaded_by(code, ("torch", "megatron.core", "nemo_run")) == []

@@ -28,6 +28,7 @@ from megatron.bridge.training.comm_overlap import (
     plan_comm_overlap,
 )
 from megatron.bridge.training.job import JobDescription, ModelDescription
+from tests.unit_tests.conftest import layout_fields
 
 OPTIONAL_BOOL_KNOBS = (
     "overlap_p2p_comm",
@@ -50,11 +51,7 @@ def layouts(draw) -> JobDescription:
     vpp = draw(st.sampled_from([None, 2, 3])) if pp > 1 else None
     experts = draw(st.sampled_from([None, 1, 8])) if ep > 1 or draw(st.booleans()) else None
     model = ModelDescription(
-        tensor_model_parallel_size=tp,
-        pipeline_model_parallel_size=pp,
-        virtual_pipeline_model_parallel_size=vpp,
-        context_parallel_size=cp,
-        expert_model_parallel_size=ep,
+        **layout_fields(tp_size=tp, pp_size=pp, vpp_size=vpp, cp_size=cp, ep_size=ep),
         sequence_parallel=tp > 1 and draw(st.booleans()),
         hidden_size=draw(st.sampled_from([4096, 8192, 12288])),
         seq_length=draw(st.sampled_from([None, 2048, 4096, 2050])),
@@ -141,16 +138,8 @@ def valid_model_layouts(draw):
     ep = draw(st.sampled_from([1, 2]))
     vpp = draw(st.sampled_from([None, 2])) if pp > 1 else None
     sp = tp > 1 and (ep > 1 or draw(st.booleans()))  # megatron-core: EP with TP needs SP
-    return {
-        "tp": tp,
-        "pp": pp,
-        "cp": cp,
-        "ep": ep,
-        "vpp": vpp,
-        "sp": sp,
-        "dp": draw(sizes),
-        "dist_opt": draw(st.booleans()),
-    }
+    parallel = {"tp_size": tp, "pp_size": pp, "cp_size": cp, "ep_size": ep, "vpp_size": vpp}
+    return {"parallel": parallel, "sp": sp, "dp": draw(sizes), "dist_opt": draw(st.booleans())}
 
 
 def _real_configs(layout):
@@ -160,14 +149,10 @@ def _real_configs(layout):
         num_attention_heads=8,
         bf16=True,
         pipeline_dtype=torch.bfloat16,
-        num_moe_experts=4 if layout["ep"] > 1 else None,
+        num_moe_experts=4 if layout["parallel"]["ep_size"] > 1 else None,
         moe_token_dispatcher_type="alltoall",
         expert_tensor_parallel_size=1,  # megatron-core: biased MoE layers need ETP 1
-        tensor_model_parallel_size=layout["tp"],
-        pipeline_model_parallel_size=layout["pp"],
-        virtual_pipeline_model_parallel_size=layout["vpp"],
-        context_parallel_size=layout["cp"],
-        expert_model_parallel_size=layout["ep"],
+        **layout_fields(**layout["parallel"]),
         sequence_parallel=layout["sp"],
     )
     opt = OptimizerConfig(use_distributed_optimizer=layout["dist_opt"], bf16=True)

@@ -8,7 +8,6 @@ needs CUDA to build and import, so it cannot exist on a CPU machine.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 from unittest import mock
 
@@ -29,6 +28,7 @@ from megatron.bridge.training.mixed_precision import (
     get_mixed_precision_config,
 )
 from megatron.bridge.training.resolve import resolve_world_size, runtime_config_update
+from tests.unit_tests.conftest import snapshot
 
 
 def _recipe() -> ConfigContainer:
@@ -66,16 +66,6 @@ def _enablement() -> ConfigContainer:
     cfg.mixed_precision.grad_reduce_in_fp32 = False
     cfg.mixed_precision.fp8_param_gather = False
     return cfg
-
-
-def _snapshot(config) -> dict:
-    out = {}
-    for f in dataclasses.fields(config):
-        value = getattr(config, f.name)
-        if isinstance(value, functools.partial):
-            value = (value.func, value.args, tuple(sorted(value.keywords.items())))
-        out[f.name] = value
-    return out
 
 
 # --- the usual enablement, end to end -------------------------------------------------------------------------
@@ -139,9 +129,9 @@ def test_enablement_leaves_user_objects_as_written(te_available):
 def test_running_twice_gives_the_same_result(te_available):
     cfg = _enablement()
     first_plan = runtime_config_update(cfg, world_size=128)
-    first = (_snapshot(cfg.model), _snapshot(cfg.optimizer), _snapshot(cfg.ddp))
+    first = (snapshot(cfg.model), snapshot(cfg.optimizer), snapshot(cfg.ddp))
     second_plan = runtime_config_update(cfg, world_size=128)
-    assert (_snapshot(cfg.model), _snapshot(cfg.optimizer), _snapshot(cfg.ddp)) == first
+    assert (snapshot(cfg.model), snapshot(cfg.optimizer), snapshot(cfg.ddp)) == first
     assert second_plan.to_dict() == first_plan.to_dict()
 
 

@@ -11,17 +11,12 @@ from megatron.bridge.recipes import RECIPES, get_recipe, recipe_spec
 from megatron.bridge.training.comm_overlap import OverlapRefusedError
 from megatron.bridge.training.env_vars import check_env_vars
 from megatron.bridge.training.resolve import runtime_config_update
-
-_NAMES = (
-    "CUDA_DEVICE_MAX_CONNECTIONS",
-    "NVTE_FWD_LAYERNORM_SM_MARGIN",
-    "NVTE_BWD_LAYERNORM_SM_MARGIN",
-)
+from tests.unit_tests.conftest import LAUNCH_VARS
 
 
 @pytest.fixture(autouse=True)
-def clean_env(monkeypatch):
-    for name in (*_NAMES, "MY_FLAG", "MY_RATIO"):
+def clean_env(no_launch_vars, monkeypatch):
+    for name in ("MY_FLAG", "MY_RATIO"):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -84,7 +79,7 @@ def test_a_failed_update_exports_nothing():
     cfg = get_recipe("gpt3_175b")
     with pytest.raises(ValueError, match="does not split"):
         runtime_config_update(cfg, 1000, te="assume")
-    assert not any(name in os.environ for name in _NAMES)
+    assert not any(name in os.environ for name in LAUNCH_VARS)
     assert cfg.applied_env_vars is None
 
 
@@ -104,7 +99,7 @@ def test_strict_refuses_the_contradiction_before_exporting_anything():
     cfg.comm_overlap.strict = True
     with pytest.raises(OverlapRefusedError, match="needs 1"):
         runtime_config_update(cfg, 1024, te="assume")
-    assert not any(name in os.environ for name in _NAMES)
+    assert not any(name in os.environ for name in LAUNCH_VARS)
 
 
 @pytest.mark.parametrize("name", sorted(RECIPES))

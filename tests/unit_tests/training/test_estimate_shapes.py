@@ -8,7 +8,6 @@ single-process test cannot create.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from types import SimpleNamespace
 
@@ -17,7 +16,8 @@ from megatron.core.pipeline_parallel.schedules import get_tensor_shapes
 
 from megatron.bridge.training.comm_overlap import CommOverlapConfig, plan_comm_overlap
 from megatron.bridge.training.estimate import estimate_step
-from megatron.bridge.training.job import JobDescription, ModelDescription
+from megatron.bridge.training.job import ModelDescription
+from tests.unit_tests.conftest import h100_job
 
 DIMS = ModelDescription(
     num_layers=8,
@@ -30,37 +30,21 @@ DIMS = ModelDescription(
 )
 
 
-def _job(*, tp: int, pp: int, cp: int, dp: int, sp: bool, mbs: int, gbs: int) -> JobDescription:
-    model = dataclasses.replace(
-        DIMS,
-        tensor_model_parallel_size=tp,
-        pipeline_model_parallel_size=pp,
-        context_parallel_size=cp,
-        sequence_parallel=sp,
-    )
-    return JobDescription(
-        model=model,
-        world_size=tp * cp * pp * dp,
-        gpu="h100",
-        micro_batch_size=mbs,
-        global_batch_size=gbs,
-        grad_reduce_in_fp32=True,
-    )
-
-
 def _group(size: int) -> SimpleNamespace:
     return SimpleNamespace(size=lambda: size)
 
 
-@pytest.mark.parametrize("sp", [True, False])
-@pytest.mark.parametrize("cp", [1, 2])
-@pytest.mark.parametrize("mbs", [1, 2])
-def test_pp_message_is_megatron_cores_p2p_tensor(sp, cp, mbs):
-    tp, pp, dp, gbs = 4, 2, 2, 16
-    job = _job(tp=tp, pp=pp, cp=cp, dp=dp, sp=sp, mbs=mbs, gbs=gbs)
+def _estimated(mode: str, *, tp: int, pp: int, cp: int, dp: int, sp: bool, mbs: int, gbs: int):
+    """The step estimate's one communication entry of ``mode``, for a job of DIMS (overlap off)."""
+    layout = {"tp_size": tp, "pp_size": pp, "cp_size": cp, "sequence_parallel": sp}
+    job = h100_job(DIMS, dp_size=dp, micro_batch_size=mbs, global_batch_size=gbs, **layout)
     plan = plan_comm_overlap(CommOverlapConfig(tp_comm_overlap=False), job)
-    estimate = estimate_step(plan)
-    (pp_entry,) = [c for c in estimate.communication if c.mode == "pp"]
+    (entry,) = [c for c in estimate_step(plan).communication if c.mode == mode]
+    return entry
+
+
+def _p2p_tensor_elements(*, tp: int, cp: int, sp: bool, mbs: int) -> int:
+    """Elements of the p2p tensor megatron-core allocates for a job of DIMS."""
     config = SimpleNamespace(
         variable_seq_lengths=False, sequence_parallel=sp, hidden_size=DIMS.hidden_size
     )
@@ -72,11 +56,21 @@ def test_pp_message_is_megatron_cores_p2p_tensor(sp, cp, mbs):
         tp_group=_group(tp),
         cp_group=_group(cp),
     )
+    return math.prod(shape)
+
+
+@pytest.mark.parametrize("sp", [True, False])
+@pytest.mark.parametrize("cp", [1, 2])
+@pytest.mark.parametrize("mbs", [1, 2])
+def test_pp_message_is_megatron_cores_p2p_tensor(sp, cp, mbs):
+    tp, pp, dp, gbs = 4, 2, 2, 16
+    pp_entry = _estimated("pp", tp=tp, pp=pp, cp=cp, dp=dp, sp=sp, mbs=mbs, gbs=gbs)
+    elements = _p2p_tensor_elements(tp=tp, cp=cp, sp=sp, mbs=mbs)
     micro_batches = gbs // (mbs * dp)
     # Without interleaving, an edge stage (the busiest here) sends one message per micro-batch:
     # activations forward from the first stage, or gradients backward from the last.
     bf16_bytes = 2
-    assert pp_entry.bytes_per_gpu_per_step == micro_batches * math.prod(shape) * bf16_bytes
+    assert pp_entry.bytes_per_gpu_per_step == micro_batches * elements * bf16_bytes
 
 
 @pytest.mark.parametrize("cp", [1, 2])
@@ -86,22 +80,9 @@ def test_tp_collectives_move_megatron_cores_full_sequence_tensor(tp, cp):
     # the full-sequence activation: the p2p tensor megatron-core would use without SP. A ring
     # collective over TP ranks sends (TP-1)/TP of it from each GPU.
     pp, dp, mbs, gbs = 2, 2, 1, 8
-    job = _job(tp=tp, pp=pp, cp=cp, dp=dp, sp=True, mbs=mbs, gbs=gbs)
-    plan = plan_comm_overlap(CommOverlapConfig(tp_comm_overlap=False), job)
-    estimate = estimate_step(plan)
-    (tp_entry,) = [c for c in estimate.communication if c.mode == "tp"]
-    config = SimpleNamespace(
-        variable_seq_lengths=False, sequence_parallel=False, hidden_size=DIMS.hidden_size
-    )
-    (full,) = get_tensor_shapes(
-        seq_length=DIMS.seq_length,
-        micro_batch_size=mbs,
-        decoder_seq_length=None,
-        config=config,
-        tp_group=_group(tp),
-        cp_group=_group(cp),
-    )
-    per_collective = (tp - 1) / tp * math.prod(full) * 2
+    tp_entry = _estimated("tp", tp=tp, pp=pp, cp=cp, dp=dp, sp=True, mbs=mbs, gbs=gbs)
+    full = _p2p_tensor_elements(tp=tp, cp=cp, sp=False, mbs=mbs)
+    per_collective = (tp - 1) / tp * full * 2
     collectives = tp_entry.bytes_per_gpu_per_step / per_collective
     micro_batches = gbs // (mbs * dp)
     layers_per_stage = DIMS.num_layers // pp

@@ -1,8 +1,5 @@
 """Launch-time environment rules (megatron/bridge/training/launch_env.py): pure, no NeMo-Run."""
 
-import subprocess
-import sys
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -14,61 +11,24 @@ from megatron.bridge.training.launch_env import (
     cuda_device_max_connections,
     plan_launch_env,
 )
-
-HOPPER, BLACKWELL = False, True
-
-
-# gpu, tp, cp, dp, pp, backend, a2a, expected
-CONNECTION_MATRIX = [
-    (HOPPER, 1, 1, 8, 1, None, False, 8),
-    (HOPPER, 1, 1, 2, 4, None, False, 8),
-    (HOPPER, 2, 1, 1, 1, None, False, 1),
-    (HOPPER, 4, 1, 1, 2, None, False, 1),
-    (HOPPER, 1, 2, 4, 1, None, False, 1),
-    (HOPPER, 8, 2, 4, 4, None, False, 1),
-    (HOPPER, 2, 1, 4, 1, None, True, 8),
-    (HOPPER, 1, 2, 4, 1, None, True, 8),
-    (HOPPER, 2, 1, 4, 1, "deepep", False, 32),
-    (HOPPER, 1, 1, 8, 1, "hybridep", False, 32),
-    (HOPPER, 2, 1, 4, 1, "ncclep", False, 1),
-    (BLACKWELL, 2, 1, 4, 1, None, False, 32),
-    (BLACKWELL, 2, 1, 1, 2, None, False, 32),
-    (BLACKWELL, 1, 2, 2, 1, None, False, 32),
-    (BLACKWELL, 2, 1, 1, 1, None, False, 8),
-    (BLACKWELL, 1, 1, 8, 1, None, False, 8),
-    (BLACKWELL, 1, 1, 1, 8, None, False, 8),
-    (BLACKWELL, 2, 1, 4, 1, None, True, 32),
-    (BLACKWELL, 1, 1, 8, 1, "deepep", False, 32),
-    (BLACKWELL, 1, 1, 8, 1, "ncclep", False, 8),
-]
-
-
-@pytest.mark.parametrize(
-    ("gpu", "tp", "cp", "dp", "pp", "backend", "a2a", "expected"), CONNECTION_MATRIX
+from tests.unit_tests.conftest import (
+    CONNECTION_MATRIX,
+    HOPPER,
+    connection_layout,
+    modules_loaded_by,
 )
-def test_cuda_device_max_connections_matrix(gpu, tp, cp, dp, pp, backend, a2a, expected):
-    value, reason = cuda_device_max_connections(
-        gpu_sm100_or_newer=gpu,
-        tp_size=tp,
-        cp_size=cp,
-        dp_size=dp,
-        pp_size=pp,
-        moe_flex_dispatcher_backend=backend,
-        a2a_overlap=a2a,
-    )
+
+
+@pytest.mark.parametrize(("layout", "expected"), CONNECTION_MATRIX)
+def test_cuda_device_max_connections_matrix(layout, expected):
+    value, reason = cuda_device_max_connections(**layout)
     assert value == expected
     assert isinstance(reason, str) and reason and "\n" not in reason
 
 
 def test_flex_backend_outranks_hopper_rule_and_says_so():
     value, reason = cuda_device_max_connections(
-        gpu_sm100_or_newer=False,
-        tp_size=4,
-        cp_size=1,
-        dp_size=2,
-        pp_size=1,
-        moe_flex_dispatcher_backend="hybridep",
-        a2a_overlap=False,
+        **connection_layout(HOPPER, 4, 1, 2, 1, "hybridep", False)
     )
     assert value == 32
     assert "hybridep" in reason
@@ -164,17 +124,8 @@ def test_manual_gc_interval_validation():
 
 
 def _check(env, *, gpu, tp=2, cp=1, dp=4, pp=1, backend=None, a2a=False, tp_comm_overlap=True):
-    return check_live_environment(
-        tp_comm_overlap=tp_comm_overlap,
-        tp_size=tp,
-        cp_size=cp,
-        dp_size=dp,
-        pp_size=pp,
-        a2a_overlap=a2a,
-        moe_flex_dispatcher_backend=backend,
-        gpu_sm100_or_newer=gpu,
-        env=env,
-    )
+    layout = connection_layout(gpu, tp, cp, dp, pp, backend, a2a)
+    return check_live_environment(tp_comm_overlap=tp_comm_overlap, **layout, env=env)
 
 
 def test_check_hopper_tp_overlap_unset_is_a_problem():
@@ -275,11 +226,6 @@ def test_the_plan_always_passes_the_live_check(layout, tp_comm_overlap):
 
 
 def test_module_is_pure_stdlib():
-    code = (
-        "import sys, megatron.bridge.training.launch_env\n"
-        "heavy = [m for m in ('torch', 'megatron.core', 'nemo_run', 'transformer_engine') "
-        "if m in sys.modules]\n"
-        "assert not heavy, heavy\n"
-    )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
+    code = "import megatron.bridge.training.launch_env"
+    heavy = ("torch", "megatron.core", "nemo_run", "transformer_engine")
+    assert modules_loaded_by(code, heavy) == []

@@ -15,8 +15,9 @@ import pytest
 from megatron.bridge.models import GPTModelProvider
 from megatron.bridge.training import comm_overlap, resolve
 from megatron.bridge.training.comm_overlap import CommOverlapConfig, OverlapRefusedError
-from megatron.bridge.training.config import ConfigContainer, TrainingConfig
+from megatron.bridge.training.config import ConfigContainer
 from megatron.bridge.training.resolve import runtime_config_update
+from tests.unit_tests.conftest import bf16_container
 
 
 def _cfg(strict: bool = False) -> ConfigContainer:
@@ -25,14 +26,9 @@ def _cfg(strict: bool = False) -> ConfigContainer:
     )
     model.tensor_model_parallel_size = 4
     model.sequence_parallel = True
-    cfg = ConfigContainer(
-        model=model,
-        train=TrainingConfig(micro_batch_size=1),
-        mixed_precision="bf16_mixed",
-        comm_overlap=CommOverlapConfig(tp_comm_overlap=True, strict=strict),
+    return bf16_container(
+        model, comm_overlap=CommOverlapConfig(tp_comm_overlap=True, strict=strict)
     )
-    cfg.ddp.use_distributed_optimizer = True
-    return cfg
 
 
 @pytest.fixture

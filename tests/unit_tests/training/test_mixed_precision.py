@@ -33,6 +33,21 @@ def _configs():
     return model, OptimizerConfig(), DistributedDataParallelConfig()
 
 
+def _preset(name: str, **fields) -> MixedPrecisionConfig:
+    """Preset ``name`` with ``fields`` set on it afterwards, the way a recipe edits one."""
+    mp = get_mixed_precision_config(name)
+    for field, value in fields.items():
+        setattr(mp, field, value)
+    return mp
+
+
+def _set_up(name: str, **fields):
+    """``_preset(name, **fields)`` set up on fresh configs: (preset, model, optimizer, ddp)."""
+    mp, (model, optimizer, ddp) = _preset(name, **fields), _configs()
+    mp.setup(model, optimizer, ddp)
+    return mp, model, optimizer, ddp
+
+
 # --- presets ------------------------------------------------------------------------------------
 
 
@@ -105,11 +120,9 @@ def test_recipe_values_follow_megatron_core():
 
 
 def test_enablement_precision_knobs_land_in_ddp_and_model():
-    model, optimizer, ddp = _configs()
-    mp = get_mixed_precision_config("bf16_with_fp8_delayed_scaling_mixed")
-    mp.grad_reduce_in_fp32 = False
-    mp.fp8_param_gather = False
-    mp.setup(model, optimizer, ddp)
+    mp, model, optimizer, ddp = _set_up(
+        "bf16_with_fp8_delayed_scaling_mixed", grad_reduce_in_fp32=False, fp8_param_gather=False
+    )
     assert ddp.grad_reduce_in_fp32 is False
     assert ddp.fp8_param_gather is False and model.fp8_param is False
     mp.fp8_param_gather = True
@@ -125,8 +138,7 @@ def test_enablement_precision_knobs_land_in_ddp_and_model():
 def test_precision_knob_set_on_ddp_and_replaced_is_said(caplog):
     model, optimizer, ddp = _configs()
     ddp.grad_reduce_in_fp32 = True  # set on cfg.ddp directly, where it does not belong
-    mp = get_mixed_precision_config("bf16_mixed")
-    mp.grad_reduce_in_fp32 = False
+    mp = _preset("bf16_mixed", grad_reduce_in_fp32=False)
     with caplog.at_level(logging.WARNING, logger="megatron.bridge.training.mixed_precision"):
         mp.setup(model, optimizer, ddp)
     assert ddp.grad_reduce_in_fp32 is False
@@ -270,11 +282,9 @@ def test_contradictions_and_bad_values_raise(kwargs, error, match):
 
 
 def test_mxfp8_param_gather_with_buffer_reuse():
-    model, optimizer, ddp = _configs()
-    mp = get_mixed_precision_config("bf16_with_mxfp8_mixed")
-    mp.fp8_param_gather = True
-    mp.reuse_grad_buf_for_mxfp8_param_ag = True
-    mp.setup(model, optimizer, ddp)
+    _, _, optimizer, ddp = _set_up(
+        "bf16_with_mxfp8_mixed", fp8_param_gather=True, reuse_grad_buf_for_mxfp8_param_ag=True
+    )
     assert ddp.reuse_grad_buf_for_mxfp8_param_ag is True
     assert optimizer.reuse_grad_buf_for_mxfp8_param_ag is True
     assert optimizer.fp8_recipe == "mxfp8"

@@ -14,15 +14,7 @@ from megatron.bridge.training.comm_overlap import PUBLISHED_PRESETS
 from megatron.bridge.training.resolve import runtime_config_update
 from megatron.bridge.training.serialization import from_yaml, to_yaml, write_run_config
 
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch):
-    for name in (
-        "CUDA_DEVICE_MAX_CONNECTIONS",
-        "NVTE_FWD_LAYERNORM_SM_MARGIN",
-        "NVTE_BWD_LAYERNORM_SM_MARGIN",
-    ):
-        monkeypatch.delenv(name, raising=False)
+pytestmark = pytest.mark.usefixtures("no_launch_vars")
 
 
 @pytest.mark.parametrize("name", sorted(RECIPES))

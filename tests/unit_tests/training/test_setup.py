@@ -8,8 +8,6 @@ build_model returns the bare chunks.
 from __future__ import annotations
 
 import logging
-import sys
-import types
 from unittest import mock
 
 import pytest
@@ -21,6 +19,7 @@ from megatron.bridge.training.comm_overlap import CommOverlapConfig
 from megatron.bridge.training.config import ConfigContainer, TrainingConfig
 from megatron.bridge.training.initialize import reset_tp_communicators
 from megatron.bridge.training.setup import build_model
+from tests.unit_tests.conftest import stub_transformer_engine
 
 HIDDEN, LAYERS, HEADS, SEQ, VOCAB = 64, 2, 4, 32, 1000
 
@@ -116,19 +115,11 @@ def test_build_model_initializes_userbuffers_when_tp_overlap_survives(monkeypatc
     # exist on a CPU machine: TE is a recording stand-in in sys.modules, and the model build is
     # replaced by a recorder that checks the userbuffers were initialized before it ran.
     calls: list[dict] = []
-    base = types.ModuleType("transformer_engine.pytorch.module.base")
 
     def initialize_ub(shape, tp_size, use_fp8=False, ub_cfgs=None, bootstrap_backend=None):
         calls.append({"shape": shape, "tp_size": tp_size, "use_fp8": use_fp8})
 
-    base.initialize_ub = initialize_ub
-    for name in (
-        "transformer_engine",
-        "transformer_engine.pytorch",
-        "transformer_engine.pytorch.module",
-    ):
-        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
-    monkeypatch.setitem(sys.modules, base.__name__, base)
+    stub_transformer_engine(monkeypatch, initialize_ub)
 
     built = []
 

@@ -8,8 +8,6 @@ availability, version and ``initialize_ub``) is patched.
 from __future__ import annotations
 
 import logging
-import sys
-import types
 from unittest import mock
 
 import pytest
@@ -28,7 +26,7 @@ from megatron.bridge.training.comm_overlap.te import TEStatus
 from megatron.bridge.training.config import ConfigContainer, TrainingConfig
 from megatron.bridge.training.initialize import reset_tp_communicators
 from megatron.bridge.training.setup import build_model
-from tests.unit_tests.conftest import make_configs
+from tests.unit_tests.conftest import make_configs, stub_transformer_engine
 
 TE_2_12 = TEStatus(available=True, version="2.12.0", reason="")
 
@@ -285,15 +283,7 @@ def test_no_mtp_warning_without_mtp_or_without_tp_overlap(te_available):
 @pytest.fixture
 def stub_te(monkeypatch):
     """Transformer Engine as the CPU machine cannot have it: importable, initialize_ub a no-op."""
-    base = types.ModuleType("transformer_engine.pytorch.module.base")
-    base.initialize_ub = lambda *args, **kwargs: None
-    for name in (
-        "transformer_engine",
-        "transformer_engine.pytorch",
-        "transformer_engine.pytorch.module",
-    ):
-        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
-    monkeypatch.setitem(sys.modules, base.__name__, base)
+    stub_transformer_engine(monkeypatch, lambda *args, **kwargs: None)
     reset_tp_communicators()
     with (
         mock.patch("megatron.bridge.training.comm_overlap.HAVE_TE", True),

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,8 +16,12 @@ from megatron.bridge.training.userbuffers import (
     TransformerLayerTPOverlapCfg,
 )
 from megatron.bridge.training.userbuffers_file import load_tp_overlap_cfg
+from tests.unit_tests.conftest import modules_loaded_by
 
 REFERENCE_FILE = Path(__file__).parent / "data" / "userbuffers_presets.yaml"
+
+#: A file whose one GEMM has a knob of the wrong type.
+WRONG_VALUE_TYPE = "fc2_fprop: {method: pipeline, num_sm: '16'}\n"
 
 
 def _write(tmp_path: Path, text: str) -> Path:
@@ -108,17 +110,6 @@ def test_te_external_gemm_is_refused_with_the_reason():
         load_tp_overlap_cfg({"proj_wgrad": {"method": "external"}})
 
 
-def test_misspelt_knob(tmp_path):
-    path = _write(tmp_path, "qkv_dgrad:\n  method: bulk\n  num_sms: 4\n")
-    with pytest.raises(
-        ValueError,
-        match=r"ub\.yaml.*GEMM 'qkv_dgrad': knob 'num_sms' is not a userbuffer knob\. "
-        r"Did you mean 'num_sm'\? "
-        r"Valid knobs for method 'bulk': method, num_sm, cga_size, set_sm_margin\.",
-    ):
-        load_tp_overlap_cfg(path)
-
-
 def test_knob_of_another_method_is_refused():
     with pytest.raises(
         ValueError,
@@ -142,14 +133,9 @@ def test_unknown_method():
         load_tp_overlap_cfg({"fc2_fprop": {"method": "pipline"}})
 
 
-def test_wrong_value_type_names_file_and_gemm(tmp_path):
-    path = _write(tmp_path, "fc2_fprop: {method: pipeline, num_sm: '16'}\n")
-    with pytest.raises(
-        TypeError,
-        match=r"ub\.yaml.*GEMM 'fc2_fprop' \(method 'pipeline'\): "
-        r"PipelineOverlapCfg\.num_sm must be an int >= 1 or None, got '16' \(str\)",
-    ) as info:
-        load_tp_overlap_cfg(path)
+def test_wrong_value_type_in_a_file_chains_the_check_that_failed(tmp_path):
+    with pytest.raises(TypeError) as info:
+        load_tp_overlap_cfg(_write(tmp_path, WRONG_VALUE_TYPE))
     assert isinstance(info.value.__cause__, TypeError)
 
 
@@ -202,13 +188,32 @@ def test_missing_file_names_path_and_fix(tmp_path):
 @pytest.mark.parametrize(
     ("text", "error", "match"),
     [
-        ("", ValueError, r"ub\.yaml' is empty"),
-        ("# only a comment\n", ValueError, r"ub\.yaml' is empty"),
-        ("- qkv_fprop\n", TypeError, r"ub\.yaml' must hold a mapping.*got list"),
-        ("ring_exchange\n", TypeError, r"ub\.yaml' must hold a mapping.*got str"),
+        pytest.param("", ValueError, r"ub\.yaml' is empty", id="empty"),
+        pytest.param("# only a comment\n", ValueError, r"ub\.yaml' is empty", id="comment"),
+        pytest.param(
+            "- qkv_fprop\n", TypeError, r"ub\.yaml' must hold a mapping.*got list", id="list"
+        ),
+        pytest.param(
+            "ring_exchange\n", TypeError, r"ub\.yaml' must hold a mapping.*got str", id="str"
+        ),
+        pytest.param(
+            "qkv_dgrad:\n  method: bulk\n  num_sms: 4\n",
+            ValueError,
+            r"ub\.yaml.*GEMM 'qkv_dgrad': knob 'num_sms' is not a userbuffer knob\. "
+            r"Did you mean 'num_sm'\? "
+            r"Valid knobs for method 'bulk': method, num_sm, cga_size, set_sm_margin\.",
+            id="misspelt-knob",
+        ),
+        pytest.param(
+            WRONG_VALUE_TYPE,
+            TypeError,
+            r"ub\.yaml.*GEMM 'fc2_fprop' \(method 'pipeline'\): "
+            r"PipelineOverlapCfg\.num_sm must be an int >= 1 or None, got '16' \(str\)",
+            id="wrong-value-type",
+        ),
     ],
 )
-def test_file_whose_top_level_is_not_a_mapping(tmp_path, text, error, match):
+def test_error_in_a_file_names_the_file(tmp_path, text, error, match):
     with pytest.raises(error, match=match):
         load_tp_overlap_cfg(_write(tmp_path, text))
 
@@ -219,9 +224,5 @@ def test_source_of_another_type():
 
 
 def test_import_loads_neither_torch_nor_yaml():
-    code = (
-        "import sys, megatron.bridge.training.userbuffers_file; "
-        "print(sorted(m for m in ('torch', 'yaml', 'transformer_engine') if m in sys.modules))"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    code = "import megatron.bridge.training.userbuffers_file"
+    assert modules_loaded_by(code, ("torch", "yaml", "transformer_engine")) == []

@@ -33,17 +33,7 @@ if TYPE_CHECKING:
     from _not_a_module import NotImported
 
 RECIPE = "gpt3_175b"
-_LAUNCH_VARS = (
-    "CUDA_DEVICE_MAX_CONNECTIONS",
-    "NVTE_FWD_LAYERNORM_SM_MARGIN",
-    "NVTE_BWD_LAYERNORM_SM_MARGIN",
-)
-
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch):
-    for name in _LAUNCH_VARS:
-        monkeypatch.delenv(name, raising=False)
+pytestmark = pytest.mark.usefixtures("no_launch_vars")
 
 
 @pytest.fixture

@@ -56,17 +56,27 @@ class Knob:
     """True turns an overlap on: the all-off baseline sets every switch to False."""
 
 
+def _overlap_switch(
+    area: Area,
+    targets: tuple[ConfigName, ...],
+    direct: DirectUse,
+    kind: KnobKind = "optional_flag",
+) -> Knob:
+    """A knob that turns one overlap on, off by megatron-core's default."""
+    return Knob(
+        area=area,
+        kind=kind,
+        targets=targets,
+        core_default=False,
+        direct=direct,
+        switch=True,
+    )
+
+
 #: Every knob, in plan order.
 KNOBS: Mapping[str, Knob] = MappingProxyType(
     {
-        "tp_comm_overlap": Knob(
-            area="tp",
-            kind="flag",
-            targets=("model",),
-            core_default=False,
-            direct="reported",
-            switch=True,
-        ),
+        "tp_comm_overlap": _overlap_switch("tp", ("model",), "reported", kind="flag"),
         # A preset written onto a GPT provider counts as the user's (it is where Megatron-LM
         # users put their YAML path).
         "tp_comm_overlap_cfg": Knob(
@@ -75,14 +85,7 @@ KNOBS: Mapping[str, Knob] = MappingProxyType(
         "tp_comm_bootstrap_backend": Knob(
             area="tp", kind="backend", targets=("model",), core_default="nccl"
         ),
-        "overlap_p2p_comm": Knob(
-            area="pp",
-            kind="optional_flag",
-            targets=("model",),
-            core_default=False,
-            direct="reported",
-            switch=True,
-        ),
+        "overlap_p2p_comm": _overlap_switch("pp", ("model",), "reported"),
         # Batching pipeline sends overlaps nothing: not a switch (the rules keep deciding it).
         "batch_p2p_comm": Knob(
             area="pp",
@@ -93,66 +96,19 @@ KNOBS: Mapping[str, Knob] = MappingProxyType(
         ),
         # Recipes set DP overlap straight on cfg.ddp (megatron-core's own place for it), so a
         # value found there is the user's setting.
-        "overlap_grad_reduce": Knob(
-            area="dp",
-            kind="optional_flag",
-            targets=("ddp",),
-            core_default=False,
-            direct="honoured",
-            switch=True,
-        ),
+        "overlap_grad_reduce": _overlap_switch("dp", ("ddp",), "honoured"),
         # megatron-core reads it from both configs; cfg.ddp wins a disagreement.
-        "overlap_param_gather": Knob(
-            area="dp",
-            kind="optional_flag",
-            targets=("ddp", "optimizer"),
-            core_default=False,
-            direct="honoured",
-            switch=True,
-        ),
-        "align_param_gather": Knob(
-            area="dp",
-            kind="optional_flag",
-            targets=("ddp",),
-            core_default=False,
-            direct="honoured",
-            switch=True,
-        ),
+        "overlap_param_gather": _overlap_switch("dp", ("ddp", "optimizer"), "honoured"),
+        "align_param_gather": _overlap_switch("dp", ("ddp",), "honoured"),
         "bucket_size": Knob(
             area="dp", kind="count", targets=("ddp",), core_default=None, direct="honoured"
         ),
-        "overlap_param_gather_with_optimizer_step": Knob(
-            area="dp",
-            kind="optional_flag",
-            targets=("optimizer",),
-            core_default=False,
-            direct="reported",
-            switch=True,
+        "overlap_param_gather_with_optimizer_step": _overlap_switch(
+            "dp", ("optimizer",), "reported"
         ),
-        "overlap_moe_expert_parallel_comm": Knob(
-            area="ep",
-            kind="optional_flag",
-            targets=("model",),
-            core_default=False,
-            direct="reported",
-            switch=True,
-        ),
-        "delay_wgrad_compute": Knob(
-            area="ep",
-            kind="optional_flag",
-            targets=("model", "ddp"),
-            core_default=False,
-            direct="reported",
-            switch=True,
-        ),
-        "defer_embedding_wgrad_compute": Knob(
-            area="wgrad",
-            kind="optional_flag",
-            targets=("model",),
-            core_default=False,
-            direct="reported",
-            switch=True,
-        ),
+        "overlap_moe_expert_parallel_comm": _overlap_switch("ep", ("model",), "reported"),
+        "delay_wgrad_compute": _overlap_switch("ep", ("model", "ddp"), "reported"),
+        "defer_embedding_wgrad_compute": _overlap_switch("wgrad", ("model",), "reported"),
         "wgrad_deferral_limit": Knob(
             area="wgrad", kind="limit", targets=("model",), core_default=0, direct="reported"
         ),
