@@ -35,7 +35,7 @@ from megatron.core.models.gpt.gpt_model import GPTModel
 from megatron.core.transformer.spec_utils import ModuleSpec
 from megatron.core.transformer.transformer_config import TransformerConfig
 
-from megatron.bridge.training import comm_overlap
+from megatron.bridge.training import comm_overlap, write_record
 from megatron.bridge.training.job import PositionEmbeddingType
 from megatron.bridge.training.userbuffers import TransformerLayerTPOverlapCfg
 from megatron.bridge.training.validators import check_choice, check_int
@@ -91,10 +91,8 @@ class GPTModelProvider(TransformerConfig):
     def __post_init__(self) -> None:
         # Deliberately not calling TransformerConfig.__post_init__: recipes set parallel sizes
         # after construction, and megatron-core's checks only make sense on the final values.
-        # finalize() runs them.
-        # Fields TransformerConfig.__post_init__ changed at the last finalize: name -> (before,
-        # after). A plain attribute, not a dataclass field, so it stays out of fields()/asdict().
-        self._finalize_derived: dict[str, tuple[Any, Any]] = {}
+        # finalize() runs them, and records what they derived (write_record, writer "finalize").
+        pass
 
     def finalize(self) -> None:
         """Run megatron-core's ``TransformerConfig`` validation and derivations on the current values.
@@ -108,11 +106,9 @@ class GPTModelProvider(TransformerConfig):
         names = [f.name for f in dataclasses.fields(TransformerConfig)]
         before = {name: getattr(self, name) for name in names}
         TransformerConfig.__post_init__(self)
-        self._finalize_derived = {
-            name: (before[name], getattr(self, name))
-            for name in names
-            if getattr(self, name) is not before[name]
-        }
+        for name in names:
+            if getattr(self, name) is not before[name]:
+                write_record.record(self, "finalize", name, getattr(self, name), before[name])
 
     def clear_derived(self) -> None:
         """Undo the derivations of the last :meth:`finalize` (fields changed since are kept).
@@ -120,10 +116,10 @@ class GPTModelProvider(TransformerConfig):
         Puts the config back to what the user wrote, so that code reading it before the next
         finalize (e.g. comm-overlap setup) sees the same values on every run.
         """
-        for name, (before, after) in self._finalize_derived.items():
+        for name, (after, before) in write_record.records(self, "finalize").items():
             if getattr(self, name) is after:
                 setattr(self, name, before)
-        self._finalize_derived = {}
+        write_record.forget(self, "finalize")
 
     def _check_gpt_fields(self) -> None:
         # Every bad value here, a wrong type included, is a ValueError (the contract).

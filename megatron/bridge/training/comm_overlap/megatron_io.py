@@ -15,6 +15,7 @@ import functools
 import logging
 from typing import Any
 
+from megatron.bridge.training import write_record
 from megatron.bridge.training.comm_overlap.knobs import KNOBS
 from megatron.bridge.training.comm_overlap.plan import OverlapPlan
 from megatron.bridge.training.comm_overlap.rules import plan_comm_overlap
@@ -38,11 +39,10 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-# Private attribute where apply_plan records, per knob, the value it wrote onto a config and the
-# user's own setting it replaced (or _NOTHING), so a second resolution does not mistake the
-# first one's writes for the user's settings.
-_WRITTEN_ATTR = "_bridge_comm_overlap_written"
-_NOTHING = object()
+# apply_plan records, per knob, the value it wrote onto a config and the user's own setting it
+# replaced (or NOTHING), so a second resolution does not mistake the first one's writes for the
+# user's settings (write_record, writer "plan").
+_NOTHING = write_record.NOTHING
 
 
 def _is_megatron_ddp_config(ddp_config: Any) -> bool:
@@ -78,7 +78,7 @@ def _users_value(config: Any, knob: str) -> Any:
     from an untouched field and reads as not set (the plan says so where that matters).
     """
     value = getattr(config, knob, None)
-    written = getattr(config, _WRITTEN_ATTR, {})
+    written = write_record.records(config, "plan")
     if knob in written:
         ours, replaced = written[knob]
         return replaced if value == ours else value
@@ -235,13 +235,9 @@ def write_distributed_optimizer(
 def _write(config: Any, field: str, value: Any) -> None:
     replaced = _users_value(config, field)
     setattr(config, field, value)
-    written = dict(getattr(config, _WRITTEN_ATTR, {}))
     # A detached copy of what was written: an edit the user later makes in place (a key of the
     # userbuffers dict) then reads as the user's, as a new value would.
-    written[field] = (_fresh(value), replaced)
-    # object.__setattr__: the record is ours, not a config field, and must not trip a config's
-    # own __setattr__ checks.
-    object.__setattr__(config, _WRITTEN_ATTR, written)
+    write_record.record(config, "plan", field, _fresh(value), replaced)
 
 
 def model_config_drift(plan: OverlapPlan, model_config: Any) -> tuple[str, ...]:
@@ -327,7 +323,7 @@ def undo_plan(model_config: Any, optimizer_config: Any, ddp_config: Any) -> list
         "ddp": ddp_config,
     }
     for name, config in configs.items():
-        written = getattr(config, _WRITTEN_ATTR, None) if config is not None else None
+        written = write_record.records(config, "plan") if config is not None else None
         if not written:
             continue
         defaults = _field_defaults(type(config))
@@ -341,5 +337,5 @@ def undo_plan(model_config: Any, optimizer_config: Any, ddp_config: Any) -> list
             else:  # a field a plain TransformerConfig does not declare (tp_comm_overlap_cfg)
                 setattr(config, knob, None)
             restored.append(f"cfg.{name}.{knob}")
-        object.__delattr__(config, _WRITTEN_ATTR)
+        write_record.forget(config, "plan")
     return restored
