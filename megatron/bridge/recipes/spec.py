@@ -309,8 +309,7 @@ class RecipeSpec:
         provider = getattr(importlib.import_module(module_name), function_name)
         model = provider(**dict(self.provider_options))
         write_model(model, self.job.model)
-        choice = self.preset_choice()
-        _log_preset_choice(choice, tp_comm_overlap=self.tp_comm_overlap)
+        _log_preset_choice(self.preset_choice(), tp_comm_overlap=self.tp_comm_overlap)
         dist_opt = self.job.use_distributed_optimizer
         return ConfigContainer(
             model=model,
@@ -325,11 +324,7 @@ class RecipeSpec:
                 use_distributed_optimizer=dist_opt, check_for_nan_in_grad=True
             ),
             mixed_precision=get_mixed_precision_config(PRECISIONS[self.precision].mixed_precision),
-            comm_overlap=CommOverlapConfig(
-                tp_comm_overlap=self.tp_comm_overlap,
-                tp_comm_overlap_cfg=choice.preset,
-                **dict(self.overlap),
-            ),
+            comm_overlap=self.request(),
             gpu=self.job.gpu,
             env_vars=self._env_vars(),
         )
