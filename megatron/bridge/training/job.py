@@ -130,9 +130,42 @@ class ModelDescription:
     attention_dropout: float = 0.1
     """Dropout of the attention probabilities."""
     multi_latent_attention: bool = False
-    """Multi-latent attention (DeepSeek's MLA)."""
+    """Multi-latent attention (DeepSeek's MLA); its dimensions are the five fields below."""
+    q_lora_rank: int | None = 512
+    """MLA: rank of the query down-projection (None: queries are projected at full rank)."""
+    kv_lora_rank: int = 512
+    """MLA: rank of the compressed key/value latent."""
+    qk_head_dim: int = 128
+    """MLA: query/key head dimension without the rotary part."""
+    qk_pos_emb_head_dim: int = 64
+    """MLA: the rotary (decoupled position) part of the query/key head dimension."""
+    v_head_dim: int = 128
+    """MLA: value head dimension."""
+    window_size: tuple[int, int] | None = None
+    """Sliding-window attention as (left, right) tokens; None: full attention in every layer."""
+    window_attn_skip_freq: int | tuple[int, ...] | None = None
+    """Which layers skip the window (full attention): every N-th layer, or a 0/1 entry per layer
+    where 1 is full attention (megatron-core's int or list form)."""
+    attention_output_gate: bool = False
+    """A sigmoid gate on the attention output (a query-width projection of its own)."""
     experimental_attention_variant: str | None = None
     """An attention variant megatron-core marks experimental (gated_delta_net, dsa) or None."""
+
+    # --- hybrid Mamba models (megatron-core's HybridModel) -------------------------------------
+    hybrid_layer_pattern: str | None = None
+    """The layer sequence of a hybrid model, one symbol a layer as megatron-core's HybridModel
+    spells it (``hybrid_layer_allocation.Symbols``: ``M`` Mamba, ``G`` gated delta net, ``*``
+    attention, ``D`` DSA attention, ``+`` MLA, ``-`` MLP, ``E`` MoE; ``|`` a pipeline-stage
+    boundary, ``/`` before each MTP layer's pattern); None: a transformer, every layer attention
+    plus MLP or MoE."""
+    mamba_state_dim: int = 128
+    """Mamba: SSM state dimension."""
+    mamba_head_dim: int = 64
+    """Mamba: head dimension."""
+    mamba_num_groups: int = 8
+    """Mamba: groups of the B/C projections."""
+    mamba_num_heads: int | None = None
+    """Mamba: heads (None: 2 x hidden_size / mamba_head_dim)."""
 
     # --- precision ------------------------------------------------------------------------------
     bf16: bool = False
@@ -165,8 +198,12 @@ class ModelDescription:
     """Width of one routed expert (None: ffn_hidden_size)."""
     moe_shared_expert_intermediate_size: int | None = None
     """Total width of the shared experts (None: none)."""
-    moe_layer_freq: int = 1
-    """Every moe_layer_freq-th layer (from layer 0) is an MoE layer."""
+    moe_layer_freq: int | tuple[int, ...] = 1
+    """Which layers are MoE layers: every N-th layer from layer 0, or one 0/1 entry per layer
+    (megatron-core's list form, e.g. three dense layers then 58 MoE layers)."""
+    moe_latent_size: int | None = None
+    """Latent width the routed experts compute in (a down- and up-projection around them);
+    None: the experts take the hidden size."""
     moe_token_dispatcher_type: str = "allgather"
     """Token dispatcher: allgather, alltoall or flex."""
     moe_flex_dispatcher_backend: str = "deepep"
@@ -204,6 +241,20 @@ class ModelDescription:
     def moe(self) -> bool:
         """Whether the model has routed experts."""
         return bool(self.num_moe_experts)
+
+    @property
+    def moe_layer_pattern(self) -> tuple[int, ...]:
+        """One entry per layer, 1 for an MoE layer and 0 for a dense one, from moe_layer_freq.
+
+        An int N marks every N-th layer from layer 0 (megatron-core's
+        ``gpt_layer_specs.get_gpt_decoder_layer_specs``); the list form is taken
+        as it is. A model without routed experts has no MoE layer.
+        """
+        if not self.moe or self.num_layers is None:
+            return (0,) * (self.num_layers or 0)
+        if isinstance(self.moe_layer_freq, int):
+            return tuple(int(i % self.moe_layer_freq == 0) for i in range(self.num_layers))
+        return tuple(self.moe_layer_freq)
 
     @property
     def head_dim(self) -> int:

@@ -61,7 +61,9 @@ def _read(model_config: Any, field: dataclasses.Field) -> Any:
     value = getattr(model_config, name, field.default)
     if name == "activation_func":
         return getattr(value, "__name__", value)
-    if name == "recompute_modules" and value is not None:
+    if isinstance(value, list):
+        # megatron-core's list forms (recompute_modules, moe_layer_freq, window_attn_skip_freq)
+        # are tuples in the frozen description.
         return tuple(value)
     if field.default is None and value == 0 and not isinstance(value, bool):
         # megatron-core's "unset" for the shape counts (num_layers, hidden_size, heads) is 0.

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 
 import pytest
 from megatron.core.distributed import DistributedDataParallelConfig
+from megatron.core.models.hybrid.hybrid_model import HybridModel
 from megatron.core.optimizer import OptimizerConfig
+from megatron.core.transformer.transformer_config import MLATransformerConfig
 
 from megatron.bridge.models.gpt_provider import GPTModelProvider
 from megatron.bridge.recipes import RECIPES, get_recipe, recipe_spec
@@ -24,12 +27,20 @@ from megatron.bridge.training.job_configs import describe_model, write_model
 from megatron.bridge.training.mixed_precision import get_mixed_precision_config
 from megatron.bridge.training.resolve import resolve_config
 
-_PROVIDER_DEFAULTS = {f.name: f.default for f in dataclasses.fields(GPTModelProvider)}
+# Where megatron-core names each model field: the GPT provider (a TransformerConfig), MLA's
+# config for the multi-latent attention dimensions, the HybridModel for the layer pattern.
+_PROVIDER_DEFAULTS = {
+    **{f.name: f.default for f in dataclasses.fields(MLATransformerConfig)},
+    **{f.name: f.default for f in dataclasses.fields(GPTModelProvider)},
+    "hybrid_layer_pattern": inspect.signature(HybridModel)
+    .parameters["hybrid_layer_pattern"]
+    .default,
+}
 
 
 @pytest.mark.parametrize("field", dataclasses.fields(ModelDescription), ids=lambda f: f.name)
 def test_every_model_field_is_megatron_cores_with_its_default(field):
-    assert field.name in _PROVIDER_DEFAULTS, f"{field.name} is not a GPTModelProvider field"
+    assert field.name in _PROVIDER_DEFAULTS, f"{field.name} is not a megatron-core model field"
     theirs = _PROVIDER_DEFAULTS[field.name]
     if field.name == "cuda_graph_modules":
         assert theirs == "full" and field.default == ()  # "full" names no module

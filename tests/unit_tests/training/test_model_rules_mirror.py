@@ -47,6 +47,13 @@ GPT_PROVIDER_FIELDS = {
     "make_vocab_size_divisible_by",
     "position_embedding_type",
     "share_embeddings_and_output_weights",
+    # MLATransformerConfig's dimensions and HybridModel's layer pattern.
+    "q_lora_rank",
+    "kv_lora_rank",
+    "qk_head_dim",
+    "qk_pos_emb_head_dim",
+    "v_head_dim",
+    "hybrid_layer_pattern",
 }
 TRANSFORMER_CONFIG_FIELDS = {f.name: f for f in dataclasses.fields(TransformerConfig)}
 

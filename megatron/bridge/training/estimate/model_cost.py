@@ -54,11 +54,8 @@ class ModelCost:
 
     @property
     def num_moe_layers(self) -> int:
-        """MoE layers (every moe_layer_freq-th layer; 0 for a dense model)."""
-        m = self.model
-        if not m.moe:
-            return 0
-        return sum(1 for i in range(m.num_layers) if i % m.moe_layer_freq == 0)
+        """MoE layers (from moe_layer_freq; 0 for a dense model)."""
+        return sum(self.model.moe_layer_pattern) if self.model.moe else 0
 
     def padded_vocab(self, tp_size: int) -> int:
         """The vocabulary megatron-core allocates: padded to make_vocab_size_divisible_by x TP."""
