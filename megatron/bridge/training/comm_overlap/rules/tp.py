@@ -15,6 +15,7 @@ from megatron.bridge.training.userbuffers import (
     preset_fits_model,
     preset_names_of,
     preset_shapes_of,
+    published_name_for,
 )
 from megatron.bridge.training.userbuffers_file import load_preset
 
@@ -88,8 +89,23 @@ def decide_tp(planner: Planner) -> None:
         )
     else:
         planner.preset_names = preset_names_of(preset)
-        label = ", ".join(planner.preset_names) if planner.preset_names else "a custom preset"
-        planner.set("tp_comm_overlap_cfg", preset.to_ub_cfgs(), "user", f"{where}: {label}")
+        # One object published under several names shows the one that describes this run.
+        label = (
+            published_name_for(
+                planner.preset_names,
+                gpu=f.gpu,
+                precision=f.precision,
+                hidden_size=f.model.hidden_size,
+                tp_size=f.tp_size,
+            )
+            if planner.preset_names
+            else "a custom preset"
+        )
+        chosen_by = _automatic_choice(planner)
+        if chosen_by is not None:
+            planner.set("tp_comm_overlap_cfg", preset.to_ub_cfgs(), "derived", chosen_by)
+        else:
+            planner.set("tp_comm_overlap_cfg", preset.to_ub_cfgs(), "user", f"{where}: {label}")
         _check_preset_shape(planner, preset)
     planner.set(
         "tp_comm_bootstrap_backend",
@@ -108,6 +124,20 @@ def _preset(planner: Planner) -> tuple[TransformerLayerTPOverlapCfg | None, str]
         return None, ""
     config, value = found
     return load_preset(value, owner=f"cfg.{config}"), f"set on cfg.{config}.tp_comm_overlap_cfg"
+
+
+def _automatic_choice(planner: Planner) -> str | None:
+    """Who chose CommOverlapConfig's preset and from what, while it is still that choice.
+
+    ``preset_chosen_by`` names the published preset that was chosen; a preset the user put in
+    its place since (another object) is the user's.
+    """
+    chosen_by = planner.user.preset_chosen_by
+    if chosen_by is None or planner.user.preset is None:
+        return None
+    if not any(name in chosen_by for name in planner.preset_names):
+        return None
+    return chosen_by
 
 
 def _check_tp_token_divisibility(planner: Planner) -> None:
@@ -134,16 +164,33 @@ def _check_tp_token_divisibility(planner: Planner) -> None:
 
 
 def _check_preset_shape(planner: Planner, preset: TransformerLayerTPOverlapCfg) -> None:
+    """Warn when a published preset was tuned for another shape, precision or GPU family.
+
+    A bf16 preset's methods and SM counts on an FP8 run (or the reverse) and a Hopper preset on
+    Blackwell run, but were not measured there.
+    """
     f = planner.job
     names = preset_names_of(preset)
-    if preset_fits_model(names, hidden_size=f.model.hidden_size, tp_size=f.tp_size) is not False:
+    facts = dict(hidden_size=f.model.hidden_size, tp_size=f.tp_size)
+    if preset_fits_model(names, **facts, precision=f.precision, gpu=f.gpu) is not False:
         return
     shapes = preset_shapes_of(preset)
-    published = ", ".join(f"hidden {s.hidden_size} TP{s.tp_size}" for s in shapes)
+    label = ", ".join(names)
+    if preset_fits_model(names, **facts) is False:
+        published = ", ".join(f"hidden {s.hidden_size} TP{s.tp_size}" for s in shapes)
+        planner.warnings.append(
+            f"tp_comm_overlap_cfg {label} was tuned for {published}, but the model has hidden "
+            f"{f.model.hidden_size} TP{f.tp_size}: almost always a mistake. Use "
+            "find_userbuffers_preset(...) for your shape, or tp_comm_overlap_cfg=None for TE "
+            "defaults."
+        )
+        return
+    tuned = ", ".join(sorted({f"{s.precision} on {s.gpu.upper()}" for s in shapes}))
     planner.warnings.append(
-        f"tp_comm_overlap_cfg {', '.join(preset_names_of(preset))} was tuned for {published}, "
-        f"but the model has hidden {f.model.hidden_size} TP{f.tp_size}: almost always a mistake. Use "
-        "find_userbuffers_preset(...) for your shape, or tp_comm_overlap_cfg=None for TE defaults."
+        f"tp_comm_overlap_cfg {label} was tuned for {tuned}, but this run trains in "
+        f"{f.precision} on {(f.gpu or 'an unknown GPU').upper()}: the preset's precision or GPU "
+        "differs. Use find_userbuffers_preset(...) for this precision and GPU, or "
+        "tp_comm_overlap_cfg=None for TE defaults."
     )
 
 
