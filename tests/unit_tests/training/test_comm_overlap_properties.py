@@ -206,6 +206,7 @@ BAD_VALUES = {
     **{name: ["yes", 1, 0, 1.5, [], object()] for name in OPTIONAL_BOOL_KNOBS},
     "tp_comm_overlap": ["yes", 1, None, []],
     "strict": ["no", 1, None],
+    "preset_chosen_by": [1, True, ["auto"]],
     "tp_comm_overlap_cfg": [
         # A mapping is a userbuffers config now; one naming an unknown GEMM is still refused.
         {"qkv_fprpo": {}},

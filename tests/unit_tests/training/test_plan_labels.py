@@ -83,3 +83,24 @@ def test_a_flex_backend_with_the_flex_dispatcher_is_not_reported(capsys):
     moe = ["--num-moe-experts", "8", "--ep", "2", "--etp", "1", "--moe-token-dispatcher", "flex"]
     doc = _explain(capsys, *moe, "--moe-flex-backend", "hybridep")
     assert not [w for w in doc["warnings"] if "has no effect" in w]
+
+
+def test_an_automatic_preset_follows_a_changed_gpu_and_precision():
+    spec = recipe_spec("gpt3_175b")
+    request = spec.request()  # chosen for H100 bf16
+    for changed, name in (
+        ({"gpu": "b200"}, "userbuffers_bf16_b200_h12288_tp4_mbs1_seqlen2048"),
+        ({"precision": "fp8"}, "userbuffers_fp8_h100_h12288_tp4_mbs1_seqlen2048"),
+    ):
+        job = spec.changed(**changed).job_on()
+        plan = plan_comm_overlap(request, job)
+        assert plan.preset_name == name
+        assert plan.decision("tp_comm_overlap_cfg").source == "derived"
+        assert any("chosen again" in n for n in plan.notes)
+
+
+def test_perf_env_plugin_from_recipe_takes_the_gpu():
+    from megatron.bridge.recipes.run_plugins import PerfEnvPlugin
+
+    assert PerfEnvPlugin.from_recipe("llama3_70b", gpu="b200").gpu_sm100_or_newer is True
+    assert PerfEnvPlugin.from_recipe("llama3_70b").gpu_sm100_or_newer is False

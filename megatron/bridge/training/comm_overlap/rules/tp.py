@@ -11,6 +11,7 @@ from megatron.bridge.training.comm_overlap.plan import Source
 from megatron.bridge.training.comm_overlap.rules.planner import Planner
 from megatron.bridge.training.userbuffers import (
     TransformerLayerTPOverlapCfg,
+    choose_userbuffers_preset,
     mtp_userbuffers_pitfall,
     preset_fits_model,
     preset_names_of,
@@ -79,9 +80,15 @@ def decide_tp(planner: Planner) -> None:
         "user",
         f"requested, and TP={f.tp_size} >= 2, sequence parallel on, Transformer Engine available",
     )
+    chosen_by = _automatic_choice(planner)
+    if chosen_by is not None:
+        preset, chosen_by = _rechosen(planner, preset, chosen_by)
     if preset is None:
         planner.set(
-            "tp_comm_overlap_cfg", None, "default", "no preset: Transformer Engine's defaults"
+            "tp_comm_overlap_cfg",
+            None,
+            "default" if chosen_by is None else "derived",
+            chosen_by or "no preset: Transformer Engine's defaults",
         )
         planner.notes.append(
             "TP overlap uses Transformer Engine's default userbuffer settings (no "
@@ -101,7 +108,6 @@ def decide_tp(planner: Planner) -> None:
             if planner.preset_names
             else "a custom preset"
         )
-        chosen_by = _automatic_choice(planner)
         if chosen_by is not None:
             planner.set("tp_comm_overlap_cfg", preset.to_ub_cfgs(), "derived", chosen_by)
         else:
@@ -133,11 +139,45 @@ def _automatic_choice(planner: Planner) -> str | None:
     its place since (another object) is the user's.
     """
     chosen_by = planner.user.preset_chosen_by
-    if chosen_by is None or planner.user.preset is None:
+    preset = planner.user.preset
+    if chosen_by is None or preset is None:
         return None
-    if not any(name in chosen_by for name in planner.preset_names):
+    if not any(name in chosen_by for name in preset_names_of(preset)):
         return None
     return chosen_by
+
+
+def _rechosen(
+    planner: Planner, preset: TransformerLayerTPOverlapCfg, chosen_by: str
+) -> tuple[TransformerLayerTPOverlapCfg | None, str]:
+    """The automatic choice made again for this job's GPU, precision and shape.
+
+    An automatic choice follows the facts it was made from: a GPU or precision changed after
+    the recipe chose (``cfg.gpu``, ``cfg.mixed_precision``, an override) chooses again.
+    """
+    f = planner.job
+    if f.gpu is None or f.model.hidden_size is None or f.model.seq_length is None:
+        return preset, chosen_by
+    choice = choose_userbuffers_preset(
+        tp_comm_overlap=True,
+        precision="fp8" if f.precision == "fp8" else "bf16",
+        gpu=f.gpu,
+        hidden_size=f.model.hidden_size,
+        tp_size=f.tp_size,
+        cp_size=f.cp_size,
+        micro_batch_size=f.micro_batch_size or 1,
+        seq_length=f.model.seq_length,
+    )
+    if choice.preset is preset:
+        return preset, chosen_by
+    facts = f"{f.gpu} {f.precision}, hidden {f.model.hidden_size}, TP{f.tp_size}, CP{f.cp_size}"
+    planner.notes.append(
+        f"the userbuffers preset was {chosen_by}; this job differs ({facts}), so it was chosen "
+        f"again: {choice.name or 'none'}."
+    )
+    return choice.preset, (
+        f"chosen automatically again for {facts}: {choice.name or 'none'} ({choice.detail})"
+    )
 
 
 def _check_tp_token_divisibility(planner: Planner) -> None:
