@@ -178,7 +178,10 @@ def _flags_for_recipe(name: str) -> list[str]:
             tp_size=m.tensor_model_parallel_size,
         )
         assert preset_name is not None, f"recipe {name} carries an unpublished preset"
-    argv += ["--preset", preset_name or "none"]
+    # A preset the recipe chose automatically is the flags' automatic choice too (the plan
+    # labels it so); a named one is named.
+    automatic = cfg.comm_overlap.preset_chosen_by is not None
+    argv += ["--preset", "auto" if automatic else (preset_name or "none")]
     return argv
 
 

@@ -28,7 +28,11 @@ def document(
     matches = None
     if on and plan.preset_names:
         matches = preset_fits_model(
-            plan.preset_names, hidden_size=f.model.hidden_size, tp_size=f.tp_size
+            plan.preset_names,
+            hidden_size=f.model.hidden_size,
+            tp_size=f.tp_size,
+            precision=f.precision,
+            gpu=f.gpu,
         )
     elif on and plan.value("tp_comm_overlap_cfg") is not None:
         preset_info = {**preset_info, "detail": "a custom userbuffers config"}

@@ -20,6 +20,7 @@ from megatron.bridge.recipes import plan_recipe, recipe_spec
 from megatron.bridge.recipes.spec import RecipeSpec
 from megatron.bridge.training import launch_env
 from megatron.bridge.training.comm_overlap import OverlapPlan
+from megatron.bridge.training.comm_overlap.rules.ep import unused_flex_backend
 from megatron.bridge.training.estimate import estimate_step
 from megatron.bridge.training.estimate_plot import plot_step
 
@@ -76,6 +77,9 @@ def explain(
         plan, env_plan, recipe=args.recipe, te_mode=args.te, preset_info=_preset_info(args, spec)
     )
     doc["warnings"].extend(getattr(args, "_env_problems", []))
+    unused = unused_flex_backend(plan.job.model) if args.moe_flex_backend is not None else None
+    if unused is not None and unused not in plan.warnings:
+        doc["warnings"].append(f"--moe-flex-backend {args.moe_flex_backend}: {unused}")
     doc["estimate"] = None if estimate is None else estimate.to_dict()
     args._estimate = estimate
     if args.plot is not None:

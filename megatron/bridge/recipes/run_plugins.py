@@ -325,15 +325,22 @@ class PerfEnvPlugin(run.Plugin):
 
     @classmethod
     def from_recipe(
-        cls, recipe: Any, *, num_gpus: int | None = None, **overrides: Any
+        cls,
+        recipe: Any,
+        *,
+        num_gpus: int | None = None,
+        gpu: str | None = None,
+        precision: str | None = None,
+        **overrides: Any,
     ) -> PerfEnvPlugin:
         """Build the plugin from a recipe's torch-free plan: no torch or megatron-core needed.
 
         ``recipe`` is a ``RecipeSpec`` or a recipe name with a spec (see
         ``megatron.bridge.recipes``). ``num_gpus`` defaults to the recipe's published GPU count;
-        the GPU generation comes from the recipe's GPU. The parallel sizes, the MoE flex backend
-        and whether EP all-to-all overlap survived come from the plan the job will resolve to.
-        ``overrides`` set the other fields.
+        ``gpu`` and ``precision`` default to the recipe's, and a change re-derives what depends
+        on them (the preset, the GPU generation) as the recipe's keywords do. The parallel sizes,
+        the MoE flex backend and whether EP all-to-all overlap survived come from the plan the
+        job will resolve to. ``overrides`` set the other fields.
         """
         spec = recipe if isinstance(recipe, RecipeSpec) else recipe_spec(recipe)
         if spec is None:
@@ -341,6 +348,9 @@ class PerfEnvPlugin(run.Plugin):
                 f"Recipe {recipe!r} builds a ConfigContainer and has no torch-free spec: use "
                 "PerfEnvPlugin.from_config(cfg, num_gpus=...)."
             )
+        changes = {k: v for k, v in (("gpu", gpu), ("precision", precision)) if v is not None}
+        if changes:
+            spec = spec.changed(**changes)
         cls._refuse_layout_overrides("from_recipe", overrides)
         world = spec.num_gpus if num_gpus is None else num_gpus
         plan = spec.plan(world_size=world)

@@ -234,10 +234,22 @@ class RecipeSpec:
         )
 
     def request(self) -> CommOverlapConfig:
-        """The comm-overlap request this recipe makes."""
+        """The comm-overlap request this recipe makes; an automatic preset choice says so."""
+        choice = self.preset_choice()
+        chosen_by = None
+        if self.preset == "auto" and choice.name is not None:
+            job = self.job
+            # The same words on every route to this spec (flags, recipe, built container).
+            chosen_by = (
+                f"chosen automatically (preset 'auto', choose_userbuffers_preset) from "
+                f"{job.gpu} {self.precision}, "
+                f"hidden {job.model.hidden_size}, TP{job.tp_size}, CP{job.cp_size}: "
+                f"{choice.name} ({choice.detail})"
+            )
         return CommOverlapConfig(
             tp_comm_overlap=self.tp_comm_overlap,
-            tp_comm_overlap_cfg=self.preset_choice().preset,
+            tp_comm_overlap_cfg=choice.preset,
+            preset_chosen_by=chosen_by,
             **dict(self.overlap),
         )
 

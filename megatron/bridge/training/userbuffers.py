@@ -499,18 +499,30 @@ def choose_userbuffers_preset(
 
 
 def preset_fits_model(
-    names: tuple[str, ...], *, hidden_size: int | None, tp_size: int
+    names: tuple[str, ...],
+    *,
+    hidden_size: int | None,
+    tp_size: int,
+    precision: str | None = None,
+    gpu: str | None = None,
 ) -> bool | None:
     """Whether a preset published under ``names`` was tuned for this hidden size and TP size.
 
-    None for a custom preset (no published names): there is nothing to compare. An unknown
-    hidden size compares on the TP size alone.
+    ``precision`` and ``gpu``, when given, must match too (the GPU by its preset family; a GPU
+    without one is not compared). None for a custom preset (no published names): there is
+    nothing to compare. An unknown hidden size compares on the TP size alone.
     """
     if not names:
         return None
+    family = PRESET_GPU_FAMILIES.get(gpu) if gpu is not None else None
+    # Presets are published for bf16 and fp8 only; fp16 compares as the 16-bit one.
+    if precision is not None and precision != "fp8":
+        precision = "bf16"
     return any(
         (hidden_size is None or _SHAPES[n].hidden_size == hidden_size)
         and _SHAPES[n].tp_size == tp_size
+        and (precision is None or _SHAPES[n].precision == precision)
+        and (family is None or _SHAPES[n].gpu == family)
         for n in names
     )
 

@@ -109,14 +109,17 @@ def test_resolution_invariants(co, job):
     v = plan.value
     assert not (v("overlap_p2p_comm") and v("batch_p2p_comm"))
     if v("overlap_param_gather"):
-        assert v("overlap_grad_reduce") and job.use_distributed_optimizer
+        assert job.use_distributed_optimizer
+        # Derived param-gather overlap comes with grad-reduce overlap; only a request of the
+        # user's pairs it with overlap_grad_reduce=False (kept, with a warning at DP > 1).
+        assert v("overlap_grad_reduce") or plan.decision("overlap_grad_reduce").source == "user"
     if v("tp_comm_overlap"):
         assert job.tp_size >= 2 and job.sequence_parallel and job.te_available
     elif co.tp_comm_overlap:
         assert plan.decision("tp_comm_overlap").source == "refused" and plan.warnings
     if v("overlap_p2p_comm"):
         assert job.interleaved
-    if v("align_param_gather"):
+    if v("align_param_gather") and plan.decision("align_param_gather").source != "user":
         assert job.interleaved
     for knob, wanted in _user_set(co).items():
         assert v(knob) == wanted, knob  # honoured, since no error was raised
@@ -203,6 +206,7 @@ BAD_VALUES = {
     **{name: ["yes", 1, 0, 1.5, [], object()] for name in OPTIONAL_BOOL_KNOBS},
     "tp_comm_overlap": ["yes", 1, None, []],
     "strict": ["no", 1, None],
+    "preset_chosen_by": [1, True, ["auto"]],
     "tp_comm_overlap_cfg": [
         # A mapping is a userbuffers config now; one naming an unknown GEMM is still refused.
         {"qkv_fprpo": {}},

@@ -56,9 +56,9 @@ def test_core_default_is_megatron_cores_default_on_every_target(knob):
         assert type(field.default) is type(KNOBS[knob].core_default), f"{target}.{knob}"
 
 
-#: CommOverlapConfig fields that are not overlap knobs: how the request is checked, and a size
-#: the rules read (neither is written to a megatron-core config).
-REQUEST_ONLY_FIELDS = ("strict", "data_parallel_size")
+#: CommOverlapConfig fields that are not overlap knobs: how the request is checked, a size the
+#: rules read and who chose the preset (none is written to a megatron-core config).
+REQUEST_ONLY_FIELDS = ("strict", "data_parallel_size", "preset_chosen_by")
 
 
 @pytest.mark.parametrize("knob", list(KNOBS))

@@ -72,6 +72,10 @@ class CommOverlapConfig:
     """Overlap MoE expert-parallel all-to-all with compute."""
     delay_wgrad_compute: bool | None = None
     """Delay expert weight-gradient compute to widen the all-to-all overlap window."""
+    preset_chosen_by: str | None = None
+    """Who chose ``tp_comm_overlap_cfg`` automatically and from what, naming the published
+    preset chosen (a recipe sets it); None: the preset is the user's. A preset put in its place
+    later (not the one named here) counts as the user's."""
     strict: bool = False
     """Raise OverlapRefusedError instead of warning when a requested overlap cannot run or a
     setting looks like a mistake (e.g. a preset tuned for another shape)."""
@@ -103,6 +107,11 @@ class CommOverlapConfig:
             elif knob.kind == "preset":
                 self._preset = load_preset(value)
         check_bool(_OWNER, "strict", self.strict)
+        if self.preset_chosen_by is not None and not isinstance(self.preset_chosen_by, str):
+            raise TypeError(
+                f"{_OWNER}.preset_chosen_by must be a str or None, got "
+                f"{type(self.preset_chosen_by).__name__}."
+            )
         check_int(_OWNER, "data_parallel_size", self.data_parallel_size, optional=True)
 
     @property

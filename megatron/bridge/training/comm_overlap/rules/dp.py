@@ -51,20 +51,26 @@ def decide_dp(planner: Planner) -> None:
         )
     grad = planner.value("overlap_grad_reduce")
 
-    if gather:
-        if not dist_opt:
-            raise ValueError(
-                "overlap_param_gather=True needs the distributed optimizer (it overlaps the "
-                "all-gather of sharded parameters): set cfg.ddp.use_distributed_optimizer=True "
-                "and cfg.optimizer.use_distributed_optimizer=True, or drop "
-                f"overlap_param_gather ({gather_where})."
-            )
-        if not grad:
-            raise ValueError(
-                "overlap_param_gather=True needs overlap_grad_reduce=True (megatron-core "
-                "overlaps the param all-gather only together with the grad reduce-scatter); "
-                f"overlap_param_gather was {gather_where}."
-            )
+    if gather and not dist_opt:
+        # megatron-core's bucket all-gather without the distributed optimizer takes the
+        # layer-wise optimizer's path, whose per-rank sizes only that optimizer sets: it fails at
+        # the first step (param_and_grad_buffer._ParamAndGradBucketGroup.start_param_sync).
+        raise ValueError(
+            "overlap_param_gather=True needs the distributed optimizer (it overlaps the "
+            "all-gather of sharded parameters): set cfg.ddp.use_distributed_optimizer=True "
+            "and cfg.optimizer.use_distributed_optimizer=True, or drop "
+            f"overlap_param_gather ({gather_where})."
+        )
+    if gather and not grad and many:
+        # megatron-core runs this: DistributedDataParallel puts every parameter in one bucket
+        # when overlap_grad_reduce is False, so the forward pre-hook waits for the whole
+        # all-gather before the first layer. Megatron-LM's argument check refuses the pair.
+        planner.warnings.append(
+            f"overlap_param_gather=True ({gather_where}) with overlap_grad_reduce=False hides "
+            "nothing: megatron-core then keeps all parameters in one bucket, so the whole "
+            "all-gather runs before the first layer. Set overlap_grad_reduce=True (Megatron-LM "
+            "requires it) or drop overlap_param_gather."
+        )
     if gather is not None:
         planner.set("overlap_param_gather", gather, "user", gather_where)
     elif not many:
@@ -90,14 +96,10 @@ def decide_dp(planner: Planner) -> None:
     gather = planner.value("overlap_param_gather")
 
     align, where = planner.user_value("align_param_gather")
-    if align and not f.interleaved:
-        raise ValueError(
-            f"align_param_gather=True only applies to an interleaved pipeline (PP > 1 and VPP > "
-            f"1), got PP={f.pp_size} VPP={f.vpp_size}; drop it or set "
-            "virtual_pipeline_model_parallel_size."
-        )
     if align is not None:
         planner.set("align_param_gather", align, "user", where)
+        if align:
+            _note_align_without_interleaving(planner, where)
     elif gather and f.interleaved:
         planner.set(
             "align_param_gather",
@@ -145,19 +147,7 @@ def decide_dp(planner: Planner) -> None:
 
     step = planner.user.overlap_param_gather_with_optimizer_step
     if step:
-        missing = [
-            text
-            for ok, text in (
-                (dist_opt, "the distributed optimizer"),
-                (gather, "overlap_param_gather=True"),
-                (f.interleaved, "an interleaved pipeline (PP > 1 and VPP > 1)"),
-            )
-            if not ok
-        ]
-        if missing:
-            raise ValueError(
-                "overlap_param_gather_with_optimizer_step=True needs " + ", ".join(missing) + "."
-            )
+        _check_param_gather_with_optimizer_step(planner)
         planner.set(
             "overlap_param_gather_with_optimizer_step", True, "user", "set in CommOverlapConfig"
         )
@@ -196,3 +186,63 @@ def decide_dp(planner: Planner) -> None:
                     f"{knob}=True ({decided.reason}) is kept but has no effect with "
                     f"{why_dp}: {idle}."
                 )
+
+
+def _note_align_without_interleaving(planner: Planner, where: str) -> None:
+    """Say what ``align_param_gather=True`` does where no interleaved schedule dispatches it.
+
+    megatron-core reads the flag in DDP's forward pre-hook only: it stops each bucket from
+    prefetching the next one, because the interleaved schedule dispatches every chunk's
+    all-gather itself (``schedules.forward_backward_pipelining_with_interleaving`` through
+    ``config.param_sync_func``). No other schedule does, so there each bucket is gathered when
+    its first layer needs it. Megatron-LM's argument check resets the flag to False there.
+    """
+    f = planner.job
+    if f.interleaved:
+        return
+    layout = f"PP={f.pp_size}" + (f" VPP={f.vpp_size}" if f.vpp_size else " without VPP")
+    if not planner.value("overlap_param_gather"):
+        planner.notes.append(
+            f"align_param_gather=True ({where}) has no effect without parameter-gather overlap "
+            "(megatron-core reads it only in the param-gather pre-hook)."
+        )
+        return
+    planner.warnings.append(
+        f"align_param_gather=True ({where}) on a non-interleaved pipeline ({layout}) is kept, "
+        "but only the interleaved schedule dispatches the aligned all-gathers: here each "
+        "bucket's all-gather waits until its first layer needs it (no prefetch of the next "
+        "bucket). Drop it, or set virtual_pipeline_model_parallel_size."
+    )
+
+
+def _check_param_gather_with_optimizer_step(planner: Planner) -> None:
+    """Refuse ``overlap_param_gather_with_optimizer_step`` where megatron-core fails; say the rest.
+
+    megatron-core's ``ChainedOptimizer._step`` starts the first model chunk's all-gather through
+    ``optimizer.model_chunks``, which only the distributed optimizer has, so without it the first
+    step fails. Without parameter-gather overlap the step's all-gather is synchronous (no
+    overlap). Without an interleaved pipeline ``get_megatron_optimizer`` puts the whole model in
+    the first chunk: every bucket's all-gather starts in the optimizer step (upstream
+    Megatron-Bridge writes this; Megatron-LM's argument check requires a virtual pipeline).
+    """
+    f = planner.job
+    if not f.use_distributed_optimizer:
+        raise ValueError(
+            "overlap_param_gather_with_optimizer_step=True needs the distributed optimizer: "
+            "megatron-core starts the all-gather from the distributed optimizer's step, and "
+            "without it the first step fails. Set cfg.ddp.use_distributed_optimizer=True (and "
+            "cfg.optimizer.use_distributed_optimizer=True), or drop it."
+        )
+    if not planner.value("overlap_param_gather"):
+        planner.warnings.append(
+            "overlap_param_gather_with_optimizer_step=True has no effect with "
+            "overlap_param_gather=False: megatron-core then gathers the parameters synchronously "
+            "after the step. Turn overlap_param_gather on, or drop it."
+        )
+    elif not f.interleaved:
+        planner.notes.append(
+            "overlap_param_gather_with_optimizer_step=True without an interleaved pipeline: "
+            "the first model chunk is the whole model, so megatron-core starts every bucket's "
+            "all-gather in the optimizer step and the forward waits for them (Megatron-LM's "
+            "argument check requires a virtual pipeline; megatron-core runs it)."
+        )

@@ -11,16 +11,39 @@ from typing import Literal, get_args
 
 from megatron.bridge.training.comm_overlap.rules.planner import Planner
 from megatron.bridge.training.comm_overlap.te import TE_REQUIREMENTS, te_version_at_least
+from megatron.bridge.training.job import ModelDescription
 
-__all__ = ["EPDispatcher", "decide_ep"]
+__all__ = ["EPDispatcher", "decide_ep", "unused_flex_backend"]
 
 EPDispatcher = Literal["alltoall", "flex"]
 """MoE token dispatchers that EP all-to-all overlap works with."""
 
 
+def unused_flex_backend(model: ModelDescription) -> str | None:
+    """The sentence saying a flex dispatcher backend is set but not used, or None.
+
+    megatron-core reads ``moe_flex_dispatcher_backend`` only when
+    ``moe_token_dispatcher_type="flex"``; setting the backend alone dispatches as before
+    (upstream Megatron-Bridge lists this as a pitfall).
+    """
+    if not model.moe or model.moe_token_dispatcher_type == "flex":
+        return None
+    return (
+        f"moe_flex_dispatcher_backend={model.moe_flex_dispatcher_backend!r} has no effect: the "
+        f"token dispatcher is {model.moe_token_dispatcher_type!r}, and megatron-core reads the "
+        "backend only with moe_token_dispatcher_type='flex'. Set the dispatcher to flex to use it."
+    )
+
+
 def decide_ep(planner: Planner) -> None:
     """Decide EP all-to-all overlap and delayed wgrad compute; raise where megatron-core would."""
     f, user = planner.job, planner.user
+    # The default backend cannot be told apart from an untouched field; another one was set.
+    default_backend = ModelDescription.moe_flex_dispatcher_backend
+    if f.model.moe_flex_dispatcher_backend != default_backend:
+        unused = unused_flex_backend(f.model)
+        if unused is not None:
+            planner.warnings.append(unused)
     ep = user.overlap_moe_expert_parallel_comm
     if ep:
         failed = [

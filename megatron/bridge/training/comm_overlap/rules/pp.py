@@ -7,6 +7,16 @@ from megatron.bridge.training.comm_overlap.rules.planner import Planner
 __all__ = ["decide_pp"]
 
 
+#: Why megatron-core cannot batch an interleaved PP=2 pipeline's p2p without overlap.
+_TWO_RANK_BATCH = (
+    "batch_p2p_comm=True on an interleaved pipeline with PP=2 and overlap_p2p_comm=False sends "
+    "activations and gradients to the same neighbour in one batch_isend_irecv, which pairs "
+    "sends with receives by order and so swaps them (megatron-core's unbatched p2p gives a "
+    "two-rank group a second communicator for this; Megatron-LM's argument check forbids "
+    "interleaving at PP=2 without p2p overlap)."
+)
+
+
 def decide_pp(planner: Planner) -> None:
     """Decide overlap_p2p_comm and batch_p2p_comm from the request and the pipeline layout."""
     f, user = planner.job, planner.user
@@ -44,10 +54,21 @@ def decide_pp(planner: Planner) -> None:
     else:
         planner.set("overlap_p2p_comm", d_overlap, "derived", layout)
 
+    two_rank_ring = f.interleaved and f.pp_size == 2 and not planner.value("overlap_p2p_comm")
+    if batch and two_rank_ring:
+        raise ValueError(_TWO_RANK_BATCH + " Set batch_p2p_comm=False or overlap_p2p_comm=True.")
     if batch is not None:
         planner.set("batch_p2p_comm", batch, "user", "set in CommOverlapConfig")
     elif planner.value("overlap_p2p_comm"):
         planner.set("batch_p2p_comm", False, "derived", "exclusive with overlap_p2p_comm")
+    elif two_rank_ring:
+        planner.set(
+            "batch_p2p_comm",
+            False,
+            "derived",
+            "interleaved PP=2 without p2p overlap: a batch would pair both directions' sends to "
+            "the one neighbour by order",
+        )
     else:
         value = f.pp_size > 1
         planner.set(

@@ -11,10 +11,12 @@ from megatron.bridge.training.comm_overlap.plan import Source
 from megatron.bridge.training.comm_overlap.rules.planner import Planner
 from megatron.bridge.training.userbuffers import (
     TransformerLayerTPOverlapCfg,
+    choose_userbuffers_preset,
     mtp_userbuffers_pitfall,
     preset_fits_model,
     preset_names_of,
     preset_shapes_of,
+    published_name_for,
 )
 from megatron.bridge.training.userbuffers_file import load_preset
 
@@ -78,9 +80,15 @@ def decide_tp(planner: Planner) -> None:
         "user",
         f"requested, and TP={f.tp_size} >= 2, sequence parallel on, Transformer Engine available",
     )
+    chosen_by = _automatic_choice(planner)
+    if chosen_by is not None:
+        preset, chosen_by = _rechosen(planner, preset, chosen_by)
     if preset is None:
         planner.set(
-            "tp_comm_overlap_cfg", None, "default", "no preset: Transformer Engine's defaults"
+            "tp_comm_overlap_cfg",
+            None,
+            "default" if chosen_by is None else "derived",
+            chosen_by or "no preset: Transformer Engine's defaults",
         )
         planner.notes.append(
             "TP overlap uses Transformer Engine's default userbuffer settings (no "
@@ -88,8 +96,22 @@ def decide_tp(planner: Planner) -> None:
         )
     else:
         planner.preset_names = preset_names_of(preset)
-        label = ", ".join(planner.preset_names) if planner.preset_names else "a custom preset"
-        planner.set("tp_comm_overlap_cfg", preset.to_ub_cfgs(), "user", f"{where}: {label}")
+        # One object published under several names shows the one that describes this run.
+        label = (
+            published_name_for(
+                planner.preset_names,
+                gpu=f.gpu,
+                precision=f.precision,
+                hidden_size=f.model.hidden_size,
+                tp_size=f.tp_size,
+            )
+            if planner.preset_names
+            else "a custom preset"
+        )
+        if chosen_by is not None:
+            planner.set("tp_comm_overlap_cfg", preset.to_ub_cfgs(), "derived", chosen_by)
+        else:
+            planner.set("tp_comm_overlap_cfg", preset.to_ub_cfgs(), "user", f"{where}: {label}")
         _check_preset_shape(planner, preset)
     planner.set(
         "tp_comm_bootstrap_backend",
@@ -108,6 +130,54 @@ def _preset(planner: Planner) -> tuple[TransformerLayerTPOverlapCfg | None, str]
         return None, ""
     config, value = found
     return load_preset(value, owner=f"cfg.{config}"), f"set on cfg.{config}.tp_comm_overlap_cfg"
+
+
+def _automatic_choice(planner: Planner) -> str | None:
+    """Who chose CommOverlapConfig's preset and from what, while it is still that choice.
+
+    ``preset_chosen_by`` names the published preset that was chosen; a preset the user put in
+    its place since (another object) is the user's.
+    """
+    chosen_by = planner.user.preset_chosen_by
+    preset = planner.user.preset
+    if chosen_by is None or preset is None:
+        return None
+    if not any(name in chosen_by for name in preset_names_of(preset)):
+        return None
+    return chosen_by
+
+
+def _rechosen(
+    planner: Planner, preset: TransformerLayerTPOverlapCfg, chosen_by: str
+) -> tuple[TransformerLayerTPOverlapCfg | None, str]:
+    """The automatic choice made again for this job's GPU, precision and shape.
+
+    An automatic choice follows the facts it was made from: a GPU or precision changed after
+    the recipe chose (``cfg.gpu``, ``cfg.mixed_precision``, an override) chooses again.
+    """
+    f = planner.job
+    if f.gpu is None or f.model.hidden_size is None or f.model.seq_length is None:
+        return preset, chosen_by
+    choice = choose_userbuffers_preset(
+        tp_comm_overlap=True,
+        precision="fp8" if f.precision == "fp8" else "bf16",
+        gpu=f.gpu,
+        hidden_size=f.model.hidden_size,
+        tp_size=f.tp_size,
+        cp_size=f.cp_size,
+        micro_batch_size=f.micro_batch_size or 1,
+        seq_length=f.model.seq_length,
+    )
+    if choice.preset is preset:
+        return preset, chosen_by
+    facts = f"{f.gpu} {f.precision}, hidden {f.model.hidden_size}, TP{f.tp_size}, CP{f.cp_size}"
+    planner.notes.append(
+        f"the userbuffers preset was {chosen_by}; this job differs ({facts}), so it was chosen "
+        f"again: {choice.name or 'none'}."
+    )
+    return choice.preset, (
+        f"chosen automatically again for {facts}: {choice.name or 'none'} ({choice.detail})"
+    )
 
 
 def _check_tp_token_divisibility(planner: Planner) -> None:
@@ -134,16 +204,33 @@ def _check_tp_token_divisibility(planner: Planner) -> None:
 
 
 def _check_preset_shape(planner: Planner, preset: TransformerLayerTPOverlapCfg) -> None:
+    """Warn when a published preset was tuned for another shape, precision or GPU family.
+
+    A bf16 preset's methods and SM counts on an FP8 run (or the reverse) and a Hopper preset on
+    Blackwell run, but were not measured there.
+    """
     f = planner.job
     names = preset_names_of(preset)
-    if preset_fits_model(names, hidden_size=f.model.hidden_size, tp_size=f.tp_size) is not False:
+    facts = dict(hidden_size=f.model.hidden_size, tp_size=f.tp_size)
+    if preset_fits_model(names, **facts, precision=f.precision, gpu=f.gpu) is not False:
         return
     shapes = preset_shapes_of(preset)
-    published = ", ".join(f"hidden {s.hidden_size} TP{s.tp_size}" for s in shapes)
+    label = ", ".join(names)
+    if preset_fits_model(names, **facts) is False:
+        published = ", ".join(f"hidden {s.hidden_size} TP{s.tp_size}" for s in shapes)
+        planner.warnings.append(
+            f"tp_comm_overlap_cfg {label} was tuned for {published}, but the model has hidden "
+            f"{f.model.hidden_size} TP{f.tp_size}: almost always a mistake. Use "
+            "find_userbuffers_preset(...) for your shape, or tp_comm_overlap_cfg=None for TE "
+            "defaults."
+        )
+        return
+    tuned = ", ".join(sorted({f"{s.precision} on {s.gpu.upper()}" for s in shapes}))
     planner.warnings.append(
-        f"tp_comm_overlap_cfg {', '.join(preset_names_of(preset))} was tuned for {published}, "
-        f"but the model has hidden {f.model.hidden_size} TP{f.tp_size}: almost always a mistake. Use "
-        "find_userbuffers_preset(...) for your shape, or tp_comm_overlap_cfg=None for TE defaults."
+        f"tp_comm_overlap_cfg {label} was tuned for {tuned}, but this run trains in "
+        f"{f.precision} on {(f.gpu or 'an unknown GPU').upper()}: the preset's precision or GPU "
+        "differs. Use find_userbuffers_preset(...) for this precision and GPU, or "
+        "tp_comm_overlap_cfg=None for TE defaults."
     )
 
 
