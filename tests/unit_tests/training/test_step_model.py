@@ -52,9 +52,7 @@ def _qwen_step(ep_overlap: bool) -> float:
         global_batch_size=1024,
         use_distributed_optimizer=True,
     )
-    request = CommOverlapConfig(
-        tp_comm_overlap=False, overlap_moe_expert_parallel_comm=ep_overlap
-    )
+    request = CommOverlapConfig(tp_comm_overlap=False, overlap_moe_expert_parallel_comm=ep_overlap)
     return estimate_step(plan_comm_overlap(request, job)).prediction.step_seconds
 
 

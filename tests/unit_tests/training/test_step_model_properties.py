@@ -103,7 +103,10 @@ def test_more_micro_batches_never_increase_the_bubble_fraction(layout, extra):
     few, many = _estimate(job).prediction, _estimate(more).prediction
     assert more.global_batch_size // more.dp_size > m
     assert many.bubble_seconds / many.step_seconds <= few.bubble_seconds / few.step_seconds + 1e-9
-    assert many.bubble_seconds / many.compute_seconds <= few.bubble_seconds / few.compute_seconds + 1e-12
+    assert (
+        many.bubble_seconds / many.compute_seconds
+        <= few.bubble_seconds / few.compute_seconds + 1e-12
+    )
 
 
 @settings(max_examples=40, deadline=None)
@@ -119,7 +122,9 @@ def test_turning_an_overlap_off_never_shortens_the_step(layout, knob):
 
 
 @settings(max_examples=30, deadline=None)
-@given(layout=layouts, pair=st.sampled_from([("a100", "h100"), ("h100", "b200"), ("b200", "gb200")]))
+@given(
+    layout=layouts, pair=st.sampled_from([("a100", "h100"), ("h100", "b200"), ("b200", "gb200")])
+)
 def test_a_faster_gpu_never_predicts_a_slower_step(layout, pair):
     slow, fast = pair
     slow_step = _estimate(_job(layout, gpu=slow), tp_comm_overlap=False).prediction.step_seconds
