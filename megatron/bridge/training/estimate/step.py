@@ -163,7 +163,7 @@ def _assumptions(
     assumptions = [
         "times are lower bounds: bytes / peak per-direction link bandwidth and FLOPs / peak "
         f"dense {'FP8' if fp8 else 'BF16'} tensor-core FLOP/s ({gpu.name}: "
-        f"{gpu.peak_tflops(fp8=fp8):.0f} TFLOP/s, NVLink {gpu.nvlink_gb_per_s:.0f} GB/s, "
+        f"{_peak_tflops(gpu, fp8=fp8):.0f} TFLOP/s, NVLink {gpu.nvlink_gb_per_s:.0f} GB/s, "
         f"network {gpu.network_gb_per_s:.0f} GB/s per GPU); no latency, no congestion",
         f"ring collectives: each GPU sends (n-1)/n of the tensor; NVLink domain of {nvlink_domain} "
         "consecutive ranks (megatron-core rank order tp-cp-dp-pp, experts tp-ep-dp-pp); a "
