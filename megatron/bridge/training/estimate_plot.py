@@ -1,8 +1,9 @@
 """Draw one training step of an :class:`~megatron.bridge.training.estimate.Estimate` as lanes.
 
-Two panels share a time axis: the step with the plan's overlap, and with every overlap knob
-off. Each has a compute lane and one lane per communication stream; a hidden stream runs
-beside compute, an exposed one after it (lower-bound times, as the estimate gives them).
+Two panels share a time axis: the predicted step with the plan's overlap, and with every overlap
+knob off. Each has a compute lane (the pipeline bubble, each micro-batch's forward and backward
+or combined 1F1B pair, stalls waiting for parameters, the exposed tail) and one lane per link
+(NVLink, network) with the intervals each stream occupies it, as the schedule model placed them.
 
 matplotlib is imported when :func:`plot_step` runs (the ``plot`` extra), never on import.
 """
@@ -12,15 +13,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from megatron.bridge.training.estimate.result import CP_RING
-
 if TYPE_CHECKING:
-    from megatron.bridge.training.estimate.result import Estimate
+    from megatron.bridge.training.estimate.result import Estimate, Prediction
 
 __all__ = ["plot_step"]
 
 _COLOURS = {
-    "compute": "#4c72b0",
+    "bubble": "#bbbbbb",
+    "forward": "#4c72b0",
+    "backward": "#2a4a80",
+    "1f1b": "#6a5acd",
+    "stall": "#c44e52",
+    "tail": "#c44e52",
     "tp": "#dd8452",
     "cp": "#8172b3",
     "pp": "#55a868",
@@ -30,32 +34,34 @@ _COLOURS = {
 }
 
 
-def _lanes(
-    estimate: Estimate, *, overlap: bool
-) -> tuple[list[tuple[str, float, float, bool]], float]:
-    """(label, start, duration, hidden) per lane, in seconds, and the step's end."""
-    compute = estimate.step.compute_seconds_at_peak
-    lanes = [("compute", 0.0, compute, False)]
-    cursor = compute
-    for c in estimate.communication:
-        label = f"{c.mode}: {c.collective}"
-        hidden = c.hidden_by is not None and (overlap or c.hidden_by == CP_RING)
-        if hidden:
-            # Hidden streams run beside compute: the param all-gather from the start, the
-            # gradient reduction ending with the backward pass, the rest spread over the step.
-            start = (
-                0.0
-                if "all-gather (params)" in c.collective
-                else max(0.0, compute - c.seconds_at_link_peak)
-            )
-            if c.mode in ("tp", "cp", "pp", "ep"):
-                start = 0.0
-            lanes.append((label, start, c.seconds_at_link_peak, True))
-            cursor = max(cursor, start + c.seconds_at_link_peak)
-        else:
-            lanes.append((label, cursor, c.seconds_at_link_peak, False))
-            cursor += c.seconds_at_link_peak
-    return lanes, cursor
+def _draw(ax, prediction: Prediction) -> None:
+    """The compute lane (row 0) and one lane per link."""
+    for kind, start, seconds in prediction.timeline:
+        ax.barh(
+            0,
+            seconds * 1e3,
+            left=start * 1e3,
+            height=0.6,
+            color=_COLOURS[kind],
+            edgecolor="white",
+            linewidth=0.2,
+        )
+    links = sorted({link for link, *_ in prediction.link_intervals})
+    for row, link in enumerate(links, start=1):
+        for lnk, label, start, seconds in prediction.link_intervals:
+            if lnk == link:
+                mode = label.split(":")[0]
+                ax.barh(
+                    row,
+                    seconds * 1e3,
+                    left=start * 1e3,
+                    height=0.6,
+                    color=_COLOURS.get(mode, "#999999"),
+                    alpha=0.7,
+                    linewidth=0,
+                )
+    ax.set_yticks(range(1 + len(links)), ["compute", *links], fontsize=7)
+    ax.invert_yaxis()
 
 
 def plot_step(estimate: Estimate, path: str | Path, *, title: str | None = None) -> Path:
@@ -71,37 +77,41 @@ def plot_step(estimate: Estimate, path: str | Path, *, title: str | None = None)
             "(pip install 'megatron-bridge-overlap[plot]', or uv sync --extra plot)."
         ) from exc
     matplotlib.use("Agg")
+    import matplotlib.patches
     import matplotlib.pyplot as plt
 
-    panels = [(True, "with the plan's overlap"), (False, "all overlap off")]
-    drawn = [(_lanes(estimate, overlap=o), name) for o, name in panels]
-    end = max(total for (_lanes_, total), _name in drawn)
-    n = len(drawn[0][0][0])
-    fig, axes = plt.subplots(2, 1, figsize=(9, 1.2 + 0.55 * n * 2), sharex=True)
-    for ax, ((lanes, total), name) in zip(axes, drawn, strict=True):
-        for row, (label, start, duration, hidden) in enumerate(lanes):
-            mode = label.split(":")[0]
-            ax.barh(
-                row,
-                duration * 1e3,
-                left=start * 1e3,
-                height=0.6,
-                color=_COLOURS.get(mode, "#999999"),
-                alpha=0.45 if hidden else 1.0,
-                hatch="//" if hidden else None,
-                edgecolor="black",
-                linewidth=0.4,
-            )
-        ax.axvline(total * 1e3, color="black", linestyle="--", linewidth=0.8)
-        ax.set_yticks(range(len(lanes)), [lane[0] for lane in lanes], fontsize=7)
-        ax.invert_yaxis()
-        ax.set_title(f"{name}: step >= {total * 1e3:.0f} ms", fontsize=9, loc="left")
+    panels = [
+        (estimate.prediction, "with the plan's overlap"),
+        (estimate.without_overlap, "all overlap off"),
+    ]
+    if any(p is None for p, _name in panels):
+        raise ValueError("plot_step needs an estimate with its predictions.")
+    end = max(p.step_seconds for p, _name in panels)
+    fig, axes = plt.subplots(2, 1, figsize=(11, 4.2), sharex=True)
+    for ax, (prediction, name) in zip(axes, panels, strict=True):
+        _draw(ax, prediction)
+        ax.axvline(prediction.step_seconds * 1e3, color="black", linestyle="--", linewidth=0.8)
+        ax.set_title(
+            f"{name}: step {prediction.step_seconds * 1e3:.0f} ms (compute "
+            f"{prediction.compute_seconds * 1e3:.0f}, bubble {prediction.bubble_seconds * 1e3:.0f}, "
+            f"exposed {prediction.exposed_seconds * 1e3:.0f}), "
+            f"{prediction.tokens_per_s_per_gpu:.0f} tokens/s/GPU",
+            fontsize=9,
+            loc="left",
+        )
         ax.set_xlim(0, end * 1e3 * 1.02)
         ax.tick_params(axis="x", labelsize=7)
-    axes[-1].set_xlabel("ms (lower bound at peak; hatched = hidden behind compute)", fontsize=8)
+    handles = [
+        matplotlib.patches.Patch(color=c, label=k) for k, c in _COLOURS.items() if k != "tail"
+    ]
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=6, frameon=False)
+    axes[-1].set_xlabel(
+        "ms (compute at the achievable fraction of peak; link lanes: when each stream runs)",
+        fontsize=8,
+    )
     if title:
         fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
     fig.savefig(path, dpi=80)
     plt.close(fig)
     return path

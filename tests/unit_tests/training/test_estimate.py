@@ -279,7 +279,24 @@ def test_hidden_by_names_the_knob_the_plan_turned_on():
 def test_to_dict_has_exactly_the_documented_keys():
     plan = _plan(tp_size=2, dp_size=2, sequence_parallel=True)
     data = json.loads(json.dumps(estimate_step(plan).to_dict()))
-    assert set(data) == {"model_flops_per_token", "step", "communication", "assumptions"}
+    assert set(data) == {
+        "model_flops_per_token",
+        "step",
+        "communication",
+        "prediction",
+        "without_overlap",
+        "assumptions",
+    }
+    prediction_keys = {
+        "step_seconds",
+        "compute_seconds",
+        "bubble_seconds",
+        "exposed_seconds",
+        "tokens_per_s_per_gpu",
+        "achievable_fraction",
+        "achievable_source",
+    }
+    assert set(data["prediction"]) == set(data["without_overlap"]) == prediction_keys
     assert set(data["step"]) == {"tokens", "flops_per_gpu", "compute_seconds_at_peak"}
     assert {frozenset(c) for c in data["communication"]} == {
         frozenset(
@@ -290,6 +307,9 @@ def test_to_dict_has_exactly_the_documented_keys():
                 "link",
                 "seconds_at_link_peak",
                 "hidden_by",
+                "hidden_seconds",
+                "exposed_seconds",
+                "window_seconds",
             }
         )
     }

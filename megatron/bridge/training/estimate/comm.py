@@ -53,6 +53,10 @@ class Transfer:
     """The overlap knob that hides it (:data:`CP_RING`: hidden whatever the knobs say)."""
     formula: str
     """The byte count's formula, in words."""
+    group: int = 0
+    """All-to-all only: ranks in the group, ``stride`` apart (0: a ring or p2p transfer)."""
+    stride: int = 1
+    """All-to-all only: rank distance between consecutive group members."""
 
 
 def _activation_bytes(job: JobDescription, stage: Stage) -> int:
@@ -243,6 +247,8 @@ def ep_transfers(job: JobDescription, stage: Stage) -> list[Transfer]:
             job.etp_size * ep,
             "overlap_moe_expert_parallel_comm",
             "M x 4/MoE layer x (EP-1)/EP x tokens x topk x h x 2B",
+            group=ep,
+            stride=job.etp_size,
         )
     ]
 
@@ -254,6 +260,9 @@ def price(
 
     A transfer whose group spans at most ``nvlink_domain`` consecutive ranks runs on NVLink,
     otherwise on the network; its time is bytes over that link's peak per-direction bandwidth.
+    An all-to-all spanning more sends to its peers inside the domain over NVLink and to the
+    others over the network at the same time: its time is the slower of the two shares, and it
+    is placed on the network.
     It is hidden when its knob is on in ``plan`` (CP's ring always is). Empty transfers are
     dropped; the knobs come back in the order their first transfer appears.
     """
@@ -271,13 +280,17 @@ def price(
             continue
         where: Link = "nvlink" if t.span <= nvlink_domain else "network"
         bandwidth = (gpu.nvlink_gb_per_s if where == "nvlink" else gpu.network_gb_per_s) * 1e9
+        seconds = t.nbytes / bandwidth
+        if t.group > 1 and where == "network":
+            local = min(t.group, max(1, nvlink_domain // t.stride))
+            peers = t.group - 1
+            seconds = max(
+                t.nbytes * (t.group - local) / peers / (gpu.network_gb_per_s * 1e9),
+                t.nbytes * (local - 1) / peers / (gpu.nvlink_gb_per_s * 1e9),
+            )
         knob = t.knob
         hidden = knob if knob == CP_RING or (knob is not None and on(knob)) else None
         if knob is not None and hidden is None and knob not in knobs_off:
             knobs_off.append(knob)
-        entries.append(
-            CommEntry(
-                t.mode, t.collective, t.nbytes, where, t.nbytes / bandwidth, hidden, t.formula
-            )
-        )
+        entries.append(CommEntry(t.mode, t.collective, t.nbytes, where, seconds, hidden, t.formula))
     return entries, knobs_off

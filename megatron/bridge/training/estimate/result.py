@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-__all__ = ["CP_RING", "CommEntry", "Estimate", "Link", "StepCost"]
+__all__ = ["CP_RING", "CommEntry", "Estimate", "Link", "Prediction", "StepCost"]
 
 Link = Literal["nvlink", "network"]
 """Where a transfer runs: NVLink inside the NVLink domain, the GPU's network NIC outside it."""
@@ -46,6 +46,12 @@ class CommEntry:
     """The overlap that takes it off the critical path (None: exposed)."""
     formula: str = ""
     """The byte count's formula, in words."""
+    hidden_seconds: float = 0.0
+    """Of its time, what runs under compute the schedule gives it (with the plan's overlap)."""
+    exposed_seconds: float = 0.0
+    """Of its time, what stays on the critical path: seconds_at_link_peak - hidden_seconds."""
+    window_seconds: float = 0.0
+    """The compute it may hide under in one step (hidden_seconds never exceeds it)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The entry as JSON-ready values (the formula stays out)."""
@@ -56,6 +62,45 @@ class CommEntry:
             "link": self.link,
             "seconds_at_link_peak": self.seconds_at_link_peak,
             "hidden_by": self.hidden_by,
+            "hidden_seconds": self.hidden_seconds,
+            "exposed_seconds": self.exposed_seconds,
+            "window_seconds": self.window_seconds,
+        }
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """The predicted step of the busiest stage: compute, bubble, what stays exposed."""
+
+    step_seconds: float
+    """Predicted step time: compute + bubble + exposed communication."""
+    compute_seconds: float
+    """Executed FLOPs over peak x achievable fraction."""
+    bubble_seconds: float
+    """The pipeline bubble: (PP-1)/(VPP x micro-batches) of the compute."""
+    exposed_seconds: float
+    """Communication left on the critical path."""
+    tokens_per_s_per_gpu: float
+    """Global batch tokens / step time / GPUs."""
+    achievable_fraction: float
+    """Share of the peak FLOP/s the compute runs at."""
+    achievable_source: str
+    """Where that fraction comes from."""
+    timeline: tuple[tuple[str, float, float], ...] = ()
+    """(kind, start, seconds) of the compute lane: bubble, forward, backward, 1f1b, stall, tail."""
+    link_intervals: tuple[tuple[str, str, float, float], ...] = ()
+    """(link, stream label, start, seconds) each stream occupies its link."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready values (the timeline stays out)."""
+        return {
+            "step_seconds": self.step_seconds,
+            "compute_seconds": self.compute_seconds,
+            "bubble_seconds": self.bubble_seconds,
+            "exposed_seconds": self.exposed_seconds,
+            "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
+            "achievable_fraction": self.achievable_fraction,
+            "achievable_source": self.achievable_source,
         }
 
 
@@ -87,9 +132,13 @@ class Estimate:
     """The busiest pipeline stage (most FLOPs; the later one on a tie)."""
     knobs_off: tuple[str, ...] = ()
     """Overlap knobs that would hide an entry but the plan left off or refused."""
+    prediction: Prediction | None = None
+    """The predicted step with the plan's overlap."""
+    without_overlap: Prediction | None = None
+    """The predicted step with every overlap knob off (CP's ring still overlaps attention)."""
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: model_flops_per_token, step, communication, assumptions."""
+        """JSON-ready: model_flops_per_token, step, communication, prediction(s), assumptions."""
         return {
             "model_flops_per_token": self.model_flops_per_token,
             "step": {
@@ -98,23 +147,20 @@ class Estimate:
                 "compute_seconds_at_peak": self.step.compute_seconds_at_peak,
             },
             "communication": [c.to_dict() for c in self.communication],
+            "prediction": None if self.prediction is None else self.prediction.to_dict(),
+            "without_overlap": (
+                None if self.without_overlap is None else self.without_overlap.to_dict()
+            ),
             "assumptions": list(self.assumptions),
         }
 
     def exposed_seconds(self, *, overlap: bool = True) -> float:
-        """Communication time left on the critical path: all of it but what overlap hides.
+        """Communication time the schedule leaves on the critical path.
 
-        With ``overlap=False`` only the CP ring stays hidden (attention overlaps it whatever
-        the knobs say). Each hidden stream still shows what exceeds the compute time.
+        With ``overlap=False``: with every overlap knob off (CP's ring still overlaps attention).
         """
-        compute = self.step.compute_seconds_at_peak
-        exposed = 0.0
-        for c in self.communication:
-            hidden = c.hidden_by is not None and (overlap or c.hidden_by == CP_RING)
-            exposed += (
-                max(0.0, c.seconds_at_link_peak - compute) if hidden else c.seconds_at_link_peak
-            )
-        return exposed
+        pred = self.prediction if overlap else self.without_overlap
+        return 0.0 if pred is None else pred.exposed_seconds
 
     def knob_summary(self) -> list[str]:
         """One line per overlap knob: what it hides, or what stays exposed while it is off."""
@@ -124,9 +170,10 @@ class Estimate:
                 by_knob.setdefault(c.hidden_by, []).append(c)
         lines = []
         for knob, entries in by_knob.items():
-            ms = sum(c.seconds_at_link_peak for c in entries) * 1e3
+            ms = sum(c.hidden_seconds for c in entries) * 1e3
+            total = sum(c.seconds_at_link_peak for c in entries) * 1e3
             what = ", ".join(f"{c.mode} {c.collective}" for c in entries)
-            lines.append(f"{knob} hides {ms:.1f} ms/step at peak ({what})")
+            lines.append(f"{knob} hides {ms:.1f} of {total:.1f} ms/step ({what})")
         for knob in self.knobs_off:
             ms = (
                 sum(c.seconds_at_link_peak for c in self.communication if _knob_for(c) == knob)
@@ -143,7 +190,16 @@ class Estimate:
             f"{s.flops_per_gpu:.4g} model FLOPs/GPU (pipeline stage {self.pipeline_rank}), "
             f"compute >= {s.compute_seconds_at_peak * 1e3:.1f} ms at peak",
         ]
-        header = ("mode", "collective", "bytes/GPU/step", "link", "ms at peak", "hidden by")
+        header = (
+            "mode",
+            "collective",
+            "bytes/GPU/step",
+            "link",
+            "ms at peak",
+            "hidden ms",
+            "exposed ms",
+            "hidden by",
+        )
         rows = [
             (
                 c.mode,
@@ -151,6 +207,8 @@ class Estimate:
                 _bytes(c.bytes_per_gpu_per_step),
                 c.link,
                 f"{c.seconds_at_link_peak * 1e3:.2f}",
+                f"{c.hidden_seconds * 1e3:.2f}",
+                f"{c.exposed_seconds * 1e3:.2f}",
                 c.hidden_by or "-",
             )
             for c in self.communication
@@ -160,9 +218,19 @@ class Estimate:
             lines.append("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
         lines.extend(self.knob_summary())
         lines.append(
-            f"exposed communication >= {self.exposed_seconds() * 1e3:.1f} ms with the plan, "
+            f"exposed communication {self.exposed_seconds() * 1e3:.1f} ms with the plan, "
             f"{self.exposed_seconds(overlap=False) * 1e3:.1f} ms with all overlap off"
         )
+        p, off = self.prediction, self.without_overlap
+        if p is not None and off is not None:
+            lines.append(
+                f"predicted step {p.step_seconds * 1e3:.1f} ms = compute "
+                f"{p.compute_seconds * 1e3:.1f} + bubble {p.bubble_seconds * 1e3:.1f} + exposed "
+                f"{p.exposed_seconds * 1e3:.1f}; {p.tokens_per_s_per_gpu:.0f} tokens/s/GPU "
+                f"(all overlap off: {off.step_seconds * 1e3:.1f} ms, "
+                f"{off.tokens_per_s_per_gpu:.0f} tokens/s/GPU)"
+            )
+            lines.append(f"compute at {p.achievable_fraction:.0%} of peak: {p.achievable_source}")
         return "\n".join(lines)
 
 

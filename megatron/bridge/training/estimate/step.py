@@ -2,11 +2,15 @@
 
 It checks the job has what the estimate needs, sizes the batch, picks the busiest pipeline stage
 (:mod:`.stage`), prices its compute at the GPU's peak and its communication per mode
-(:mod:`.comm`), and states the assumptions behind the numbers.
+(:mod:`.comm`), places both on megatron-core's schedule (:mod:`.schedule`) with the compute at
+the achievable fraction of peak (:mod:`.efficiency`), once with the plan's overlap and once
+with all of it off, and states the assumptions behind the numbers.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from typing import TYPE_CHECKING
 
 from megatron.bridge.training.estimate.comm import (
@@ -17,8 +21,22 @@ from megatron.bridge.training.estimate.comm import (
     price,
     tp_transfers,
 )
+from megatron.bridge.training.estimate.efficiency import Achievable, achievable_fraction
 from megatron.bridge.training.estimate.model_cost import ModelCost
-from megatron.bridge.training.estimate.result import Estimate, StepCost
+from megatron.bridge.training.estimate.result import (
+    CP_RING,
+    CommEntry,
+    Estimate,
+    Prediction,
+    StepCost,
+)
+from megatron.bridge.training.estimate.schedule import (
+    GradStream,
+    LayerStream,
+    ParamStream,
+    ScheduleInput,
+    simulate,
+)
 from megatron.bridge.training.estimate.stage import Stage, busiest_stage, stage_params
 from megatron.bridge.training.hardware import GpuSpec, gpu_spec
 from megatron.bridge.training.job import JobDescription
@@ -63,6 +81,7 @@ def estimate_step(
     tokens_per_dp_rank = tokens // dp
     domain = nvlink_domain or gpu.nvlink_domain or gpus_per_node
     fp8 = f.precision == "fp8"
+    peak = _peak_tflops(gpu, fp8=fp8)
 
     stage = busiest_stage(f, dims, micro_batch_size=mbs, micro_batches=micro_batches)
 
@@ -72,7 +91,7 @@ def estimate_step(
     step = StepCost(
         tokens=tokens,
         flops_per_gpu=model_flops,
-        compute_seconds_at_peak=executed / (gpu.peak_tflops(fp8=fp8) * 1e12),
+        compute_seconds_at_peak=executed / (peak * 1e12),
     )
 
     dense_params, expert_params = stage_params(f, dims, stage)
@@ -89,11 +108,42 @@ def estimate_step(
         nvlink_domain=domain,
     )
 
+    achievable = achievable_fraction(gpu.name, f.precision)
+    rate = peak * 1e12 * achievable.fraction
+    shape = _Shape(
+        forward=model_flops / 3 / (micro_batches * stage.vpp) / rate,
+        backward=(executed - model_flops / 3) / (micro_batches * stage.vpp) / rate,
+        attention_share=min(
+            1.0, stage.layers * dims.attention_flops_per_token() / stage.flops_per_token
+        ),
+        core_attention_share=min(
+            1.0, stage.layers * 6 * dims.query_width * f.model.seq_length / stage.flops_per_token
+        ),
+    )
+    with_plan = _predict(
+        plan, entries, stage, shape, achievable, tokens, dense_params, expert_params, overlap=True
+    )
+    without = _predict(
+        plan, entries, stage, shape, achievable, tokens, dense_params, expert_params, overlap=False
+    )
+    timeline, prediction = with_plan
+    entries = [
+        dataclasses.replace(
+            c,
+            hidden_seconds=timeline[i].hidden,
+            exposed_seconds=timeline[i].exposed,
+            window_seconds=timeline[i].window,
+        )
+        for i, c in enumerate(entries)
+    ]
+
     flops_per_token = dims.flops_per_token(tp)
     return Estimate(
         model_flops_per_token=flops_per_token,
         step=step,
         communication=tuple(entries),
+        prediction=prediction,
+        without_overlap=without[1],
         assumptions=_assumptions(f, gpu, stage, global_batch_size=gbs, nvlink_domain=domain),
         executed_flops_per_gpu=executed,
         average_flops_per_gpu=tokens * flops_per_token / f.world_size,
@@ -113,7 +163,7 @@ def _assumptions(
     assumptions = [
         "times are lower bounds: bytes / peak per-direction link bandwidth and FLOPs / peak "
         f"dense {'FP8' if fp8 else 'BF16'} tensor-core FLOP/s ({gpu.name}: "
-        f"{gpu.peak_tflops(fp8=fp8):.0f} TFLOP/s, NVLink {gpu.nvlink_gb_per_s:.0f} GB/s, "
+        f"{_peak_tflops(gpu, fp8=fp8):.0f} TFLOP/s, NVLink {gpu.nvlink_gb_per_s:.0f} GB/s, "
         f"network {gpu.network_gb_per_s:.0f} GB/s per GPU); no latency, no congestion",
         f"ring collectives: each GPU sends (n-1)/n of the tensor; NVLink domain of {nvlink_domain} "
         "consecutive ranks (megatron-core rank order tp-cp-dp-pp, experts tp-ep-dp-pp); a "
@@ -138,3 +188,149 @@ def _assumptions(
             "over stages; expert-TP traffic not modelled"
         )
     return tuple(assumptions)
+
+
+def _peak_tflops(gpu: GpuSpec, *, fp8: bool) -> float:
+    """The GPU's peak dense tensor-core TFLOP/s for the training precision (one place)."""
+    return gpu.peak_tflops(fp8=fp8)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Shape:
+    """One micro-batch of one chunk on the busiest stage, in seconds at the achievable rate."""
+
+    forward: float
+    backward: float
+    attention_share: float
+    core_attention_share: float
+
+
+def _knob(plan: OverlapPlan, knob: str) -> object:
+    try:
+        return plan.value(knob)
+    except KeyError:
+        return None
+
+
+def _predict(
+    plan: OverlapPlan,
+    entries: list[CommEntry],
+    stage: Stage,
+    shape: _Shape,
+    achievable: Achievable,
+    tokens: int,
+    dense_params: int,
+    expert_params: int,
+    *,
+    overlap: bool,
+) -> tuple[dict, Prediction]:
+    """Simulate the step with the plan's overlap (``overlap``) or with every knob off."""
+    job = plan.job
+    segments = stage.micro_batches * stage.vpp
+    f, b = shape.forward, shape.backward
+
+    def on(knob: str) -> bool:
+        return overlap and bool(_knob(plan, knob))
+
+    bucket = _knob(plan, "bucket_size")
+    layer: list[LayerStream] = []
+    grads: list[GradStream] = []
+    params: list[ParamStream] = []
+    for i, c in enumerate(entries):
+        t = c.seconds_at_link_peak
+        if c.mode in ("tp", "cp"):
+            per = t / segments
+            fwd, bwd = per * f / (f + b), per * b / (f + b)
+            if c.mode == "tp":
+                hide = (job.tp_size - 1) / job.tp_size if c.hidden_by and on(c.hidden_by) else 0.0
+                layer.append(LayerStream(i, c.link, fwd, bwd, hide, "gemm"))
+            else:
+                layer.append(
+                    LayerStream(i, c.link, fwd, bwd, 1.0 if c.hidden_by == CP_RING else 0.0, "core")
+                )
+        elif c.mode == "pp":
+            per = t / segments / 2
+            layer.append(
+                LayerStream(i, c.link, per, per, 1.0 if on("overlap_p2p_comm") else 0.0, "all")
+            )
+        elif c.mode == "ep":
+            fwd_share = 2 / (4 + 2 * stage.recompute_full)
+            layer.append(
+                LayerStream(
+                    i,
+                    c.link,
+                    t * fwd_share / segments,
+                    t * (1 - fwd_share) / segments,
+                    1.0 if on("overlap_moe_expert_parallel_comm") else 0.0,
+                    "a2a",
+                )
+            )
+        else:
+            n_params = dense_params if c.mode == "dp" else expert_params
+            group = (
+                job.dp_size * job.cp_size
+                if c.mode == "dp"
+                else max(1, job.world_size // (job.etp_size * job.ep_size * job.pp_size))
+            )
+            if "all-gather" in c.collective:
+                size = (
+                    bucket
+                    if isinstance(bucket, int) and bucket > 0
+                    else max(40_000_000, 1_000_000 * group)
+                )
+                per_chunk = max(1, math.ceil(n_params / stage.vpp / size))
+                params.append(
+                    ParamStream(
+                        i,
+                        c.link,
+                        t,
+                        per_chunk,
+                        on("overlap_param_gather"),
+                        bool(_knob(plan, "align_param_gather")),
+                        bool(_knob(plan, "overlap_param_gather_with_optimizer_step")),
+                    )
+                )
+            else:
+                grad_on = on("overlap_grad_reduce")
+                # megatron-core: one bucket without overlap_grad_reduce, else bucket_size
+                # (default max(40M, 1M x DP group) parameters).
+                size = (
+                    bucket
+                    if isinstance(bucket, int) and bucket > 0
+                    else max(40_000_000, 1_000_000 * group)
+                )
+                per_chunk = max(1, math.ceil(n_params / stage.vpp / size)) if grad_on else 1
+                grads.append(GradStream(i, c.link, t, per_chunk, grad_on))
+    timeline = simulate(
+        ScheduleInput(
+            forward=f,
+            backward=b,
+            attention_share=shape.attention_share,
+            core_attention_share=shape.core_attention_share,
+            micro_batches=stage.micro_batches,
+            vpp=stage.vpp,
+            pp=job.pp_size,
+            rank=stage.rank,
+            ep_overlap=on("overlap_moe_expert_parallel_comm") and job.ep_size > 1,
+            layer_streams=tuple(layer),
+            grad_streams=tuple(grads),
+            param_streams=tuple(params),
+        )
+    )
+    labels = {i: (c.link, f"{c.mode}: {c.collective}") for i, c in enumerate(entries)}
+    prediction = Prediction(
+        step_seconds=timeline.step,
+        compute_seconds=timeline.compute,
+        bubble_seconds=timeline.bubble,
+        exposed_seconds=max(0.0, timeline.step - timeline.compute - timeline.bubble),
+        tokens_per_s_per_gpu=tokens / timeline.step / job.world_size,
+        achievable_fraction=achievable.fraction,
+        achievable_source=achievable.source,
+        timeline=tuple(timeline.segments),
+        link_intervals=tuple(
+            (labels[key][0], labels[key][1], start, secs)
+            for key, st in timeline.streams.items()
+            for start, secs in st.intervals
+        ),
+    )
+    return timeline.streams, prediction
