@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from megatron.bridge.training.parallel_layout import data_parallel_size
+from megatron.bridge.training.parallel_layout import data_parallel_size, micro_batches_per_step
 from megatron.bridge.training.pipeline_layout import parse_layout
 
 __all__ = [
@@ -389,6 +389,24 @@ class JobDescription:
             tp_size=self.tp_size,
             cp_size=self.cp_size,
             pp_size=self.pp_size,
+        )
+
+    @property
+    def micro_batches(self) -> int | None:
+        """Micro-batches per replica and step (None without a micro-batch size); ``ValueError``
+        where megatron-core cannot split or schedule the global batch
+        (``parallel_layout.micro_batches_per_step``)."""
+        if self.micro_batch_size is None:
+            return None
+        gbs = self.global_batch_size
+        if gbs is None:
+            gbs = self.micro_batch_size * self.dp_size * self.pp_size
+        return micro_batches_per_step(
+            global_batch_size=gbs,
+            micro_batch_size=self.micro_batch_size,
+            dp_size=self.dp_size,
+            pp_size=self.pp_size,
+            interleaved=self.interleaved,
         )
 
     @property

@@ -23,8 +23,45 @@ __all__ = [
     "ParallelSizes",
     "check_parallel_layout",
     "data_parallel_size",
+    "micro_batches_per_step",
     "validate_parallel_size",
 ]
+
+
+def micro_batches_per_step(
+    *, global_batch_size: int, micro_batch_size: int, dp_size: int, pp_size: int, interleaved: bool
+) -> int:
+    """Micro-batches each data-parallel replica runs per step; ``ValueError`` where megatron-core
+    cannot split the batch or schedule them.
+
+    - The global batch splits into micro-batches of every replica:
+      ``num_microbatches_calculator.ConstantNumMicroBatchesCalculator`` asserts
+      ``global_batch_size % (micro_batch_size x DP) == 0``.
+    - The interleaved schedule runs micro-batches in groups of ``microbatch_group_size_per_vp_stage``
+      (default: PP, ``ModelParallelConfig.__post_init__``):
+      ``schedules.forward_backward_pipelining_with_interleaving`` raises when there are fewer
+      micro-batches than a group, or when the last group is non-empty and shorter than PP; with
+      the default group, the count is a multiple of PP.
+    """
+    per_step = micro_batch_size * dp_size
+    if global_batch_size % per_step:
+        raise ValueError(
+            f"global_batch_size={global_batch_size} does not split into micro-batches of every "
+            f"data-parallel replica: micro_batch_size x DP = {micro_batch_size} x {dp_size} = "
+            f"{per_step} must divide it (megatron-core's micro-batch calculator asserts this); "
+            f"use a global batch size that is a multiple of {per_step}."
+        )
+    count = global_batch_size // per_step
+    if interleaved and count % pp_size:
+        raise ValueError(
+            f"global_batch_size={global_batch_size} gives {count} micro-batch(es) per replica "
+            f"(global batch / (micro_batch_size x DP) = {global_batch_size} / {per_step}); "
+            f"the interleaved pipeline schedule runs them in groups of PP={pp_size} and raises "
+            "unless the count is a positive multiple of PP (megatron-core's "
+            "forward_backward_pipelining_with_interleaving); use a global batch size that is a "
+            f"multiple of {per_step * pp_size}, or turn interleaving off."
+        )
+    return count
 
 
 def validate_parallel_size(name: str, value: object) -> int:

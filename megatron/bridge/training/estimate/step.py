@@ -69,14 +69,10 @@ def estimate_step(
     if f.micro_batch_size is None:
         raise ValueError("estimate_step needs JobDescription.micro_batch_size.")
     gpu = gpu_spec(f.gpu)
-    tp, cp, pp, dp = f.tp_size, f.cp_size, f.pp_size, f.dp_size
+    tp, cp, dp = f.tp_size, f.cp_size, f.dp_size
     mbs = f.micro_batch_size
-    gbs = f.global_batch_size if f.global_batch_size is not None else mbs * dp * pp
-    if gbs % (mbs * dp):
-        raise ValueError(
-            f"global_batch_size {gbs} is not a multiple of micro_batch_size x DP = {mbs * dp}."
-        )
-    micro_batches = gbs // (mbs * dp)
+    micro_batches = f.micro_batches
+    gbs = micro_batches * mbs * dp
     tokens = gbs * f.model.seq_length
     tokens_per_dp_rank = tokens // dp
     domain = nvlink_domain or gpu.nvlink_domain or gpus_per_node

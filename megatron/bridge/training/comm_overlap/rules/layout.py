@@ -37,8 +37,8 @@ def check_layout(job: JobDescription) -> None:
 
     Checks the whole layout: the world splits into TP x CP x PP x DP and into the expert grid,
     layers split across pipeline stages (and virtual stages), heads and query groups across TP
-    ranks, experts across EP ranks, the sequence across CP ranks, sequence parallelism has TP to
-    split over, FP8 runs on a GPU that has it, and every rule megatron-core's
+    ranks, experts across EP ranks, the sequence across CP ranks, the global batch into micro-batches the schedule
+    runs, sequence parallelism has TP to split over, FP8 runs on a GPU that has it, and every rule megatron-core's
     ``TransformerConfig`` applies to the model's fields (``model_rules.check_model``: MoE biases
     and expert TP, recompute, CUDA graphs, ...). Needs the world size, so it runs where the whole
     layout is known: ``runtime_config_update`` (before anything is written) and
@@ -66,5 +66,6 @@ def check_layout(job: JobDescription) -> None:
         num_layers_in_last_pipeline_stage=job.model.num_layers_in_last_pipeline_stage,
         mtp_num_layers=job.model.mtp_num_layers,
     )
+    _ = job.micro_batches  # the global batch splits and schedules (ValueError otherwise)
     # megatron-core reads "no Transformer Engine" as version 0.0.0 in its version rules.
     check_model(job.model, te_version=job.te_version if job.te_available else "0.0.0")
