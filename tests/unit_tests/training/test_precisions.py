@@ -290,3 +290,14 @@ def test_the_estimate_runs_at_each_precisions_peak(gpu):
 def test_the_description_of_a_custom_recipe_names_no_compute_dtype():
     model = ModelDescription(bf16=True, fp8="hybrid", fp8_recipe="custom")
     assert model.compute_dtype is None and model.precision == "fp8"
+
+
+@pytest.mark.parametrize("name", ["fp8_param", "fp4_param"])
+def test_a_param_flag_set_on_the_model_is_replaced_with_a_warning(name, caplog):
+    # Mixed precision owns the quantized-parameter flags; a True it replaces is said, not dropped.
+    model = GPTModelProvider(num_layers=4, hidden_size=256, num_attention_heads=8)
+    setattr(model, name, True)
+    with caplog.at_level("WARNING", logger="megatron.bridge.training.mixed_precision"):
+        get_mixed_precision_config("bf16_mixed").setup(model)
+    assert getattr(model, name) is False
+    assert f"cfg.model.{name}=True is replaced" in caplog.text
