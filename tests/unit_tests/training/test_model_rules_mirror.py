@@ -707,6 +707,30 @@ REJECTED = [
         r"'moe'.*'moe_router'",
         id="moe-recompute-router-graph",
     ),
+    pytest.param(
+        {"moe_ffn_hidden_size": 512, "moe_layer_freq": (1, 1, 1, 1)},
+        None,
+        r"moe_ffn_hidden_size=512.*num_moe_experts",
+        id="dense-moe-ffn-list-without-dense-layers",
+    ),
+    pytest.param(
+        {
+            **MOE,
+            "add_bias_linear": False,
+            "moe_layer_freq": (1, 1, 1, 1),
+            "cuda_graph_impl": "transformer_engine",
+            "cuda_graph_modules": ("mlp",),
+        },
+        None,
+        r"moe_layer_freq=\[1, 1, 1, 1\] every layer is an MoE layer",
+        id="mlp-graph-list-all-moe",
+    ),
+    pytest.param(
+        {"multi_latent_attention": True, "attention_output_gate": True},
+        None,
+        r"attention_output_gate=True with multi_latent_attention=True",
+        id="mla-output-gate",
+    ),
 ]
 
 
@@ -782,6 +806,32 @@ ACCEPTED = [
         {"overlap_dispatch_backward_with_experts_wgrad": True}, "2.3.0", id="dispatch-backward-te"
     ),
     pytest.param({"moe_ffn_hidden_size": 512, "moe_layer_freq": 2}, None, id="mixed-dense-moe-ffn"),
+    pytest.param(
+        {"moe_ffn_hidden_size": 512, "moe_layer_freq": (0, 1, 1, 1)},
+        None,
+        id="mixed-dense-moe-ffn-list",
+    ),
+    pytest.param(
+        {
+            **MOE,
+            "add_bias_linear": False,
+            "moe_layer_freq": (0, 1, 1, 1),
+            "cuda_graph_impl": "transformer_engine",
+            "cuda_graph_modules": ("mlp",),
+        },
+        None,
+        id="mlp-graph-list-with-dense-layers",
+    ),
+    pytest.param(
+        {"multi_latent_attention": True, "q_lora_rank": None, "window_size": (128, 0)},
+        None,
+        id="mla-full-rank-queries",
+    ),
+    pytest.param(
+        {"attention_output_gate": True, "window_size": (128, 0), "window_attn_skip_freq": 2},
+        None,
+        id="gated-sliding-window",
+    ),
     pytest.param({"mtp_num_layers": 2, "gradient_accumulation_fusion": True}, None, id="mtp"),
 ]
 
