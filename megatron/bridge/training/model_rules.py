@@ -34,7 +34,7 @@ from typing import Any
 
 from megatron.bridge.training.job import ModelDescription
 
-__all__ = ["UNDESCRIBED_DEFAULTS", "check_model"]
+__all__ = ["UNDESCRIBED_DEFAULTS", "check_model", "check_moe_layer_pattern"]
 
 UNDESCRIBED_DEFAULTS: Mapping[str, Any] = MappingProxyType({"fp8_quantizer_factory": None})
 """megatron-core ``TransformerConfig`` fields that :func:`check_model`'s rules read but
@@ -183,6 +183,24 @@ def _check_mla_output_gate(*, multi_latent_attention: bool, attention_output_gat
 
 
 # ---------------------------------------------------------------------------- mixture of experts
+
+
+def check_moe_layer_pattern(model: ModelDescription) -> None:
+    """Raise ``ValueError`` when moe_layer_freq's list form does not give one entry per layer.
+
+    Mirrors megatron-core's ``gpt_layer_specs.get_gpt_decoder_layer_specs``, which asserts the
+    length when it builds the layers (TransformerConfig does not check it, so neither does
+    :func:`check_model`). Skipped while num_layers is unknown or the model has no experts.
+    """
+    freq = model.moe_layer_freq
+    if isinstance(freq, int) or model.num_layers is None or not model.moe:
+        return
+    if len(freq) != model.num_layers:
+        raise ValueError(
+            f"moe_layer_freq (--moe-layer-freq) lists {len(freq)} layers, but num_layers is "
+            f"{model.num_layers}: give one 0 (dense) or 1 (MoE) per layer, e.g. "
+            f"([0]*3+[1]*{max(model.num_layers - 3, 1)}), or an int N for every N-th layer."
+        )
 
 
 def _some_layers_dense(moe_layer_freq: int | tuple[int, ...]) -> bool:

@@ -13,8 +13,9 @@ import math
 from dataclasses import dataclass
 
 from megatron.bridge.training.job import ModelDescription
+from megatron.bridge.training.model_rules import check_moe_layer_pattern
 
-__all__ = ["ModelCost"]
+__all__ = ["HybridPattern", "ModelCost", "parse_hybrid_pattern"]
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,7 @@ class ModelCost:
                 f"The step estimate needs the model's {', '.join(missing)}; set them in the job "
                 "description (e.g. --vocab-size on the command line)."
             )
+        check_moe_layer_pattern(self.model)
 
     # --- derived dimensions ------------------------------------------------------------------
 
@@ -59,7 +61,7 @@ class ModelCost:
         """MoE layers of the decoder (MTP layers excluded): from moe_layer_freq, or the ``E``
         symbols of a hybrid model's pattern; 0 for a dense model."""
         if self.model.hybrid_layer_pattern is not None:
-            return _hybrid_pattern(self.model.hybrid_layer_pattern).main.count(_MOE)
+            return parse_hybrid_pattern(self.model.hybrid_layer_pattern).main.count(_MOE)
         return sum(self.model.moe_layer_pattern) if self.model.moe else 0
 
     @property
@@ -69,7 +71,7 @@ class ModelCost:
         if self.model.mtp_num_layers is not None:
             return self.model.mtp_num_layers
         if self.model.hybrid_layer_pattern is not None:
-            return _hybrid_pattern(self.model.hybrid_layer_pattern).mtp_depths
+            return parse_hybrid_pattern(self.model.hybrid_layer_pattern).mtp_depths
         return 0
 
     def padded_vocab(self, tp_size: int) -> int:
@@ -156,7 +158,7 @@ class ModelCost:
         self._check_attention_variant()
         layers = self.model.num_layers
         if self.model.hybrid_layer_pattern is not None:
-            main = _hybrid_pattern(self.model.hybrid_layer_pattern).main
+            main = parse_hybrid_pattern(self.model.hybrid_layer_pattern).main
             mixers = sum(
                 self._hybrid_layer_flops(symbol, number)
                 for number, symbol in enumerate(main, start=1)
@@ -198,7 +200,7 @@ class ModelCost:
         """Training FLOPs per token of the decoder layers (no MTP layer, no logits)."""
         self._check_attention_variant()
         if self.model.hybrid_layer_pattern is not None:
-            main = _hybrid_pattern(self.model.hybrid_layer_pattern).main
+            main = parse_hybrid_pattern(self.model.hybrid_layer_pattern).main
             return sum(self._hybrid_layer_flops(sym, n) for n, sym in enumerate(main, start=1))
         pattern = self.model.moe_layer_pattern
         return sum(
@@ -222,7 +224,7 @@ class ModelCost:
         self._check_attention_variant()
         mtp, h = self.mtp_layers, self.model.hidden_size
         if self.model.hybrid_layer_pattern is not None:
-            parsed = _hybrid_pattern(self.model.hybrid_layer_pattern)
+            parsed = parse_hybrid_pattern(self.model.hybrid_layer_pattern)
             layers = parsed.mtp_depths * sum(
                 self._hybrid_layer_flops(symbol, None) for symbol in parsed.mtp
             )
@@ -370,7 +372,9 @@ _GDN_QK_HEAD_DIM, _GDN_V_HEAD_DIM, _GDN_QK_HEADS, _GDN_V_HEADS, _GDN_CONV_KERNEL
 
 
 @dataclass(frozen=True)
-class _HybridPattern:
+class HybridPattern:
+    """A hybrid layer pattern split into the decoder's layers and the MTP layers."""
+
     main: str
     """The decoder layers' symbols, pipe separators removed."""
     mtp: str
@@ -380,7 +384,7 @@ class _HybridPattern:
 
 
 @functools.lru_cache(maxsize=64)
-def _hybrid_pattern(pattern: str) -> _HybridPattern:
+def parse_hybrid_pattern(pattern: str) -> HybridPattern:
     """Split a hybrid layer pattern as megatron-core's ``parse_hybrid_pattern`` does.
 
     ``<main>/<mtp>/<mtp>...``: the main pattern may hold ``|`` stage boundaries; every MTP part
@@ -403,4 +407,4 @@ def _hybrid_pattern(pattern: str) -> _HybridPattern:
             f"use {''.join(sorted(_LAYER_SYMBOLS))} ('|' between pipeline stages, '/' before "
             "each MTP depth)."
         )
-    return _HybridPattern(main=main, mtp=mtp, mtp_depths=len(mtp_parts))
+    return HybridPattern(main=main, mtp=mtp, mtp_depths=len(mtp_parts))
