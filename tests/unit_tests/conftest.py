@@ -17,6 +17,7 @@ import sys
 import types
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from types import MappingProxyType
 from unittest import mock
 
 import pytest
@@ -167,6 +168,24 @@ def layout_fields(**sizes) -> dict:
     """megatron-core's names for a layout given by short names: ``tp_size=2`` ->
     ``tensor_model_parallel_size=2`` (also ``pp_size``, ``vpp_size``, ``cp_size``, ``ep_size``)."""
     return {_LAYOUT_NAMES[name]: size for name, size in sizes.items()}
+
+
+#: A model megatron-core builds on a CPU in a moment, as model fields (a description's or a
+#: provider's): for tests whose point is not the model's size.
+TINY_MODEL_FIELDS = MappingProxyType(
+    {
+        "num_layers": 4,
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "seq_length": 128,
+        "vocab_size": 1000,
+    }
+)
+
+
+def tiny_model(**fields) -> ModelDescription:
+    """A description of :data:`TINY_MODEL_FIELDS`; ``fields`` add model fields or replace those."""
+    return ModelDescription(**{**TINY_MODEL_FIELDS, **fields})
 
 
 def h100_job(model: ModelDescription, *, dp_size: int = 1, **fields) -> JobDescription:

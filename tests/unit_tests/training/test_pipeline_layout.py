@@ -34,6 +34,7 @@ from megatron.bridge.training.pipeline_layout import (
     parse_layout,
     stage_layers,
 )
+from tests.unit_tests.conftest import tiny_model
 from tests.unit_tests.training.test_parallel_layout import fake_world, initialize_model_parallel
 
 DEEPSEEK_V3 = "Et*4|(t*4|)*14tmL"
@@ -428,12 +429,8 @@ def test_layout_with_unknown_num_layers_is_still_checked():
 
 
 def _deepseek_model(layout) -> ModelDescription:
-    return ModelDescription(
+    return tiny_model(
         num_layers=61,
-        hidden_size=64,
-        num_attention_heads=4,
-        seq_length=128,
-        vocab_size=1000,
         pipeline_model_parallel_size=4,
         mtp_num_layers=1,
         pipeline_model_parallel_layout=layout,
