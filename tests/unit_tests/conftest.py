@@ -78,6 +78,26 @@ def make_configs(
     return Configs(model=model, optimizer=optimizer, ddp=ddp)
 
 
+def core_config(
+    *, num_layers: int, pp: int = 1, vpp: int | None = None, **fields
+) -> TransformerConfig:
+    """A small real ``TransformerConfig`` (hidden 64, 4 heads) with a pipeline layout.
+
+    megatron-core validates the layout here; ``fields`` add fields or replace those.
+    """
+    return TransformerConfig(
+        **{
+            "hidden_size": 64,
+            "num_attention_heads": 4,
+            "pipeline_dtype": torch.bfloat16,
+            **fields,
+        },
+        num_layers=num_layers,
+        pipeline_model_parallel_size=pp,
+        virtual_pipeline_model_parallel_size=vpp,
+    )
+
+
 def snapshot(config) -> dict:
     """Field values, with megatron-core's init-method partials compared by what they compute."""
     out = {}

@@ -34,7 +34,7 @@ from megatron.bridge.training.pipeline_layout import (
     parse_layout,
     stage_layers,
 )
-from tests.unit_tests.conftest import tiny_model
+from tests.unit_tests.conftest import core_config, tiny_model
 from tests.unit_tests.training.test_parallel_layout import fake_world, initialize_model_parallel
 
 DEEPSEEK_V3 = "Et*4|(t*4|)*14tmL"
@@ -57,19 +57,6 @@ def virtual_world_size(size: int | None):
         yield
     finally:
         parallel_state.set_virtual_pipeline_model_parallel_world_size(before)
-
-
-def core_config(*, num_layers, pp, vpp=None, **fields) -> TransformerConfig:
-    """A small real ``TransformerConfig`` (megatron-core validates the split here)."""
-    return TransformerConfig(
-        num_layers=num_layers,
-        hidden_size=64,
-        num_attention_heads=4,
-        pipeline_model_parallel_size=pp,
-        virtual_pipeline_model_parallel_size=vpp,
-        pipeline_dtype=torch.bfloat16,
-        **fields,
-    )
 
 
 def core_layers(config: TransformerConfig) -> list[list[int]]:
@@ -170,20 +157,18 @@ def test_deepseek_v3_passes_the_whole_layout_check():
         check_parallel_layout(**job)
 
 
+def _first_and_last(first: int | None, last: int | None) -> dict:
+    """The first and last pipeline stages' sizes, by megatron-core's field names."""
+    return {
+        "num_layers_in_first_pipeline_stage": first,
+        "num_layers_in_last_pipeline_stage": last,
+    }
+
+
 def test_94_layers_as_10_and_12_on_pp8():
-    split = check_pipeline_layout(
-        num_layers=94,
-        pp_size=8,
-        vpp_size=None,
-        num_layers_in_first_pipeline_stage=10,
-        num_layers_in_last_pipeline_stage=12,
-    )
-    core = core_split(
-        num_layers=94,
-        pp=8,
-        num_layers_in_first_pipeline_stage=10,
-        num_layers_in_last_pipeline_stage=12,
-    )
+    stages = _first_and_last(10, 12)
+    split = check_pipeline_layout(num_layers=94, pp_size=8, vpp_size=None, **stages)
+    core = core_split(num_layers=94, pp=8, **stages)
     assert [list(rank) for rank in split.layers] == core == [[10]] + [[12]] * 7
     # The even split refuses it: 94 does not divide by 8.
     with pytest.raises(ValueError, match=r"num_layers=94 does not split evenly over .*=8"):
@@ -359,23 +344,13 @@ def test_conflicting_split_settings_are_refused_by_both(fields, match, core_matc
 def test_first_and_last_stage_rules_agree_with_megatron_core(
     num_layers, pp, vpp, first, last, match
 ):
+    stages = _first_and_last(first, last)
+
     def ours():
-        return check_pipeline_layout(
-            num_layers=num_layers,
-            pp_size=pp,
-            vpp_size=vpp,
-            num_layers_in_first_pipeline_stage=first,
-            num_layers_in_last_pipeline_stage=last,
-        )
+        return check_pipeline_layout(num_layers=num_layers, pp_size=pp, vpp_size=vpp, **stages)
 
     def core():
-        return core_split(
-            num_layers=num_layers,
-            pp=pp,
-            vpp=vpp,
-            num_layers_in_first_pipeline_stage=first,
-            num_layers_in_last_pipeline_stage=last,
-        )
+        return core_split(num_layers=num_layers, pp=pp, vpp=vpp, **stages)
 
     if match is None:
         assert [list(rank) for rank in ours().layers] == core()
@@ -479,10 +454,7 @@ def test_description_reads_layer_types_of_a_list_layout_as_names():
 
 def test_description_carries_first_and_last_stage_sizes():
     model = ModelDescription(
-        num_layers=94,
-        pipeline_model_parallel_size=8,
-        num_layers_in_first_pipeline_stage=10,
-        num_layers_in_last_pipeline_stage=12,
+        num_layers=94, pipeline_model_parallel_size=8, **_first_and_last(10, 12)
     )
     provider = GPTModelProvider()
     write_model(provider, model)
@@ -669,8 +641,7 @@ def stage_sizes(draw):
 @given(stage_sizes())
 def test_property_stage_sizes_accepted_iff_megatron_core_builds_each_layer_once(case):
     fields = dict(
-        num_layers_in_first_pipeline_stage=case["first"],
-        num_layers_in_last_pipeline_stage=case["last"],
+        **_first_and_last(case["first"], case["last"]),
         account_for_embedding_in_pipeline_split=case["embedding"],
         account_for_loss_in_pipeline_split=case["loss"],
     )
