@@ -35,7 +35,11 @@ from megatron.bridge.training.pipeline_layout import (
     stage_layers,
 )
 from tests.unit_tests.conftest import core_config, tiny_model
-from tests.unit_tests.training.test_parallel_layout import fake_world, initialize_model_parallel
+from tests.unit_tests.training.test_parallel_layout import (
+    fake_world,
+    initialize_model_parallel,
+    layout_of,
+)
 
 DEEPSEEK_V3 = "Et*4|(t*4|)*14tmL"
 DEEPSEEK_V3_LIST = (
@@ -137,12 +141,10 @@ def test_deepseek_v3_string_and_list_forms_parse_alike():
 
 
 def test_deepseek_v3_passes_the_whole_layout_check():
-    job = dict(
-        world_size=256,
-        tp_size=2,
-        pp_size=4,
-        vpp_size=None,
-        cp_size=1,
+    job = layout_of(
+        256,
+        tp=2,
+        pp=4,
         ep_size=32,
         etp_size=1,
         num_layers=61,
@@ -370,15 +372,7 @@ def test_a_layout_on_one_pipeline_rank_is_refused_like_initialize_model_parallel
     with pytest.raises(
         ValueError, match=r"=4 \(from pipeline_model_parallel_layout='Et\|t\|t\|tL'\) needs"
     ):
-        check_parallel_layout(
-            world_size=8,
-            tp_size=1,
-            pp_size=1,
-            vpp_size=None,
-            cp_size=1,
-            num_layers=4,
-            pipeline_model_parallel_layout=layout,
-        )
+        check_parallel_layout(**layout_of(8, num_layers=4, pipeline_model_parallel_layout=layout))
     layout_args = {"tp_size": 1, "pp_size": 1, "vpp_size": 4, "cp_size": 1}
     with fake_world(8), pytest.raises(RuntimeError, match="greater than 1 with interleaved"):
         initialize_model_parallel(layout_args)
