@@ -177,95 +177,93 @@ def test_94_layers_as_10_and_12_on_pp8():
         check_pipeline_layout(num_layers=94, pp_size=8, vpp_size=None)
 
 
+def _bad(id: str, layout, match: str, *, num_layers=61, pp=4, vpp=None, mtp=1):
+    """A layout both checks refuse; DeepSeek-V3's 61 layers and 1 MTP layer on PP4 unless said."""
+    return pytest.param(layout, num_layers, pp, vpp, mtp, match, id=id)
+
+
+#: Layouts both checks refuse, with our message.
 BAD_LAYOUTS = [
-    # id, (layout, num_layers, pp, vpp, mtp), our message
-    (
+    _bad(
         "a-layer-missing",
-        ("Et*4|(t*4|)*14mL", 61, 4, None, 1),
+        "Et*4|(t*4|)*14mL",
         r"places 60 decoder layers \(t\), but num_layers=61 needs 61",
     ),
-    (
+    _bad(
         "a-layer-twice",
-        ("Et*4|(t*4|)*14ttmL", 61, 4, None, 1),
+        "Et*4|(t*4|)*14ttmL",
         r"places 62 decoder layers \(t\), but num_layers=61 needs 61",
     ),
-    (
+    _bad(
         "embedding-twice",
-        ("Et*4|E(t*4|)*14tmL", 61, 4, None, 1),
+        "Et*4|E(t*4|)*14tmL",
         r"places the embedding \(E\) 2 times; it needs exactly 1",
     ),
-    (
+    _bad(
         "stages-not-a-multiple-of-pp",
-        ("Et*4|(t*4|)*13tttttmL", 61, 4, None, 1),
+        "Et*4|(t*4|)*13tttttmL",
         r"has 15 stages, not a positive multiple of pipeline_model_parallel_size=4",
     ),
-    (
+    _bad(
         "stages-not-pp-times-vpp",
-        (DEEPSEEK_V3, 61, 4, 2, 1),
+        DEEPSEEK_V3,
         r"has 16 stages = pipeline_model_parallel_size 4 x 4 virtual stages, but "
         r"virtual_pipeline_model_parallel_size=2 needs 8 stages",
+        vpp=2,
     ),
-    (
+    _bad(
         "vpp-1-is-a-given-vpp",
-        (DEEPSEEK_V3, 61, 4, 1, 1),
+        DEEPSEEK_V3,
         r"virtual_pipeline_model_parallel_size=1 needs 4 stages",
+        vpp=1,
     ),
-    (
+    _bad(
         "mtp-not-in-a-last-virtual-stage",
-        ("Ett|ttm||L", 4, 2, None, 1),
+        "Ett|ttm||L",
         r"places MTP layers in stage 1 \(pipeline rank 1, virtual stage 0 of 2\)",
+        num_layers=4,
+        pp=2,
     ),
-    (
+    _bad(
         "decoder-after-mtp",
-        ("Et*4|(t*4|)*14mtL", 61, 4, None, 1),
+        "Et*4|(t*4|)*14mtL",
         r"places a decoder layer \(t\) after an MTP layer \(m\)",
     ),
-    (
+    _bad(
         "mtp-split-over-stages",
-        ("Ettm|mL", 2, 2, None, 2),
+        "Ettm|mL",
         r"places 1 of the 2 MTP layers in stage 0",
+        num_layers=2,
+        pp=2,
+        mtp=2,
     ),
-    (
-        "mtp-count",
-        (DEEPSEEK_V3, 61, 4, None, 2),
-        r"places 1 MTP layers \(m\), but mtp_num_layers=2 needs 2",
+    _bad(
+        "mtp-count", DEEPSEEK_V3, r"places 1 MTP layers \(m\), but mtp_num_layers=2 needs 2", mtp=2
     ),
-    ("no-embedding", ("t*5|(t*4|)*14tmL", 61, 4, None, 1), r"the embedding \(E\) 0 times"),
-    ("no-loss", ("Et*4|(t*4|)*14tm", 61, 4, None, 1), r"the loss \(L\) 0 times"),
-    (
+    _bad("no-embedding", "t*5|(t*4|)*14tmL", r"the embedding \(E\) 0 times"),
+    _bad("no-loss", "Et*4|(t*4|)*14tm", r"the loss \(L\) 0 times"),
+    _bad(
         "loss-not-last",
-        ("Et|tLm", 2, 2, None, 1),
+        "Et|tLm",
         r"ends with mtp: the loss \(L\) must be the last layer",
+        num_layers=2,
+        pp=2,
     ),
-    (
+    _bad(
         "embedding-not-first",
-        ("tEt*3|(t*4|)*14tmL", 61, 4, None, 1),
+        "tEt*3|(t*4|)*14tmL",
         r"starts with decoder: the embedding \(E\) must be the first layer",
     ),
 ]
 
 
-@pytest.mark.parametrize(
-    ("case", "match"), [b[1:] for b in BAD_LAYOUTS], ids=[b[0] for b in BAD_LAYOUTS]
-)
-def test_bad_layout_is_refused_by_both_naming_the_counts(case, match):
-    layout, num_layers, pp, vpp, mtp = case
+@pytest.mark.parametrize(("layout", "num_layers", "pp", "vpp", "mtp", "match"), BAD_LAYOUTS)
+def test_bad_layout_is_refused_by_both_naming_the_counts(layout, num_layers, pp, vpp, mtp, match):
+    fields = {"pipeline_model_parallel_layout": layout, "mtp_num_layers": mtp}
     with pytest.raises(ValueError, match=match):
-        check_pipeline_layout(
-            num_layers=num_layers,
-            pp_size=pp,
-            vpp_size=vpp,
-            pipeline_model_parallel_layout=layout,
-            mtp_num_layers=mtp,
-        )
+        check_pipeline_layout(num_layers=num_layers, pp_size=pp, vpp_size=vpp, **fields)
     with pytest.raises(AssertionError):
-        core_config(
-            num_layers=num_layers,
-            pp=pp,
-            vpp=vpp,
-            pipeline_model_parallel_layout=layout,
-            mtp_num_layers=mtp,
-        )
+        core_config(num_layers=num_layers, pp=pp, vpp=vpp, **fields)
 
 
 @pytest.mark.parametrize(
