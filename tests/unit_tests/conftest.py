@@ -17,6 +17,7 @@ import sys
 import types
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from types import MappingProxyType
 from unittest import mock
 
 import pytest
@@ -75,6 +76,26 @@ def make_configs(
     optimizer = OptimizerConfig(use_distributed_optimizer=distributed_optimizer, bf16=True)
     ddp = DistributedDataParallelConfig(use_distributed_optimizer=distributed_optimizer)
     return Configs(model=model, optimizer=optimizer, ddp=ddp)
+
+
+def core_config(
+    *, num_layers: int, pp: int = 1, vpp: int | None = None, **fields
+) -> TransformerConfig:
+    """A small real ``TransformerConfig`` (hidden 64, 4 heads) with a pipeline layout.
+
+    megatron-core validates the layout here; ``fields`` add fields or replace those.
+    """
+    return TransformerConfig(
+        **{
+            "hidden_size": 64,
+            "num_attention_heads": 4,
+            "pipeline_dtype": torch.bfloat16,
+            **fields,
+        },
+        num_layers=num_layers,
+        pipeline_model_parallel_size=pp,
+        virtual_pipeline_model_parallel_size=vpp,
+    )
 
 
 def snapshot(config) -> dict:
@@ -167,6 +188,24 @@ def layout_fields(**sizes) -> dict:
     """megatron-core's names for a layout given by short names: ``tp_size=2`` ->
     ``tensor_model_parallel_size=2`` (also ``pp_size``, ``vpp_size``, ``cp_size``, ``ep_size``)."""
     return {_LAYOUT_NAMES[name]: size for name, size in sizes.items()}
+
+
+#: A model megatron-core builds on a CPU in a moment, as model fields (a description's or a
+#: provider's): for tests whose point is not the model's size.
+TINY_MODEL_FIELDS = MappingProxyType(
+    {
+        "num_layers": 4,
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "seq_length": 128,
+        "vocab_size": 1000,
+    }
+)
+
+
+def tiny_model(**fields) -> ModelDescription:
+    """A description of :data:`TINY_MODEL_FIELDS`; ``fields`` add model fields or replace those."""
+    return ModelDescription(**{**TINY_MODEL_FIELDS, **fields})
 
 
 def h100_job(model: ModelDescription, *, dp_size: int = 1, **fields) -> JobDescription:

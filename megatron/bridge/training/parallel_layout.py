@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from megatron.bridge.training.pipeline_layout import check_pipeline_layout
+from megatron.bridge.training.pipeline_layout import check_pipeline_layout, divisors
 from megatron.bridge.training.validators import check_bool, check_int
 
 __all__ = [
@@ -100,10 +100,6 @@ class ParallelSizes:
 def _optional_size(name: str, value: object) -> int | None:
     # None is "off" (VPP) or "same as TP" (ETP); anything else is a real parallel size.
     return None if value is None else validate_parallel_size(name, value)
-
-
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
 
 
 def check_parallel_layout(
@@ -231,7 +227,7 @@ def check_parallel_layout(
         raise ValueError(
             f"num_attention_heads={num_attention_heads} is not divisible by "
             f"tensor_model_parallel_size={tp_size}; choose a tensor_model_parallel_size that "
-            f"divides it (e.g. {_divisors(num_attention_heads)[:8]})."
+            f"divides it (e.g. {divisors(num_attention_heads)[:8]})."
         )
     # TransformerConfig.__post_init__ accepts a group count that is a multiple of TP (groups
     # split over ranks) or a divisor of it (each group replicated on TP // groups ranks).
@@ -251,7 +247,7 @@ def check_parallel_layout(
         )
     if num_moe_experts is not None and num_moe_experts % ep_size:
         # Suggest only EP sizes that also pass the expert-grid rule above (1 always does).
-        fits = [d for d in _divisors(num_moe_experts) if world_size % (etp * d * pp_size) == 0]
+        fits = [d for d in divisors(num_moe_experts) if world_size % (etp * d * pp_size) == 0]
         raise ValueError(
             f"num_moe_experts={num_moe_experts} is not divisible by "
             f"expert_model_parallel_size={ep_size}: every EP rank holds the same number of "

@@ -36,6 +36,7 @@ __all__ = [
     "PipelineFields",
     "PipelineSplit",
     "check_pipeline_layout",
+    "divisors",
     "parse_layout",
     "stage_layers",
 ]
@@ -379,7 +380,7 @@ def _even_split(
     counted = num_layers + len(extra)
     shown = f"num_layers={num_layers}" + (f" + {' + '.join(extra)} = {counted}" if extra else "")
     if counted % pp_size:
-        fits = [d for d in _divisors(counted) if d > 1]
+        fits = [d for d in divisors(counted) if d > 1]
         raise ValueError(
             f"{shown} does not split evenly over pipeline_model_parallel_size={pp_size}; "
             f"choose a pipeline_model_parallel_size that divides {counted} (e.g. {fits[:6]}), "
@@ -389,7 +390,7 @@ def _even_split(
     per_rank = counted // pp_size
     vpp = vpp_size or 1
     if per_rank % vpp:
-        fits = [d for d in _divisors(per_rank) if d > 1]
+        fits = [d for d in divisors(per_rank) if d > 1]
         raise ValueError(
             f"{shown} over pipeline_model_parallel_size={pp_size} gives {per_rank} layers per "
             f"pipeline rank, not divisible by virtual_pipeline_model_parallel_size={vpp_size}; "
@@ -485,7 +486,8 @@ def _check_every_layer_once(
         )
 
 
-def _divisors(n: int) -> list[int]:
+def divisors(n: int) -> list[int]:
+    """The positive divisors of ``n``, ascending: the sizes a layout error suggests."""
     return [d for d in range(1, n + 1) if n % d == 0]
 
 

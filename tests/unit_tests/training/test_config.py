@@ -17,6 +17,7 @@ from megatron.core.distributed import DistributedDataParallelConfig
 from megatron.core.optimizer import OptimizerConfig
 
 from megatron.bridge.models import GPTModelProvider
+from megatron.bridge.recipes.gpt3_175b import GPT3_175B_MODEL
 from megatron.bridge.training.comm_overlap import (
     DEFAULT_BUCKET_SIZE,
     CommOverlapConfig,
@@ -30,17 +31,14 @@ from megatron.bridge.training.mixed_precision import (
 from megatron.bridge.training.resolve import resolve_world_size, runtime_config_update
 from tests.unit_tests.conftest import snapshot
 
+#: The GPT-3 175B dimensions :func:`_recipe` takes from the recipe (the rest is the provider's).
+_GPT3_DIMENSIONS = ("num_layers", "hidden_size", "num_attention_heads", "seq_length", "vocab_size")
+
 
 def _recipe() -> ConfigContainer:
     """What a recipe function returns: a 175B-class GPT in bf16."""
     return ConfigContainer(
-        model=GPTModelProvider(
-            num_layers=96,
-            hidden_size=12288,
-            num_attention_heads=96,
-            seq_length=2048,
-            vocab_size=51200,
-        ),
+        model=GPTModelProvider(**{k: getattr(GPT3_175B_MODEL, k) for k in _GPT3_DIMENSIONS}),
         train=TrainingConfig(micro_batch_size=1, global_batch_size=256),
         mixed_precision="bf16_mixed",
     )

@@ -16,18 +16,9 @@ from megatron.core.pipeline_parallel.schedules import get_tensor_shapes
 
 from megatron.bridge.training.comm_overlap import CommOverlapConfig, plan_comm_overlap
 from megatron.bridge.training.estimate import estimate_step
-from megatron.bridge.training.job import ModelDescription
-from tests.unit_tests.conftest import h100_job
+from tests.unit_tests.conftest import h100_job, tiny_model
 
-DIMS = ModelDescription(
-    num_layers=8,
-    hidden_size=1024,
-    num_attention_heads=16,
-    ffn_hidden_size=4096,
-    vocab_size=1024,
-    seq_length=2048,
-    bf16=True,
-)
+DIMS = tiny_model(num_layers=8, bf16=True)
 
 
 def _group(size: int) -> SimpleNamespace:

@@ -27,6 +27,7 @@ from megatron.bridge.training.job import JobDescription, ModelDescription
 from megatron.bridge.training.job_configs import describe_model, write_model
 from megatron.bridge.training.mixed_precision import get_mixed_precision_config
 from megatron.bridge.training.resolve import resolve_config
+from tests.unit_tests.conftest import layout_fields, tiny_model
 
 # Where megatron-core names each model field: the GPT provider (a TransformerConfig), MLA's
 # config for the multi-latent attention dimensions, the HybridModel for the layer pattern.
@@ -56,13 +57,8 @@ def test_every_model_field_is_megatron_cores_with_its_default(field):
 
 
 def test_describe_then_write_round_trips_a_provider():
-    model = ModelDescription(
-        num_layers=8,
-        hidden_size=256,
-        num_attention_heads=8,
+    model = tiny_model(
         num_query_groups=2,
-        seq_length=512,
-        vocab_size=1000,
         tensor_model_parallel_size=2,
         sequence_parallel=True,
         num_moe_experts=4,
@@ -107,11 +103,7 @@ def test_precision_fields_are_what_the_mixed_precision_preset_writes(precision):
 def test_layout_properties_derive_from_the_fields():
     job = JobDescription(
         model=ModelDescription(
-            tensor_model_parallel_size=2,
-            pipeline_model_parallel_size=4,
-            virtual_pipeline_model_parallel_size=1,
-            context_parallel_size=2,
-            expert_model_parallel_size=4,
+            **layout_fields(tp_size=2, pp_size=4, vpp_size=1, cp_size=2, ep_size=4),
             num_moe_experts=8,
         ),
         world_size=64,
@@ -161,11 +153,9 @@ def test_describe_configs_reads_the_batch_and_reduction_settings():
 def test_a_custom_pipeline_layout_gives_the_interleaving_megatron_core_derives():
     # DeepSeek-V3 on PP4: 16 stages, so megatron-core runs 4 model chunks per rank.
     job = JobDescription(
-        model=ModelDescription(
+        model=tiny_model(
             num_layers=61,
             mtp_num_layers=1,
-            hidden_size=1024,
-            num_attention_heads=8,
             pipeline_model_parallel_size=4,
             pipeline_model_parallel_layout="Et*4|(t*4|)*14tmL",
         ),

@@ -40,24 +40,20 @@ from megatron.bridge.training.job import ModelDescription
 from megatron.bridge.training.model_rules import UNDESCRIBED_DEFAULTS, check_model
 from megatron.bridge.training.parallel_layout import check_parallel_layout
 
-# The description's GPT-provider fields, which TransformerConfig does not declare.
+TRANSFORMER_CONFIG_FIELDS = {f.name: f for f in dataclasses.fields(TransformerConfig)}
+# The dimensions an MLA model's config (MLATransformerConfig) adds.
+MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
+# The description's fields TransformerConfig does not declare: the GPT provider's, MLA's
+# dimensions and the HybridModel's layer pattern.
 GPT_PROVIDER_FIELDS = {
     "seq_length",
     "vocab_size",
     "make_vocab_size_divisible_by",
     "position_embedding_type",
     "share_embeddings_and_output_weights",
-    # MLATransformerConfig's dimensions and HybridModel's layer pattern.
-    "q_lora_rank",
-    "kv_lora_rank",
-    "qk_head_dim",
-    "qk_pos_emb_head_dim",
-    "v_head_dim",
+    *MLA_FIELDS,
     "hybrid_layer_pattern",
 }
-TRANSFORMER_CONFIG_FIELDS = {f.name: f for f in dataclasses.fields(TransformerConfig)}
-# The dimensions an MLA model's config (MLATransformerConfig) adds.
-MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
 
 # What megatron-core raises for a config it rejects: its checks are ValueErrors and asserts,
 # and an unknown CUDA graph module name is a KeyError of the CudaGraphModule enum.
@@ -464,272 +460,235 @@ def test_recompute_rules_equal_megatron_core(model_and_te) -> None:
 # ---------------------------------------------------------------------------- named cases
 
 MOE = {"num_moe_experts": 8, "moe_token_dispatcher_type": "alltoall"}
+MOE_NO_BIAS = {**MOE, "add_bias_linear": False}
+
+
+def _case(id: str, *expected: str, te_version: str | None = None, **fields):
+    """A named case: the model fields, the TE version, then what is expected (a message)."""
+    return pytest.param(fields, te_version, *expected, id=id)
+
 
 REJECTED = [
-    pytest.param(
-        {**MOE, "tensor_model_parallel_size": 2},
-        None,
+    _case(
+        "moe-bias-etp-defaults-to-tp",
         r"add_bias_linear=True.*expert_tensor_parallel_size=1, got 2",
-        id="moe-bias-etp-defaults-to-tp",
+        **MOE,
+        tensor_model_parallel_size=2,
     ),
-    pytest.param(
-        {**MOE, "expert_tensor_parallel_size": 2},
-        None,
+    _case(
+        "moe-bias-explicit-etp",
         r"add_bias_linear.*expert_tensor_parallel_size",
-        id="moe-bias-explicit-etp",
+        **MOE,
+        expert_tensor_parallel_size=2,
     ),
-    pytest.param({"bf16": True, "fp16": True}, None, r"fp16=True and bf16=True", id="fp16-bf16"),
-    pytest.param(
-        {"fp8": "hybrid", "fp8_recipe": "custom"}, None, r"fp8_quantizer_factory", id="fp8-custom"
-    ),
-    pytest.param(
-        {**MOE, "add_bias_linear": False, "fp8": "hybrid"},
-        "1.6.0",
+    _case("fp16-bf16", r"fp16=True and bf16=True", bf16=True, fp16=True),
+    _case("fp8-custom", r"fp8_quantizer_factory", fp8="hybrid", fp8_recipe="custom"),
+    _case(
+        "moe-fp8-old-te",
         r"num_moe_experts=8 with fp8='hybrid' needs Transformer Engine >= 1\.7",
-        id="moe-fp8-old-te",
+        **MOE_NO_BIAS,
+        fp8="hybrid",
+        te_version="1.6.0",
     ),
-    pytest.param(
-        {"moe_ffn_hidden_size": 512},
-        None,
-        r"moe_ffn_hidden_size=512.*num_moe_experts",
-        id="dense-moe-ffn",
-    ),
-    pytest.param({"moe_router_topk": 1}, None, r"moe_router_topk=1.*pre_softmax", id="top1"),
-    pytest.param(
-        {"moe_flex_dispatcher_backend": "ncclep"},
-        None,
+    _case("dense-moe-ffn", r"moe_ffn_hidden_size=512.*num_moe_experts", moe_ffn_hidden_size=512),
+    _case("top1", r"moe_router_topk=1.*pre_softmax", moe_router_topk=1),
+    _case(
+        "ncclep-not-flex",
         r"moe_flex_dispatcher_backend='ncclep'.*moe_token_dispatcher_type='flex'",
-        id="ncclep-not-flex",
+        moe_flex_dispatcher_backend="ncclep",
     ),
-    pytest.param(
-        {"moe_shared_expert_intermediate_size": 0},
-        None,
+    _case(
+        "shared-expert-size-0",
         r"moe_shared_expert_intermediate_size=0",
-        id="shared-expert-size-0",
+        moe_shared_expert_intermediate_size=0,
     ),
-    pytest.param(
-        {"moe_shared_expert_intermediate_size": 1024, "moe_shared_expert_overlap": True},
-        None,
+    _case(
+        "shared-overlap-allgather",
         r"moe_shared_expert_overlap=True.*moe_token_dispatcher_type",
-        id="shared-overlap-allgather",
+        moe_shared_expert_intermediate_size=1024,
+        moe_shared_expert_overlap=True,
     ),
-    pytest.param(
-        {"overlap_dispatch_backward_with_experts_wgrad": True},
-        "2.2.0",
+    _case(
+        "dispatch-backward-old-te",
         r"overlap_dispatch_backward_with_experts_wgrad=True needs Transformer Engine >= 2\.3",
-        id="dispatch-backward-old-te",
+        overlap_dispatch_backward_with_experts_wgrad=True,
+        te_version="2.2.0",
     ),
-    pytest.param(
-        {"recompute_granularity": "partial"},
-        None,
-        r"recompute_granularity='partial'",
-        id="granularity",
-    ),
-    pytest.param(
-        {"recompute_granularity": "full", "recompute_num_layers": 1},
-        None,
+    _case("granularity", r"recompute_granularity='partial'", recompute_granularity="partial"),
+    _case(
+        "full-no-method",
         r"recompute_granularity='full' needs recompute_method",
-        id="full-no-method",
+        recompute_granularity="full",
+        recompute_num_layers=1,
     ),
-    pytest.param(
-        {"recompute_granularity": "full", "recompute_method": "uniform"},
-        None,
+    _case(
+        "full-no-layers",
         r"needs recompute_num_layers",
-        id="full-no-layers",
+        recompute_granularity="full",
+        recompute_method="uniform",
     ),
-    pytest.param(
-        {"recompute_granularity": "full", "recompute_method": "all", "recompute_num_layers": 1},
-        None,
+    _case(
+        "bad-method",
         r"recompute_method='all'",
-        id="bad-method",
+        recompute_granularity="full",
+        recompute_method="all",
+        recompute_num_layers=1,
     ),
-    pytest.param(
-        {"recompute_granularity": "selective", "recompute_num_layers": 2},
-        None,
+    _case(
+        "selective-layers",
         r"recompute_num_layers=None, got 2",
-        id="selective-layers",
+        recompute_granularity="selective",
+        recompute_num_layers=2,
     ),
-    pytest.param(
-        {"recompute_granularity": "selective", "recompute_modules": ("attention",)},
-        None,
+    _case(
+        "unknown-recompute-module",
         r"recompute_modules has unknown names \['attention'\]",
-        id="unknown-recompute-module",
+        recompute_granularity="selective",
+        recompute_modules=("attention",),
     ),
-    pytest.param(
-        {"recompute_granularity": "selective", "recompute_modules": ("moe_act",)},
-        None,
+    _case(
+        "moe-act-no-grouped-gemm",
         r"'moe_act'.*moe_grouped_gemm",
-        id="moe-act-no-grouped-gemm",
+        recompute_granularity="selective",
+        recompute_modules=("moe_act",),
     ),
-    pytest.param(
-        {
-            **MOE,
-            "recompute_granularity": "selective",
-            "recompute_modules": ("shared_experts",),
-            "moe_shared_expert_intermediate_size": 1024,
-            "moe_shared_expert_overlap": True,
-        },
-        None,
+    _case(
+        "shared-experts-recompute-overlap",
         r"'shared_experts'.*moe_shared_expert_overlap",
-        id="shared-experts-recompute-overlap",
+        **MOE,
+        recompute_granularity="selective",
+        recompute_modules=("shared_experts",),
+        moe_shared_expert_intermediate_size=1024,
+        moe_shared_expert_overlap=True,
     ),
-    pytest.param(
-        {"recompute_granularity": "selective", "recompute_modules": ("layernorm",), "fp8": "e4m3"},
-        None,
+    _case(
+        "fp8-delayed-layernorm-recompute",
         r"fp8_recipe='delayed'",
-        id="fp8-delayed-layernorm-recompute",
+        recompute_granularity="selective",
+        recompute_modules=("layernorm",),
+        fp8="e4m3",
     ),
-    pytest.param(
-        {
-            "recompute_granularity": "selective",
-            "recompute_modules": ("layernorm",),
-            "fp8": "e4m3",
-            "fp8_recipe": "tensorwise",
-        },
-        "2.5.1",
+    _case(
+        "fp8-layernorm-recompute-old-te",
         r"Transformer Engine >= 2\.6",
-        id="fp8-layernorm-recompute-old-te",
+        recompute_granularity="selective",
+        recompute_modules=("layernorm",),
+        fp8="e4m3",
+        fp8_recipe="tensorwise",
+        te_version="2.5.1",
     ),
-    pytest.param({"cuda_graph_impl": "cudnn"}, None, r"cuda_graph_impl='cudnn'", id="bad-impl"),
-    pytest.param(
-        {"cuda_graph_impl": "local", "cuda_graph_modules": ("attention",)},
-        None,
+    _case("bad-impl", r"cuda_graph_impl='cudnn'", cuda_graph_impl="cudnn"),
+    _case(
+        "unknown-graph-module",
         r"cuda_graph_modules has unknown names \['attention'\]",
-        id="unknown-graph-module",
+        cuda_graph_impl="local",
+        cuda_graph_modules=("attention",),
     ),
-    pytest.param(
-        {"cuda_graph_impl": "local", "cuda_graph_modules": ("full", "attn")},
-        None,
+    _case(
+        "full-with-attn",
         r"'full'.*cannot be combined",
-        id="full-with-attn",
+        cuda_graph_impl="local",
+        cuda_graph_modules=("full", "attn"),
     ),
-    pytest.param(
-        {"cuda_graph_impl": "full_iteration", "cuda_graph_modules": ("attn",)},
-        None,
+    _case(
+        "full-iteration-modules",
         r"cuda_graph_modules must be empty",
-        id="full-iteration-modules",
+        cuda_graph_impl="full_iteration",
+        cuda_graph_modules=("attn",),
     ),
-    pytest.param(
-        {"cuda_graph_impl": "none", "cuda_graph_modules": ("full_iteration", "attn")},
-        None,
+    _case(
+        "deprecated-full-iteration-migrates",
         r"cuda_graph_modules must be empty",
-        id="deprecated-full-iteration-migrates",
+        cuda_graph_impl="none",
+        cuda_graph_modules=("full_iteration", "attn"),
     ),
-    pytest.param(
-        {"cuda_graph_impl": "transformer_engine", "cuda_graph_modules": ("full_iteration",)},
-        None,
+    _case(
+        "deprecated-full-iteration-te",
         r"deprecated 'full_iteration'.*cuda_graph_impl='transformer_engine'",
-        id="deprecated-full-iteration-te",
+        cuda_graph_impl="transformer_engine",
+        cuda_graph_modules=("full_iteration",),
     ),
-    pytest.param(
-        {"cuda_graph_modules": ("full_iteration", "full_iteration_inference")},
-        None,
+    _case(
+        "two-deprecated",
         r"deprecated names",
-        id="two-deprecated",
+        cuda_graph_modules=("full_iteration", "full_iteration_inference"),
     ),
-    pytest.param(
-        {"cuda_graph_impl": "transformer_engine", "cuda_graph_modules": ("moe_router",)},
-        None,
+    _case(
+        "moe-graph-dense",
         r"num_moe_experts > 1",
-        id="moe-graph-dense",
+        cuda_graph_impl="transformer_engine",
+        cuda_graph_modules=("moe_router",),
     ),
-    pytest.param(
-        {
-            **MOE,
-            "add_bias_linear": False,
-            "cuda_graph_impl": "local",
-            "cuda_graph_modules": ("moe", "moe_preprocess"),
-        },
-        None,
+    _case(
+        "local-preprocess-implies-router",
         r"'moe' and 'moe_router' cannot be captured together",
-        id="local-preprocess-implies-router",
+        **MOE_NO_BIAS,
+        cuda_graph_impl="local",
+        cuda_graph_modules=("moe", "moe_preprocess"),
     ),
-    pytest.param(
-        {
-            **MOE,
-            "add_bias_linear": False,
-            "cuda_graph_impl": "transformer_engine",
-            "cuda_graph_modules": ("moe_preprocess",),
-        },
-        None,
+    _case(
+        "te-preprocess-without-router",
         r"'moe_preprocess' needs 'moe_router'",
-        id="te-preprocess-without-router",
+        **MOE_NO_BIAS,
+        cuda_graph_impl="transformer_engine",
+        cuda_graph_modules=("moe_preprocess",),
     ),
-    pytest.param(
-        {
-            **MOE,
-            "add_bias_linear": False,
-            "cuda_graph_impl": "local",
-            "cuda_graph_modules": ("mlp",),
-        },
-        None,
+    _case(
+        "mlp-graph-all-moe",
         r"moe_layer_freq=1",
-        id="mlp-graph-all-moe",
+        **MOE_NO_BIAS,
+        cuda_graph_impl="local",
+        cuda_graph_modules=("mlp",),
     ),
-    pytest.param(
-        {
-            **MOE,
-            "add_bias_linear": False,
-            "cuda_graph_impl": "local",
-            "cuda_graph_modules": ("moe",),
-        },
-        None,
+    _case(
+        "moe-graph-dropless",
         r"drop-and-pad",
-        id="moe-graph-dropless",
+        **MOE_NO_BIAS,
+        cuda_graph_impl="local",
+        cuda_graph_modules=("moe",),
     ),
-    pytest.param(
-        {
-            "cuda_graph_impl": "transformer_engine",
-            "recompute_granularity": "full",
-            "recompute_method": "uniform",
-            "recompute_num_layers": 1,
-        },
-        None,
+    _case(
+        "full-recompute-per-layer-graph",
         r"cuda_graph_impl='full_iteration'",
-        id="full-recompute-per-layer-graph",
+        cuda_graph_impl="transformer_engine",
+        recompute_granularity="full",
+        recompute_method="uniform",
+        recompute_num_layers=1,
     ),
-    pytest.param(
-        {"cuda_graph_impl": "local", "recompute_granularity": "selective"},
-        None,
+    _case(
+        "selective-default-core-attn-whole-layer",
         r"'core_attn'.*whole layer.*dropout",
-        id="selective-default-core-attn-whole-layer",
+        cuda_graph_impl="local",
+        recompute_granularity="selective",
     ),
-    pytest.param(
-        {
-            **MOE,
-            "add_bias_linear": False,
-            "cuda_graph_impl": "transformer_engine",
-            "cuda_graph_modules": ("moe_router",),
-            "recompute_granularity": "selective",
-            "recompute_modules": ("moe",),
-        },
-        None,
+    _case(
+        "moe-recompute-router-graph",
         r"'moe'.*'moe_router'",
-        id="moe-recompute-router-graph",
+        **MOE_NO_BIAS,
+        cuda_graph_impl="transformer_engine",
+        cuda_graph_modules=("moe_router",),
+        recompute_granularity="selective",
+        recompute_modules=("moe",),
     ),
-    pytest.param(
-        {"moe_ffn_hidden_size": 512, "moe_layer_freq": (1, 1, 1, 1)},
-        None,
+    _case(
+        "dense-moe-ffn-list-without-dense-layers",
         r"moe_ffn_hidden_size=512.*num_moe_experts",
-        id="dense-moe-ffn-list-without-dense-layers",
+        moe_ffn_hidden_size=512,
+        moe_layer_freq=(1, 1, 1, 1),
     ),
-    pytest.param(
-        {
-            **MOE,
-            "add_bias_linear": False,
-            "moe_layer_freq": (1, 1, 1, 1),
-            "cuda_graph_impl": "transformer_engine",
-            "cuda_graph_modules": ("mlp",),
-        },
-        None,
+    _case(
+        "mlp-graph-list-all-moe",
         r"moe_layer_freq=\[1, 1, 1, 1\] every layer is an MoE layer",
-        id="mlp-graph-list-all-moe",
+        **MOE_NO_BIAS,
+        moe_layer_freq=(1, 1, 1, 1),
+        cuda_graph_impl="transformer_engine",
+        cuda_graph_modules=("mlp",),
     ),
-    pytest.param(
-        {"multi_latent_attention": True, "attention_output_gate": True},
-        None,
+    _case(
+        "mla-output-gate",
         r"attention_output_gate=True with multi_latent_attention=True",
-        id="mla-output-gate",
+        multi_latent_attention=True,
+        attention_output_gate=True,
     ),
 ]
 
@@ -743,96 +702,70 @@ def test_rejected_like_megatron_core(fields: dict, te_version: str | None, messa
 
 
 ACCEPTED = [
-    pytest.param({}, None, id="default-dense"),
-    pytest.param(
-        {**MOE, "tensor_model_parallel_size": 2, "add_bias_linear": False}, None, id="moe-no-bias"
+    _case("default-dense"),
+    _case("moe-no-bias", **MOE, tensor_model_parallel_size=2, add_bias_linear=False),
+    _case("moe-bias-etp1", **MOE, tensor_model_parallel_size=2, expert_tensor_parallel_size=1),
+    _case(
+        "moe-shared-overlap-fp8",
+        **MOE_NO_BIAS,
+        moe_shared_expert_intermediate_size=1024,
+        moe_shared_expert_overlap=True,
+        fp8="hybrid",
+        bf16=True,
+        te_version="1.7.0.dev0",
     ),
-    pytest.param(
-        {**MOE, "tensor_model_parallel_size": 2, "expert_tensor_parallel_size": 1},
-        None,
-        id="moe-bias-etp1",
+    _case("selective-with-method", recompute_granularity="selective", recompute_method="uniform"),
+    _case(
+        "full-recompute",
+        recompute_granularity="full",
+        recompute_method="block",
+        recompute_num_layers=2,
     ),
-    pytest.param(
-        {
-            **MOE,
-            "add_bias_linear": False,
-            "moe_shared_expert_intermediate_size": 1024,
-            "moe_shared_expert_overlap": True,
-            "fp8": "hybrid",
-            "bf16": True,
-        },
-        "1.7.0.dev0",
-        id="moe-shared-overlap-fp8",
+    _case(
+        "deprecated-full-iteration-allows-full-recompute",
+        cuda_graph_impl="none",
+        cuda_graph_modules=("full_iteration",),
+        recompute_granularity="full",
+        recompute_method="uniform",
+        recompute_num_layers=1,
     ),
-    pytest.param(
-        {"recompute_granularity": "selective", "recompute_method": "uniform"},
-        None,
-        id="selective-with-method",
+    _case(
+        "deprecated-inference-scope",
+        cuda_graph_impl="local",
+        cuda_graph_modules=("full_iteration_inference",),
     ),
-    pytest.param(
-        {"recompute_granularity": "full", "recompute_method": "block", "recompute_num_layers": 2},
-        None,
-        id="full-recompute",
+    _case(
+        "partial-graph-selective-outside",
+        **MOE_NO_BIAS,
+        cuda_graph_impl="local",
+        cuda_graph_modules=("attn", "moe_router"),
+        recompute_granularity="selective",
+        recompute_modules=("mlp",),
     ),
-    pytest.param(
-        {
-            "cuda_graph_impl": "none",
-            "cuda_graph_modules": ("full_iteration",),
-            "recompute_granularity": "full",
-            "recompute_method": "uniform",
-            "recompute_num_layers": 1,
-        },
-        None,
-        id="deprecated-full-iteration-allows-full-recompute",
+    _case(
+        "dispatch-backward-te",
+        overlap_dispatch_backward_with_experts_wgrad=True,
+        te_version="2.3.0",
     ),
-    pytest.param(
-        {"cuda_graph_impl": "local", "cuda_graph_modules": ("full_iteration_inference",)},
-        None,
-        id="deprecated-inference-scope",
+    _case("mixed-dense-moe-ffn", moe_ffn_hidden_size=512, moe_layer_freq=2),
+    _case("mixed-dense-moe-ffn-list", moe_ffn_hidden_size=512, moe_layer_freq=(0, 1, 1, 1)),
+    _case(
+        "mlp-graph-list-with-dense-layers",
+        **MOE_NO_BIAS,
+        moe_layer_freq=(0, 1, 1, 1),
+        cuda_graph_impl="transformer_engine",
+        cuda_graph_modules=("mlp",),
     ),
-    pytest.param(
-        {
-            **MOE,
-            "add_bias_linear": False,
-            "cuda_graph_impl": "local",
-            "cuda_graph_modules": ("attn", "moe_router"),
-            "recompute_granularity": "selective",
-            "recompute_modules": ("mlp",),
-        },
-        None,
-        id="partial-graph-selective-outside",
+    _case(
+        "mla-full-rank-queries", multi_latent_attention=True, q_lora_rank=None, window_size=(128, 0)
     ),
-    pytest.param(
-        {"overlap_dispatch_backward_with_experts_wgrad": True}, "2.3.0", id="dispatch-backward-te"
+    _case(
+        "gated-sliding-window",
+        attention_output_gate=True,
+        window_size=(128, 0),
+        window_attn_skip_freq=2,
     ),
-    pytest.param({"moe_ffn_hidden_size": 512, "moe_layer_freq": 2}, None, id="mixed-dense-moe-ffn"),
-    pytest.param(
-        {"moe_ffn_hidden_size": 512, "moe_layer_freq": (0, 1, 1, 1)},
-        None,
-        id="mixed-dense-moe-ffn-list",
-    ),
-    pytest.param(
-        {
-            **MOE,
-            "add_bias_linear": False,
-            "moe_layer_freq": (0, 1, 1, 1),
-            "cuda_graph_impl": "transformer_engine",
-            "cuda_graph_modules": ("mlp",),
-        },
-        None,
-        id="mlp-graph-list-with-dense-layers",
-    ),
-    pytest.param(
-        {"multi_latent_attention": True, "q_lora_rank": None, "window_size": (128, 0)},
-        None,
-        id="mla-full-rank-queries",
-    ),
-    pytest.param(
-        {"attention_output_gate": True, "window_size": (128, 0), "window_attn_skip_freq": 2},
-        None,
-        id="gated-sliding-window",
-    ),
-    pytest.param({"mtp_num_layers": 2, "gradient_accumulation_fusion": True}, None, id="mtp"),
+    _case("mtp", mtp_num_layers=2, gradient_accumulation_fusion=True),
 ]
 
 

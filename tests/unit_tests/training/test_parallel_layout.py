@@ -38,6 +38,7 @@ from megatron.bridge.training.parallel_layout import (
     check_parallel_layout,
     data_parallel_size,
 )
+from tests.unit_tests.conftest import core_config
 
 # ---------------------------------------------------------------------------- helpers
 
@@ -78,23 +79,6 @@ def layers_built(config: TransformerConfig) -> int:
         get_num_layers_to_build(config, vp_stage=stage, pp_rank=rank)
         for rank in range(config.pipeline_model_parallel_size)
         for stage in stages
-    )
-
-
-def layer_config(
-    *, num_layers, pp, vpp=None, account_embedding=False, account_loss=False, **kwargs
-) -> TransformerConfig:
-    """A small real ``TransformerConfig`` with a pipeline layout."""
-    return TransformerConfig(
-        num_layers=num_layers,
-        hidden_size=64,
-        num_attention_heads=kwargs.pop("num_attention_heads", 4),
-        pipeline_model_parallel_size=pp,
-        virtual_pipeline_model_parallel_size=vpp,
-        pipeline_dtype=torch.bfloat16,
-        account_for_embedding_in_pipeline_split=account_embedding,
-        account_for_loss_in_pipeline_split=account_loss,
-        **kwargs,
     )
 
 
@@ -394,7 +378,7 @@ def test_core_transformer_config_agrees_on_heads_and_groups(tp, heads, groups, c
     layout = layout_of(tp, tp=tp, num_attention_heads=heads, num_query_groups=groups)
 
     def build():
-        return TransformerConfig(
+        return core_config(
             num_layers=2,
             hidden_size=heads * 8,
             num_attention_heads=heads,
@@ -438,20 +422,15 @@ def test_core_transformer_config_agrees_on_heads_and_groups(tp, heads, groups, c
     ],
 )
 def test_core_layer_split_agrees(num_layers, pp, vpp, embedding, loss, core_error):
-    layout = layout_of(
-        pp,
-        pp=pp,
-        vpp=vpp,
-        num_layers=num_layers,
-        account_for_embedding_in_pipeline_split=embedding,
-        account_for_loss_in_pipeline_split=loss,
-    )
+    split = {
+        "num_layers": num_layers,
+        "account_for_embedding_in_pipeline_split": embedding,
+        "account_for_loss_in_pipeline_split": loss,
+    }
+    layout = layout_of(pp, pp=pp, vpp=vpp, **split)
 
     def build():
-        config = layer_config(
-            num_layers=num_layers, pp=pp, vpp=vpp, account_embedding=embedding, account_loss=loss
-        )
-        return layers_built(config)
+        return layers_built(core_config(pp=pp, vpp=vpp, **split))
 
     if core_error is None:
         check_parallel_layout(**layout)
@@ -470,13 +449,7 @@ def test_core_transformer_config_agrees_on_ep_without_experts(experts, rejected)
     layout = layout_of(8, ep_size=2, num_moe_experts=experts)
 
     def build():
-        return TransformerConfig(
-            num_layers=2,
-            hidden_size=64,
-            num_attention_heads=4,
-            expert_model_parallel_size=2,
-            num_moe_experts=experts,
-        )
+        return core_config(num_layers=2, expert_model_parallel_size=2, num_moe_experts=experts)
 
     if rejected:
         with pytest.raises(ValueError, match="num_moe_experts"):
@@ -500,10 +473,8 @@ def test_core_moe_layer_agrees_on_experts_per_ep_rank(ep, experts, rejected):
     moe_submodules = moe_spec.keywords["submodules"]
     with fake_world(ep):
         initialize_model_parallel(layout)
-        config = TransformerConfig(
+        config = core_config(
             num_layers=2,
-            hidden_size=64,
-            num_attention_heads=4,
             num_moe_experts=experts,
             expert_model_parallel_size=ep,
             moe_token_dispatcher_type="allgather",
@@ -622,12 +593,12 @@ def test_property_model_shape_accepted_iff_megatron_core_builds_it(m):
     )
 
     def core():
-        config = layer_config(
+        config = core_config(
             num_layers=m["num_layers"],
             pp=m["pp"],
             vpp=m["vpp"],
-            account_embedding=m["embedding"],
-            account_loss=m["loss"],
+            account_for_embedding_in_pipeline_split=m["embedding"],
+            account_for_loss_in_pipeline_split=m["loss"],
             num_attention_heads=m["heads"],
             num_query_groups=m["groups"],
             tensor_model_parallel_size=m["tp"],

@@ -34,7 +34,12 @@ from megatron.bridge.training.pipeline_layout import (
     parse_layout,
     stage_layers,
 )
-from tests.unit_tests.training.test_parallel_layout import fake_world, initialize_model_parallel
+from tests.unit_tests.conftest import core_config, tiny_model
+from tests.unit_tests.training.test_parallel_layout import (
+    fake_world,
+    initialize_model_parallel,
+    layout_of,
+)
 
 DEEPSEEK_V3 = "Et*4|(t*4|)*14tmL"
 DEEPSEEK_V3_LIST = (
@@ -56,19 +61,6 @@ def virtual_world_size(size: int | None):
         yield
     finally:
         parallel_state.set_virtual_pipeline_model_parallel_world_size(before)
-
-
-def core_config(*, num_layers, pp, vpp=None, **fields) -> TransformerConfig:
-    """A small real ``TransformerConfig`` (megatron-core validates the split here)."""
-    return TransformerConfig(
-        num_layers=num_layers,
-        hidden_size=64,
-        num_attention_heads=4,
-        pipeline_model_parallel_size=pp,
-        virtual_pipeline_model_parallel_size=vpp,
-        pipeline_dtype=torch.bfloat16,
-        **fields,
-    )
 
 
 def core_layers(config: TransformerConfig) -> list[list[int]]:
@@ -149,12 +141,10 @@ def test_deepseek_v3_string_and_list_forms_parse_alike():
 
 
 def test_deepseek_v3_passes_the_whole_layout_check():
-    job = dict(
-        world_size=256,
-        tp_size=2,
-        pp_size=4,
-        vpp_size=None,
-        cp_size=1,
+    job = layout_of(
+        256,
+        tp=2,
+        pp=4,
         ep_size=32,
         etp_size=1,
         num_layers=61,
@@ -169,115 +159,111 @@ def test_deepseek_v3_passes_the_whole_layout_check():
         check_parallel_layout(**job)
 
 
+def _first_and_last(first: int | None, last: int | None) -> dict:
+    """The first and last pipeline stages' sizes, by megatron-core's field names."""
+    return {
+        "num_layers_in_first_pipeline_stage": first,
+        "num_layers_in_last_pipeline_stage": last,
+    }
+
+
 def test_94_layers_as_10_and_12_on_pp8():
-    split = check_pipeline_layout(
-        num_layers=94,
-        pp_size=8,
-        vpp_size=None,
-        num_layers_in_first_pipeline_stage=10,
-        num_layers_in_last_pipeline_stage=12,
-    )
-    core = core_split(
-        num_layers=94,
-        pp=8,
-        num_layers_in_first_pipeline_stage=10,
-        num_layers_in_last_pipeline_stage=12,
-    )
+    stages = _first_and_last(10, 12)
+    split = check_pipeline_layout(num_layers=94, pp_size=8, vpp_size=None, **stages)
+    core = core_split(num_layers=94, pp=8, **stages)
     assert [list(rank) for rank in split.layers] == core == [[10]] + [[12]] * 7
     # The even split refuses it: 94 does not divide by 8.
     with pytest.raises(ValueError, match=r"num_layers=94 does not split evenly over .*=8"):
         check_pipeline_layout(num_layers=94, pp_size=8, vpp_size=None)
 
 
+def _bad(id: str, layout, match: str, *, num_layers=61, pp=4, vpp=None, mtp=1):
+    """A layout both checks refuse; DeepSeek-V3's 61 layers and 1 MTP layer on PP4 unless said."""
+    return pytest.param(layout, num_layers, pp, vpp, mtp, match, id=id)
+
+
+#: Layouts both checks refuse, with our message.
 BAD_LAYOUTS = [
-    # id, (layout, num_layers, pp, vpp, mtp), our message
-    (
+    _bad(
         "a-layer-missing",
-        ("Et*4|(t*4|)*14mL", 61, 4, None, 1),
+        "Et*4|(t*4|)*14mL",
         r"places 60 decoder layers \(t\), but num_layers=61 needs 61",
     ),
-    (
+    _bad(
         "a-layer-twice",
-        ("Et*4|(t*4|)*14ttmL", 61, 4, None, 1),
+        "Et*4|(t*4|)*14ttmL",
         r"places 62 decoder layers \(t\), but num_layers=61 needs 61",
     ),
-    (
+    _bad(
         "embedding-twice",
-        ("Et*4|E(t*4|)*14tmL", 61, 4, None, 1),
+        "Et*4|E(t*4|)*14tmL",
         r"places the embedding \(E\) 2 times; it needs exactly 1",
     ),
-    (
+    _bad(
         "stages-not-a-multiple-of-pp",
-        ("Et*4|(t*4|)*13tttttmL", 61, 4, None, 1),
+        "Et*4|(t*4|)*13tttttmL",
         r"has 15 stages, not a positive multiple of pipeline_model_parallel_size=4",
     ),
-    (
+    _bad(
         "stages-not-pp-times-vpp",
-        (DEEPSEEK_V3, 61, 4, 2, 1),
+        DEEPSEEK_V3,
         r"has 16 stages = pipeline_model_parallel_size 4 x 4 virtual stages, but "
         r"virtual_pipeline_model_parallel_size=2 needs 8 stages",
+        vpp=2,
     ),
-    (
+    _bad(
         "vpp-1-is-a-given-vpp",
-        (DEEPSEEK_V3, 61, 4, 1, 1),
+        DEEPSEEK_V3,
         r"virtual_pipeline_model_parallel_size=1 needs 4 stages",
+        vpp=1,
     ),
-    (
+    _bad(
         "mtp-not-in-a-last-virtual-stage",
-        ("Ett|ttm||L", 4, 2, None, 1),
+        "Ett|ttm||L",
         r"places MTP layers in stage 1 \(pipeline rank 1, virtual stage 0 of 2\)",
+        num_layers=4,
+        pp=2,
     ),
-    (
+    _bad(
         "decoder-after-mtp",
-        ("Et*4|(t*4|)*14mtL", 61, 4, None, 1),
+        "Et*4|(t*4|)*14mtL",
         r"places a decoder layer \(t\) after an MTP layer \(m\)",
     ),
-    (
+    _bad(
         "mtp-split-over-stages",
-        ("Ettm|mL", 2, 2, None, 2),
+        "Ettm|mL",
         r"places 1 of the 2 MTP layers in stage 0",
+        num_layers=2,
+        pp=2,
+        mtp=2,
     ),
-    (
-        "mtp-count",
-        (DEEPSEEK_V3, 61, 4, None, 2),
-        r"places 1 MTP layers \(m\), but mtp_num_layers=2 needs 2",
+    _bad(
+        "mtp-count", DEEPSEEK_V3, r"places 1 MTP layers \(m\), but mtp_num_layers=2 needs 2", mtp=2
     ),
-    ("no-embedding", ("t*5|(t*4|)*14tmL", 61, 4, None, 1), r"the embedding \(E\) 0 times"),
-    ("no-loss", ("Et*4|(t*4|)*14tm", 61, 4, None, 1), r"the loss \(L\) 0 times"),
-    (
+    _bad("no-embedding", "t*5|(t*4|)*14tmL", r"the embedding \(E\) 0 times"),
+    _bad("no-loss", "Et*4|(t*4|)*14tm", r"the loss \(L\) 0 times"),
+    _bad(
         "loss-not-last",
-        ("Et|tLm", 2, 2, None, 1),
+        "Et|tLm",
         r"ends with mtp: the loss \(L\) must be the last layer",
+        num_layers=2,
+        pp=2,
     ),
-    (
+    _bad(
         "embedding-not-first",
-        ("tEt*3|(t*4|)*14tmL", 61, 4, None, 1),
+        "tEt*3|(t*4|)*14tmL",
         r"starts with decoder: the embedding \(E\) must be the first layer",
     ),
 ]
 
 
-@pytest.mark.parametrize(
-    ("case", "match"), [b[1:] for b in BAD_LAYOUTS], ids=[b[0] for b in BAD_LAYOUTS]
-)
-def test_bad_layout_is_refused_by_both_naming_the_counts(case, match):
-    layout, num_layers, pp, vpp, mtp = case
+@pytest.mark.parametrize(("layout", "num_layers", "pp", "vpp", "mtp", "match"), BAD_LAYOUTS)
+def test_bad_layout_is_refused_by_both_naming_the_counts(layout, num_layers, pp, vpp, mtp, match):
+    fields = {"pipeline_model_parallel_layout": layout, "mtp_num_layers": mtp}
     with pytest.raises(ValueError, match=match):
-        check_pipeline_layout(
-            num_layers=num_layers,
-            pp_size=pp,
-            vpp_size=vpp,
-            pipeline_model_parallel_layout=layout,
-            mtp_num_layers=mtp,
-        )
+        check_pipeline_layout(num_layers=num_layers, pp_size=pp, vpp_size=vpp, **fields)
     with pytest.raises(AssertionError):
-        core_config(
-            num_layers=num_layers,
-            pp=pp,
-            vpp=vpp,
-            pipeline_model_parallel_layout=layout,
-            mtp_num_layers=mtp,
-        )
+        core_config(num_layers=num_layers, pp=pp, vpp=vpp, **fields)
 
 
 @pytest.mark.parametrize(
@@ -358,23 +344,13 @@ def test_conflicting_split_settings_are_refused_by_both(fields, match, core_matc
 def test_first_and_last_stage_rules_agree_with_megatron_core(
     num_layers, pp, vpp, first, last, match
 ):
+    stages = _first_and_last(first, last)
+
     def ours():
-        return check_pipeline_layout(
-            num_layers=num_layers,
-            pp_size=pp,
-            vpp_size=vpp,
-            num_layers_in_first_pipeline_stage=first,
-            num_layers_in_last_pipeline_stage=last,
-        )
+        return check_pipeline_layout(num_layers=num_layers, pp_size=pp, vpp_size=vpp, **stages)
 
     def core():
-        return core_split(
-            num_layers=num_layers,
-            pp=pp,
-            vpp=vpp,
-            num_layers_in_first_pipeline_stage=first,
-            num_layers_in_last_pipeline_stage=last,
-        )
+        return core_split(num_layers=num_layers, pp=pp, vpp=vpp, **stages)
 
     if match is None:
         assert [list(rank) for rank in ours().layers] == core()
@@ -394,15 +370,7 @@ def test_a_layout_on_one_pipeline_rank_is_refused_like_initialize_model_parallel
     with pytest.raises(
         ValueError, match=r"=4 \(from pipeline_model_parallel_layout='Et\|t\|t\|tL'\) needs"
     ):
-        check_parallel_layout(
-            world_size=8,
-            tp_size=1,
-            pp_size=1,
-            vpp_size=None,
-            cp_size=1,
-            num_layers=4,
-            pipeline_model_parallel_layout=layout,
-        )
+        check_parallel_layout(**layout_of(8, num_layers=4, pipeline_model_parallel_layout=layout))
     layout_args = {"tp_size": 1, "pp_size": 1, "vpp_size": 4, "cp_size": 1}
     with fake_world(8), pytest.raises(RuntimeError, match="greater than 1 with interleaved"):
         initialize_model_parallel(layout_args)
@@ -428,12 +396,8 @@ def test_layout_with_unknown_num_layers_is_still_checked():
 
 
 def _deepseek_model(layout) -> ModelDescription:
-    return ModelDescription(
+    return tiny_model(
         num_layers=61,
-        hidden_size=64,
-        num_attention_heads=4,
-        seq_length=128,
-        vocab_size=1000,
         pipeline_model_parallel_size=4,
         mtp_num_layers=1,
         pipeline_model_parallel_layout=layout,
@@ -482,10 +446,7 @@ def test_description_reads_layer_types_of_a_list_layout_as_names():
 
 def test_description_carries_first_and_last_stage_sizes():
     model = ModelDescription(
-        num_layers=94,
-        pipeline_model_parallel_size=8,
-        num_layers_in_first_pipeline_stage=10,
-        num_layers_in_last_pipeline_stage=12,
+        num_layers=94, pipeline_model_parallel_size=8, **_first_and_last(10, 12)
     )
     provider = GPTModelProvider()
     write_model(provider, model)
@@ -672,8 +633,7 @@ def stage_sizes(draw):
 @given(stage_sizes())
 def test_property_stage_sizes_accepted_iff_megatron_core_builds_each_layer_once(case):
     fields = dict(
-        num_layers_in_first_pipeline_stage=case["first"],
-        num_layers_in_last_pipeline_stage=case["last"],
+        **_first_and_last(case["first"], case["last"]),
         account_for_embedding_in_pipeline_split=case["embedding"],
         account_for_loss_in_pipeline_split=case["loss"],
     )

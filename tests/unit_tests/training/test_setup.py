@@ -19,9 +19,9 @@ from megatron.bridge.training.comm_overlap import CommOverlapConfig
 from megatron.bridge.training.config import ConfigContainer, TrainingConfig
 from megatron.bridge.training.initialize import reset_tp_communicators
 from megatron.bridge.training.setup import build_model
-from tests.unit_tests.conftest import stub_transformer_engine
+from tests.unit_tests.conftest import TINY_MODEL_FIELDS, stub_transformer_engine
 
-HIDDEN, LAYERS, HEADS, SEQ, VOCAB = 64, 2, 4, 32, 1000
+HIDDEN, LAYERS, SEQ = (TINY_MODEL_FIELDS[k] for k in ("hidden_size", "num_layers", "seq_length"))
 
 
 @pytest.fixture
@@ -34,14 +34,7 @@ def cpu_only():
 
 def _tiny_cfg() -> ConfigContainer:
     return ConfigContainer(
-        model=GPTModelProvider(
-            num_layers=LAYERS,
-            hidden_size=HIDDEN,
-            num_attention_heads=HEADS,
-            seq_length=SEQ,
-            vocab_size=VOCAB,
-            use_cpu_initialization=True,
-        ),
+        model=GPTModelProvider(**TINY_MODEL_FIELDS, use_cpu_initialization=True),
         train=TrainingConfig(micro_batch_size=2, global_batch_size=8),
         mixed_precision="bf16_mixed",
         comm_overlap=CommOverlapConfig(tp_comm_overlap=True),

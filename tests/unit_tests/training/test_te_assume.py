@@ -10,16 +10,14 @@ from megatron.bridge.training.comm_overlap.te import (
     TE_REQUIREMENTS,
     te_version_at_least,
 )
-from megatron.bridge.training.job import JobDescription, ModelDescription
+from megatron.bridge.training.job import JobDescription
+from tests.unit_tests.conftest import tiny_model
 
 
 def _moe_job(te_version: str | None) -> JobDescription:
     status = te_status("assume", version=te_version)
     return JobDescription(
-        model=ModelDescription(
-            num_layers=4,
-            hidden_size=256,
-            num_attention_heads=8,
+        model=tiny_model(
             num_moe_experts=8,
             moe_token_dispatcher_type="alltoall",
             expert_model_parallel_size=8,

@@ -26,7 +26,7 @@ from megatron.bridge.training.comm_overlap.te import TEStatus
 from megatron.bridge.training.config import ConfigContainer, TrainingConfig
 from megatron.bridge.training.initialize import reset_tp_communicators
 from megatron.bridge.training.setup import build_model
-from tests.unit_tests.conftest import make_configs, stub_transformer_engine
+from tests.unit_tests.conftest import TINY_MODEL_FIELDS, make_configs, stub_transformer_engine
 
 TE_2_12 = TEStatus(available=True, version="2.12.0", reason="")
 
@@ -296,11 +296,7 @@ def stub_te(monkeypatch):
 def _tp_overlap_cfg(*, strict: bool, mtp: int | None = None) -> ConfigContainer:
     return ConfigContainer(
         model=GPTModelProvider(
-            num_layers=4,
-            hidden_size=64,
-            num_attention_heads=4,
-            seq_length=32,
-            vocab_size=1000,
+            **TINY_MODEL_FIELDS,
             tensor_model_parallel_size=2,
             sequence_parallel=True,
             mtp_num_layers=mtp,
