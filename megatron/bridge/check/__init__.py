@@ -46,8 +46,9 @@ from megatron.bridge.check.cli import (
 from megatron.bridge.check.compare import SHARED_KEYS, compare_reports
 from megatron.bridge.check.config import build_check_config
 from megatron.bridge.check.cuda import CUDA_STEPS, OVERLAP_FIELDS, overlap_off_request
-from megatron.bridge.check.layout import Layout, check_overrides_fit, fit_layout, tiny_model_fields
+from megatron.bridge.check.layout import Layout, check_overrides_fit, fit_layout
 from megatron.bridge.check.ranks import CUDA_SEED, gather_outcomes
+from megatron.bridge.check.tiny import TINY_HEAD_DIM, TINY_VOCAB_SIZE, tiny_model
 
 __all__ = [
     "CUDA_SEED",
@@ -58,6 +59,8 @@ __all__ = [
     "JSON_SCHEMA_VERSION",
     "OVERLAP_FIELDS",
     "SHARED_KEYS",
+    "TINY_HEAD_DIM",
+    "TINY_VOCAB_SIZE",
     "Layout",
     "build_check_config",
     "build_parser",
@@ -67,5 +70,5 @@ __all__ = [
     "gather_outcomes",
     "main",
     "overlap_off_request",
-    "tiny_model_fields",
+    "tiny_model",
 ]

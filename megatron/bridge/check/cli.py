@@ -23,6 +23,7 @@ from megatron.bridge.check.compare import compare_reports
 from megatron.bridge.check.cuda import _cuda_timings
 from megatron.bridge.check.ranks import _check_rank, gather_outcomes
 from megatron.bridge.check.render import _error_lines, _render
+from megatron.bridge.cli.parser import add_gpu_and_precision
 from megatron.bridge.training.validators import positive_int_argument
 
 __all__ = ["EXIT_DISAGREE", "EXIT_ERROR", "EXIT_OK", "JSON_SCHEMA_VERSION", "build_parser", "main"]
@@ -55,6 +56,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--vpp", type=positive_int_argument, help="virtual pipeline size (1 = none)"
     )
     parser.add_argument("--cp", type=positive_int_argument, help="context-parallel size (exact)")
+    # The flags and choices of `bridge-overlap explain`: the recipe is changed the same way.
+    add_gpu_and_precision(
+        parser,
+        gpu_default="the visible GPU; on a CPU none, planned as for Hopper or older",
+        precision_default="the recipe's",
+    )
     parser.add_argument("--json", action="store_true", help="rank 0 prints one JSON document")
     parser.add_argument(
         "--timeout",
@@ -145,6 +152,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "schema_version": JSON_SCHEMA_VERSION,
                 "recipe": args.recipe,
                 "tiny": args.tiny,
+                "gpu": args.gpu,
+                "precision": args.precision,
                 "world_size": world,
                 "backend": backend,
                 "exit_code": code,
