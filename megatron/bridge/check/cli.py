@@ -3,7 +3,10 @@
 :func:`main` joins the process group (NCCL with CUDA, gloo without; a world of one outside
 torchrun), has every rank build and report its chunks, gathers and compares the reports, times
 the plan on CUDA, and rank 0 prints the report (text or ``--json``). Exit codes, the same on
-every rank: :data:`EXIT_OK`, :data:`EXIT_DISAGREE`, :data:`EXIT_ERROR`.
+every rank: :data:`EXIT_OK`, :data:`EXIT_DISAGREE`, :data:`EXIT_ERROR`, and argparse's 2 for a
+command line it rejects. Under torchrun every worker exits with the code and torchrun itself
+exits 0 or 1 (its ``ChildFailedError``): the code is in rank 0's report and in torchrun's
+failure summary.
 """
 
 from __future__ import annotations
@@ -40,7 +43,12 @@ def build_parser() -> argparse.ArgumentParser:
         prog="bridge-overlap-check",
         description="Check a recipe's overlap plan on a real multi-process world (run it "
         "under torchrun; without it, as a world of one).",
-        epilog="Exit codes: 0 all ranks agree; 1 they disagree; 2 an error on any rank.",
+        epilog=(
+            "Exit codes, the same on every rank: 0 all ranks agree; 1 they disagree; 2 an error "
+            "on any rank. Under torchrun each worker exits with it, and torchrun itself exits 1 "
+            "when any worker exits non-zero: rank 0's report ends with the code ('exit_code' "
+            "with --json), and torchrun's failure summary lists each worker's."
+        ),
     )
     parser.add_argument(
         "--recipe", required=True, help="recipe name (e.g. gpt3_175b) or 'module:function'"

@@ -196,9 +196,7 @@ def _sampled(values: Sequence[int], count: int) -> tuple[int, ...]:
     return tuple(values[round(i * step)] for i in range(count))
 
 
-def _attention_fields(
-    model: ModelDescription, seq_length: int, num_layers: int
-) -> dict[str, Any]:
+def _attention_fields(model: ModelDescription, seq_length: int, num_layers: int) -> dict[str, Any]:
     fields: dict[str, Any] = {}
     if model.multi_latent_attention:
         fields |= {
