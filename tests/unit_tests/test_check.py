@@ -330,6 +330,46 @@ def test_a_command_line_argparse_rejects_exits_2_on_every_rank():
     assert launch.document is None
 
 
+MOE_LAYOUT_RECIPE = """
+    from megatron.bridge.recipes import recipe_spec
+
+    # GPT-3 175B's shape as an MoE with dense first layers, EP8, on a custom layout string.
+    MOE_LAYOUT = {
+        "model.num_moe_experts": 64,
+        "model.moe_router_topk": 4,
+        "model.moe_ffn_hidden_size": 2048,
+        "model.moe_layer_freq": (0,) * 2 + (1,) * 94,
+        "model.moe_token_dispatcher_type": "alltoall",
+        "model.expert_model_parallel_size": 8,
+        "model.expert_tensor_parallel_size": 1,
+        "model.add_bias_linear": False,
+        "model.bias_activation_fusion": False,
+        "model.virtual_pipeline_model_parallel_size": None,
+        "model.pipeline_model_parallel_layout": "Et*5|(t*6|)*14t*7L",
+    }
+
+
+    def moe_layout(**overrides):
+        return recipe_spec("gpt3_175b").changed(**MOE_LAYOUT).with_overrides(**overrides)
+"""
+
+
+def test_moe_on_a_custom_layout_builds_tiny_with_every_rank_agreeing(tmp_path):
+    (tmp_path / "moe_layout_recipe.py").write_text(textwrap.dedent(MOE_LAYOUT_RECIPE))
+    launch = torchrun(
+        4, "--recipe", "moe_layout_recipe:moe_layout", "--tiny", "--json", pythonpath=tmp_path
+    )
+    assert launch.proc.returncode == 0, _explain(launch)
+    doc = launch.document
+    assert (doc["exit_code"], doc["disagreements"]) == (EXIT_OK, [])
+    first = doc["reports"][0]
+    assert (first["layout"]["pp"], first["layout"]["vpp"], first["layout"]["ep"]) == (2, 2, 2)
+    # The layout string rebuilt on PP2 x VPP2: "Et|t|t|tL", one decoder per chunk.
+    assert first["model"]["num_layers"] == 4
+    assert all(c["layers"] == 1 for r in doc["reports"] for c in r["chunks"])
+    assert any(n.startswith("moe_token_dispatcher_type 'alltoall' turned") for n in first["notes"])
+
+
 PER_RANK_RECIPE = """
     import os
 

@@ -2,7 +2,8 @@
 
 :func:`build_check_config` builds the recipe on the fitted layout (``--tiny``: with the tiny
 model), then turns off what this machine cannot run (megatron-core's local layer spec without
-Transformer Engine; tied embeddings across pipeline stages without CUDA), one note each. Also
+Transformer Engine; tied embeddings across pipeline stages and the all-to-all and flex MoE
+dispatchers without CUDA), one note each. Also
 owns what the live machine offers: the visible GPU (:func:`_live_gpu`) and whether the model
 builds with the local layer spec (:func:`_uses_local_spec`).
 """
@@ -35,6 +36,7 @@ _LOCAL_SPEC_UNSUPPORTED = {
     "layernorm_zero_centered_gamma": "a zero-centred LayerNorm gamma",
     "persist_layer_norm": "the persistent LayerNorm kernel",
     "memory_efficient_layer_norm": "the memory-efficient LayerNorm",
+    "moe_grouped_gemm": "grouped expert GEMMs (its GroupedMLP needs the grouped_gemm kernels)",
 }
 
 _TINY_PRESET_NOTE = (
@@ -222,5 +224,14 @@ def build_check_config(
                 "copies the tied embedding to the last pipeline stage with a CUDA all-reduce "
                 "while building; the parameter counts are the same (the last stage holds its "
                 "own output weight either way)"
+            )
+        dispatcher = model.moe_token_dispatcher_type
+        if model.num_moe_experts and dispatcher != "allgather":
+            model.moe_token_dispatcher_type = "allgather"
+            notes.append(
+                f"moe_token_dispatcher_type {dispatcher!r} turned to 'allgather' on the CPU: "
+                "megatron-core's all-to-all and flex dispatchers create CUDA streams while "
+                "building; EP all-to-all overlap, which needs them, is therefore refused on "
+                "this run"
             )
     return cfg, layout, notes
