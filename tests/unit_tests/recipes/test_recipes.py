@@ -439,5 +439,7 @@ def test_example_launcher_dry_run(tmp_path):
     srun = next(line for line in lines if line.startswith("srun --output"))
     assert " nsys profile " in srun
     # The job runs this repository's own entry point, not a script outside it.
-    assert srun.rstrip().endswith("python -m megatron.bridge.check --recipe gpt3_175b --json")
+    assert srun.rstrip().endswith(
+        "python -m megatron.bridge.check --recipe gpt3_175b --gpu h100 --json"
+    )
     assert "/opt/" not in srun and "train.manual_gc" not in srun
