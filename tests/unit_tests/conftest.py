@@ -28,6 +28,7 @@ from megatron.core.transformer.transformer_config import TransformerConfig
 
 from megatron.bridge.training import comm_overlap
 from megatron.bridge.training.config import ConfigContainer, TrainingConfig
+from megatron.bridge.training.env_vars import forget_exports
 from megatron.bridge.training.job import JobDescription, ModelDescription
 
 
@@ -171,6 +172,7 @@ def environment_restored():
     yield
     os.environ.clear()
     os.environ.update(saved)
+    forget_exports()
 
 
 #: Short layout names tests use, and the model field each one sets.

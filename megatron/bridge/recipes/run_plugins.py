@@ -222,6 +222,30 @@ def _check_converter(owner: str, value: object) -> None:
         )
 
 
+def _warn_other_gpu(cfg: Any, resolved: Any) -> None:
+    # A plugin planned for another GPU than cfg.gpu exports that GPU's environment, while the job
+    # resolves cfg.gpu at model build (its preset, its launch check): said, with the fix.
+    if cfg.gpu is None or resolved.job.gpu is None or gpu_spec(cfg.gpu).name == resolved.job.gpu:
+        return
+    moved = {
+        name: (cfg.env_vars[name], value)
+        for name, value in resolved.env_vars.items()
+        if name in cfg.env_vars and str(cfg.env_vars[name]) != str(value)
+    }
+    logger.warning(
+        "PerfEnvPlugin: planned for gpu %r, but cfg.gpu is %r%s. The job resolves cfg.gpu at "
+        "model build: set cfg.gpu = %r (or build the recipe with gpu=%r) so both agree.",
+        resolved.job.gpu,
+        cfg.gpu,
+        "; the recipe's derived environment follows the plugin's GPU: "
+        + ", ".join(f"{n} {old} -> {new}" for n, (old, new) in moved.items())
+        if moved
+        else "",
+        resolved.job.gpu,
+        resolved.job.gpu,
+    )
+
+
 @dataclasses.dataclass(kw_only=True)
 class PerfEnvPlugin(run.Plugin):
     """Set the launch-time performance environment on a NeMo-Run executor.
@@ -319,6 +343,7 @@ class PerfEnvPlugin(run.Plugin):
         from megatron.bridge.training.resolve import resolve_config
 
         resolved = resolve_config(cfg, world_size=num_gpus, te=te_status("assume"), gpu=gpu)
+        _warn_other_gpu(cfg, resolved)
         return cls._from_job(
             resolved.job, a2a_overlap=resolved.a2a_overlap, num_gpus=num_gpus, **overrides
         )
