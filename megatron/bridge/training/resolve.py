@@ -191,24 +191,17 @@ class ResolvedConfig:
 def check_launch_environment(
     cfg: ConfigContainer, resolved: ResolvedConfig, *, env: Mapping[str, str] | None = None
 ) -> list[str]:
-    """Compare the live environment (``env``, default ``os.environ``) with what the layout needs.
+    """Compare the live environment (``env``, default ``os.environ``) with what the layout requires.
 
-    ``CUDA_DEVICE_MAX_CONNECTIONS`` must be set before CUDA starts, so a wrong value can only be
-    reported here, not fixed: each problem is logged as a warning, or raised as
-    :class:`OverlapRefusedError` when ``cfg.comm_overlap.strict``. The GPU generation is the
-    visible GPU's, else the one ``cfg.gpu`` names, else unknown (generation rules skipped).
-    Returns the problems.
+    ``CUDA_DEVICE_MAX_CONNECTIONS`` and HybridEP's topology must be set before CUDA starts, so a
+    value that breaks an enabled feature can only be reported here, not fixed
+    (``launch_env.check_live_environment`` holds the requirements; a recipe's tuned value passes):
+    each problem is logged as a warning, or raised as :class:`OverlapRefusedError` when
+    ``cfg.comm_overlap.strict``. Returns the problems.
     """
-    f = resolved.job
-    live = gpu_sm100_or_newer()
-    if live is None and f.gpu is not None:
-        live = hardware.gpu_spec(f.gpu).sm100_or_newer
-    plan = resolved.plan
     problems = launch_env.check_live_environment(
-        tp_comm_overlap=bool(plan is not None and plan.value("tp_comm_overlap")),
-        **launch_env.launch_layout(f),
+        **launch_env.launch_layout(resolved.job),
         a2a_overlap=resolved.a2a_overlap,
-        gpu_sm100_or_newer=live,
         env=os.environ if env is None else env,
     )
     if problems and cfg.comm_overlap is not None and cfg.comm_overlap.strict:
