@@ -97,6 +97,7 @@ ScriptArgs = PerfEnvPluginScriptArgs | NsysPluginScriptArgs
 ScriptArgsConverter = Callable[[Any], list[str]]
 """Takes the plugin's ``*ScriptArgs`` dataclass, returns the script arguments to append."""
 
+
 def _format_override_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
