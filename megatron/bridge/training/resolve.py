@@ -207,22 +207,17 @@ class ResolvedConfig:
 def check_launch_environment(
     cfg: ConfigContainer, resolved: ResolvedConfig, *, env: Mapping[str, str] | None = None
 ) -> list[str]:
-    """Compare the live environment (``env``, default ``os.environ``) with what the layout needs.
+    """Compare the live environment (``env``, default ``os.environ``) with what the layout requires.
 
-    ``CUDA_DEVICE_MAX_CONNECTIONS`` must be set before CUDA starts, so a wrong value can only be
-    reported here, not fixed: each problem is logged as a warning, or raised as
-    :class:`OverlapRefusedError` when ``cfg.comm_overlap.strict``. The GPU generation is the
-    visible GPU's, else the one ``cfg.gpu`` names, else unknown (generation rules skipped).
-    Returns the problems.
+    ``CUDA_DEVICE_MAX_CONNECTIONS`` and HybridEP's topology must be set before CUDA starts, so a
+    value that breaks an enabled feature can only be reported here, not fixed
+    (``launch_env.check_live_environment`` holds the requirements; a recipe's tuned value passes):
+    each problem is logged as a warning, or raised as :class:`OverlapRefusedError` when
+    ``cfg.comm_overlap.strict``. Returns the problems.
     """
-    live = gpu_sm100_or_newer()
-    if live is None and resolved.job.gpu is not None:
-        live = hardware.gpu_spec(resolved.job.gpu).sm100_or_newer
     problems = _environment_problems(
         resolved.job,
-        resolved.plan,
         a2a_overlap=resolved.a2a_overlap,
-        generation=live,
         env=os.environ if env is None else env,
     )
     if problems and cfg.comm_overlap is not None and cfg.comm_overlap.strict:
@@ -233,20 +228,11 @@ def check_launch_environment(
 
 
 def _environment_problems(
-    job: JobDescription,
-    plan: OverlapPlan | None,
-    *,
-    a2a_overlap: bool,
-    generation: bool | None,
-    env: Mapping[str, str],
+    job: JobDescription, *, a2a_overlap: bool, env: Mapping[str, str]
 ) -> list[str]:
-    """What ``env`` breaks of what the job's layout needs (``launch_env.check_live_environment``)."""
+    """What ``env`` breaks of what the job's layout requires (``launch_env.check_live_environment``)."""
     return launch_env.check_live_environment(
-        tp_comm_overlap=bool(plan is not None and plan.value("tp_comm_overlap")),
-        **launch_env.launch_layout(job),
-        a2a_overlap=a2a_overlap,
-        gpu_sm100_or_newer=generation,
-        env=env,
+        **launch_env.launch_layout(job), a2a_overlap=a2a_overlap, env=env
     )
 
 
@@ -304,9 +290,8 @@ def _check_users_value(
     # changed from the recipe's and the value breaks what the new job's layout needs.
     if before == now or needed is None:
         return
-    generation = hardware.gpu_spec(job.gpu).sm100_or_newer
     problems = _environment_problems(
-        job, plan, a2a_overlap=a2a_overlap, generation=generation, env={name: env_var_text(value)}
+        job, a2a_overlap=a2a_overlap, env={name: env_var_text(value)}
     )
     if problems and name == launch_env.CUDA_DEVICE_MAX_CONNECTIONS:
         raise ValueError(
