@@ -53,6 +53,7 @@ def document(
             "distributed_optimizer": f.use_distributed_optimizer,
             "gpu": f.gpu,
             "precision": f.precision,
+            "compute_dtype": f.compute_dtype,
             "num_layers": f.model.num_layers,
             "hidden_size": f.model.hidden_size,
             "num_attention_heads": f.model.num_attention_heads,

@@ -13,6 +13,7 @@ from megatron.bridge.cli.errors import UsageError
 from megatron.bridge.training import hardware, launch_env
 from megatron.bridge.training.comm_overlap.te import ASSUMED_TE_VERSION
 from megatron.bridge.training.job import PositionEmbeddingType
+from megatron.bridge.training.precisions import precision_choices
 from megatron.bridge.training.validators import positive_int_argument
 
 #: The program's one-line description (``bridge-overlap --help``).
@@ -76,7 +77,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_switch(ex, "--tp-comm-overlap", "request TP comm overlap (default: on)")
     ex.add_argument("--gpu", choices=sorted(hardware.GPUS), help="GPU model (default h100)")
     ex.add_argument(
-        "--precision", choices=["bf16", "fp8"], help="training precision (default bf16)"
+        "--precision",
+        choices=precision_choices(),
+        help=(
+            "training precision: bf16, fp16, fp8_ds (FP8 delayed scaling), fp8_cs (current "
+            "scaling), fp8_sc (sub-channel/blockwise), fp8_mx (MXFP8) or nvfp4; aliases fp8 "
+            "(fp8_ds) and mxfp8 (fp8_mx). Default bf16"
+        ),
     )
     ex.add_argument(
         "--seq-length", type=positive_int_argument, help="sequence length (default 2048)"

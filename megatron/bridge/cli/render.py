@@ -21,7 +21,8 @@ def _render(
         f"Layout: {lay['world_size']} x {(lay['gpu'] or 'GPU').upper()}  TP{lay['tp']} "
         f"PP{lay['pp']} VPP{lay['vpp'] or '-'} CP{lay['cp']} EP{lay['ep']} -> DP{lay['dp']}"
         f"  SP {'on' if lay['sequence_parallel'] else 'off'}"
-        f"  dist-opt {'on' if lay['distributed_optimizer'] else 'off'}  {lay['precision']}"
+        f"  dist-opt {'on' if lay['distributed_optimizer'] else 'off'}"
+        f"  {lay['compute_dtype'] or 'custom quantization'} ({lay['precision']} presets)"
         f"  hidden {lay['hidden_size']} seq {lay['seq_length']} mbs {lay['micro_batch_size']}"
     )
     if lay["expert_dp"] is not None:

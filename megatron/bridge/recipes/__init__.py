@@ -34,13 +34,14 @@ from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from megatron.bridge.recipes.spec import PRECISIONS, RecipeSpec
+from megatron.bridge.recipes.spec import RecipeSpec
 from megatron.bridge.training.comm_overlap import (
     PUBLISHED_PRESETS,
     OverlapPlan,
     TEStatus,
     te_status,
 )
+from megatron.bridge.training.precisions import canonical_precision
 from megatron.bridge.utils.megatron_core_errors import megatron_core_rejection
 
 if TYPE_CHECKING:
@@ -329,7 +330,7 @@ def change_container(name: str, cfg: ConfigContainer, changes: Mapping[str, Any]
         elif key == "gpu":
             cfg.gpu = value
         elif key == "precision":
-            cfg.mixed_precision = get_mixed_precision_config(PRECISIONS[value].mixed_precision)
+            cfg.mixed_precision = get_mixed_precision_config(canonical_precision(value))
         elif key == "preset":
             if value != "auto":
                 request["tp_comm_overlap_cfg"] = (

@@ -25,7 +25,7 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from megatron.bridge.training import hardware, launch_env
 from megatron.bridge.training.comm_overlap import (
@@ -39,8 +39,13 @@ from megatron.bridge.training.comm_overlap import (
 )
 from megatron.bridge.training.job import JobDescription, ModelDescription
 from megatron.bridge.training.job_configs import write_model
+from megatron.bridge.training.precisions import (
+    PRECISIONS,
+    ComputeDtype,
+    PrecisionSetting,
+    canonical_precision,
+)
 from megatron.bridge.training.userbuffers import PresetChoice, choose_userbuffers_preset
-from megatron.bridge.training.validators import check_choice
 
 if TYPE_CHECKING:
     from megatron.bridge.training.config import ConfigContainer
@@ -56,39 +61,9 @@ __all__ = [
     "spec_of",
 ]
 
-Precision = Literal["bf16", "fp8"]
-"""Training precisions a recipe offers (FP8 with delayed scaling, the presets' recipe)."""
-
-
-@dataclass(frozen=True)
-class PrecisionSetting:
-    """A recipe precision: the mixed-precision preset it builds with and what that preset sets."""
-
-    mixed_precision: str
-    """Name of the mixed-precision preset (``get_mixed_precision_config``)."""
-    model: Mapping[str, Any]
-    """The model precision fields the preset writes (megatron-core names)."""
-    grad_reduce_in_fp32: bool
-    """Whether the preset reduces gradients in fp32."""
-
-
-#: Each recipe precision: its mixed-precision preset and the fields that preset writes. FP8 uses
-#: delayed scaling, the recipe the published FP8 userbuffers presets were tuned with. A test
-#: holds these fields equal to what the preset writes onto a model config.
-PRECISIONS: Mapping[str, PrecisionSetting] = MappingProxyType(
-    {
-        "bf16": PrecisionSetting(
-            "bf16_mixed",
-            {"bf16": True, "fp16": False, "fp8": None, "fp8_recipe": "delayed"},
-            True,
-        ),
-        "fp8": PrecisionSetting(
-            "bf16_with_fp8_delayed_scaling_mixed",
-            {"bf16": True, "fp16": False, "fp8": "hybrid", "fp8_recipe": "delayed"},
-            True,
-        ),
-    }
-)
+Precision = ComputeDtype
+"""Training precisions a recipe offers: the compute dtypes of :data:`PRECISIONS` (the aliases of
+``PRECISION_ALIASES``, such as ``fp8`` for fp8_ds, are accepted and resolved)."""
 
 #: The keywords every recipe function takes, and the spec field or job-description field each
 #: one sets.
@@ -132,7 +107,7 @@ class RecipeSpec:
     job: JobDescription
     """The job: model, published GPU count and GPU, batch sizes, optimizer sharding."""
     precision: Precision = "bf16"
-    """Training precision."""
+    """Training precision (a compute dtype; an alias given is stored resolved)."""
     tp_comm_overlap: bool = True
     """Request TP communication overlap."""
     preset: str = "auto"
@@ -145,15 +120,16 @@ class RecipeSpec:
     """Final learning rate."""
 
     def __post_init__(self) -> None:
-        check_choice("", "precision", self.precision, Precision)
-        setting = PRECISIONS[self.precision]
+        precision = canonical_precision(self.precision)
+        object.__setattr__(self, "precision", precision)
+        setting = PRECISIONS[precision]
         job = self.job.replace(
             grad_reduce_in_fp32=setting.grad_reduce_in_fp32,
             **{f"model.{k}": v for k, v in setting.model.items()},
         )
         if job.gpu is not None:
             job = job.replace(gpu=hardware.gpu_spec(job.gpu).name)
-            hardware.check_precision_on_gpu(gpu=job.gpu, fp8=job.precision == "fp8")
+            hardware.check_precision_on_gpu(gpu=job.gpu, precision=precision)
         object.__setattr__(self, "job", job)
         if self.preset not in ("auto", "none") and self.preset not in PUBLISHED_PRESETS:
             raise ValueError(
@@ -219,7 +195,7 @@ class RecipeSpec:
         if self.preset == "auto":
             return choose_userbuffers_preset(
                 tp_comm_overlap=self.tp_comm_overlap,
-                precision=self.precision,
+                precision=job.precision,
                 gpu=job.gpu,
                 hidden_size=job.model.hidden_size,
                 tp_size=job.tp_size,

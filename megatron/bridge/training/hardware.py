@@ -1,9 +1,10 @@
 """The GPU catalogue: every fact the library knows about a GPU model, in one table.
 
 The preset lookup (which userbuffers preset family a GPU uses), the launch environment (whether
-a GPU is Blackwell, SM100, or newer), the precision check (whether a GPU has FP8 tensor cores)
-and the CLI's ``--gpu`` choices all read :data:`GPUS`. A new GPU, or a new fact about one, is a
-single edit here.
+a GPU is Blackwell, SM100, or newer), the precision check (whether a GPU trains in a precision),
+the step estimate (peaks, bandwidths, GPUs per node) and the CLI's ``--gpu`` choices all read
+:data:`GPUS`; the systems of NVIDIA's published performance tables map onto it through
+:func:`system_gpu`. A new GPU, or a new fact about one, is a single edit here.
 
 Pure data: importing this module loads no torch. :func:`live_gpu_sm100_or_newer` imports torch
 when it is called, to read the visible device.
@@ -16,12 +17,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from megatron.bridge.training.precisions import PRECISIONS, canonical_precision
+
 __all__ = [
     "GPUS",
+    "SYSTEMS",
     "GpuSpec",
     "check_precision_on_gpu",
     "gpu_spec",
     "live_gpu_sm100_or_newer",
+    "system_gpu",
 ]
 
 
@@ -35,24 +40,62 @@ class GpuSpec:
     """CUDA compute capability (major, minor)."""
     preset_family: str | None
     """Family whose published TE userbuffers presets fit this GPU (None: none are published)."""
-    fp8: bool
-    """Whether the tensor cores compute in FP8 (Hopper and newer)."""
     peak_bf16_tflops: float = 0.0
     """Peak dense (no 2:4 sparsity) BF16 tensor-core TFLOP/s of one GPU, from NVIDIA's datasheet."""
     peak_fp8_tflops: float | None = None
     """Peak dense FP8 tensor-core TFLOP/s of one GPU (None: no FP8 tensor cores)."""
+    peak_fp4_tflops: float | None = None
+    """Peak dense FP4 (NVFP4) tensor-core TFLOP/s of one GPU (None: no FP4 tensor cores)."""
     nvlink_gb_per_s: float = 0.0
     """Peak NVLink bandwidth of one GPU, GB/s per direction (the datasheet's bidirectional / 2)."""
     network_gb_per_s: float = 0.0
     """Peak scale-out (InfiniBand/RoCE) bandwidth of one GPU's NIC, GB/s per direction."""
     nvlink_domain: int | None = None
     """GPUs sharing one NVLink domain beyond a node (GB200 NVL72: 72); None: NVLink spans a node."""
+    gpus_per_node: int = 8
+    """GPUs in one node (a DGX/HGX board: 8; a Grace Blackwell compute tray: 4)."""
 
-    def peak_tflops(self, *, fp8: bool) -> float:
-        """Peak dense tensor-core TFLOP/s for the training precision (FP8 or BF16)."""
-        if fp8 and self.peak_fp8_tflops is not None:
-            return self.peak_fp8_tflops
-        return self.peak_bf16_tflops
+    def peak_format(self, precision: str | None) -> str:
+        """The tensor-core format whose peak a precision's GEMMs reach: "BF16", "FP8" or "FP4".
+
+        ``precision`` is a compute dtype or alias: bf16 and fp16 run at the 16-bit peak, every
+        FP8 recipe (MXFP8 included) at the FP8 peak, NVFP4 at the FP4 peak. None (a custom
+        quantization recipe, whose formats the job does not say) counts at the 16-bit peak. A
+        GPU without the precision's tensor cores falls back to the widest format it has (the
+        check that refuses such a run is :func:`check_precision_on_gpu`).
+        """
+        cores = (
+            "bf16" if precision is None else PRECISIONS[canonical_precision(precision)].tensor_cores
+        )
+        if cores == "fp4" and self.peak_fp4_tflops is not None:
+            return "FP4"
+        if cores in ("fp4", "fp8") and self.peak_fp8_tflops is not None:
+            return "FP8"
+        return "BF16"
+
+    def peak_tflops(self, precision: str | None) -> float:
+        """Peak dense tensor-core TFLOP/s of one GPU for a training precision (:meth:`peak_format`)."""
+        return {
+            "FP4": self.peak_fp4_tflops,
+            "FP8": self.peak_fp8_tflops,
+            "BF16": self.peak_bf16_tflops,
+        }[self.peak_format(precision)]
+
+    def precision_refusal(self, precision: str) -> str | None:
+        """Why this GPU cannot train in ``precision`` (a compute dtype or alias); None if it can."""
+        name = canonical_precision(precision)
+        setting = PRECISIONS[name]
+        low, high = setting.min_compute_capability, setting.below_compute_capability
+        if self.compute_capability >= low and (high is None or self.compute_capability < high):
+            return None
+        needs = f"{_sm(low)} or newer"
+        if high is not None:
+            needs = f"{_sm(low)} or newer, below {_sm(high)}"
+        return (
+            f"precision {name} ({setting.title}) needs {setting.tensor_cores.upper()} tensor cores "
+            f"of compute capability {needs}, which {self.name} ({_sm(self.compute_capability)}) "
+            "does not have"
+        )
 
     @property
     def sm100_or_newer(self) -> bool:
@@ -60,11 +103,20 @@ class GpuSpec:
         return blackwell_or_newer(self.compute_capability[0])
 
 
+def _sm(capability: tuple[int, int]) -> str:
+    return f"SM{capability[0]}{capability[1]}"
+
+
 #: Every GPU model the library plans for. H200 is the H100 chip (SM90) with more memory and
-#: GB200 the B200 chip (SM100), so each shares its sibling's presets.
+#: GB200 the B200 chip (SM100), so each shares its sibling's presets. B300 and GB300 (Blackwell
+#: Ultra, SM103) have no presets of their own: upstream's performance recipes run them on the
+#: b200 presets (Megatron-Bridge ``src/megatron/bridge/perf_recipes/llama/b300/llama3.py`` and
+#: ``.../gb300/llama3.py`` import ``userbuffers_*_b200_*``; ``training/comm_overlap.py`` publishes
+#: no b300 preset), so they use the b200 family.
 #:
-#: Peak figures are NVIDIA's datasheet numbers; datasheets quote FP8/BF16 "with sparsity", the
-#: dense figures here are half of those. Bandwidths are per GPU and per direction:
+#: Peak figures are NVIDIA's datasheet numbers; datasheets quote FP4/FP8/BF16 "with sparsity", the
+#: dense figures here are half of those (Blackwell Ultra's datasheets quote dense FP4 itself).
+#: Bandwidths are per GPU and per direction:
 #: - A100 SXM: 312 TFLOP/s BF16 dense; NVLink3 600 GB/s bidirectional; DGX A100 has one 200 Gb/s
 #:   HDR InfiniBand NIC per GPU (NVIDIA A100 datasheet, DGX A100 datasheet).
 #: - H100 SXM: 989 BF16 / 1979 FP8 TFLOP/s dense (1979 / 3958 with sparsity); NVLink4 900 GB/s
@@ -72,17 +124,26 @@ class GpuSpec:
 #:   datasheets).
 #: - H200 SXM: the H100's tensor cores and NVLink4 (989 / 1979 dense; 900 GB/s); HGX/DGX H200
 #:   pair each GPU with a 400 Gb/s NIC (H200 datasheet).
-#: - B200 (HGX/DGX B200, 1000 W): 2.25 PF BF16 / 4.5 PF FP8 dense (4.5 / 9 PF with sparsity;
-#:   DGX B200 "72 PF FP8 training" for 8 GPUs); NVLink5 1.8 TB/s bidirectional; 400 Gb/s
-#:   ConnectX-7 per GPU (HGX B200 and DGX B200 datasheets).
-#: - GB200 (NVL72, 1200 W): 2.5 PF BF16 / 5 PF FP8 dense (rack: 360 PF BF16 / 720 PF FP8 with
-#:   sparsity over 72 GPUs); NVLink5 1.8 TB/s bidirectional across a 72-GPU domain; 400 Gb/s
-#:   ConnectX-7 per GPU for scale-out (GB200 NVL72 datasheet).
+#: - B200 (HGX/DGX B200, 1000 W): 2.25 PF BF16 / 4.5 PF FP8 / 9 PF FP4 dense (HGX B200 for 8
+#:   GPUs: 36 PF BF16, 72 PF FP8, 144 PF FP4 with sparsity); NVLink5 1.8 TB/s bidirectional;
+#:   400 Gb/s ConnectX-7 per GPU (HGX B200 and DGX B200 datasheets).
+#: - GB200 (NVL72, 1200 W): 2.5 PF BF16 / 5 PF FP8 / 10 PF FP4 dense (rack: 360 PF BF16, 720 PF
+#:   FP8, 1,440 PF FP4 with sparsity over 72 GPUs); NVLink5 1.8 TB/s bidirectional across a
+#:   72-GPU domain; 400 Gb/s ConnectX-7 per GPU for scale-out; 4 GPUs per compute tray (GB200
+#:   NVL72 datasheet).
+#: - B300 (HGX/DGX B300, Blackwell Ultra): 2.25 PF BF16 / 4.5 PF FP8 dense, 13.5 PF FP4 dense
+#:   (HGX B300 for 8 GPUs: 36 PF FP16/BF16 and 72 PF FP8 with sparsity, FP4 144 PF with sparsity
+#:   | 108 PF dense); NVLink5 1.8 TB/s bidirectional; one 800 Gb/s ConnectX-8 SuperNIC per GPU
+#:   (HGX B300 and DGX B300 datasheets).
+#: - GB300 (NVL72, Blackwell Ultra): 2.5 PF BF16 / 5 PF FP8 / 15 PF FP4 dense (rack: 360 PF
+#:   FP16/BF16 and 720 PF FP8 with sparsity, FP4 1,440 PF with sparsity | 1,080 PF dense, over 72
+#:   GPUs); NVLink5 1.8 TB/s bidirectional across a 72-GPU domain (130 TB/s per rack); one 800 Gb/s
+#:   ConnectX-8 SuperNIC per GPU; 4 GPUs per compute tray (GB300 NVL72 datasheet).
+#: Compute capabilities: CUDA's table (A100 8.0, H100/H200 9.0, B200/GB200 10.0, B300/GB300 10.3).
 _A100 = GpuSpec(
     name="a100",
     compute_capability=(8, 0),
     preset_family=None,
-    fp8=False,
     peak_bf16_tflops=312.0,
     peak_fp8_tflops=None,
     nvlink_gb_per_s=300.0,
@@ -92,7 +153,6 @@ _H100 = GpuSpec(
     name="h100",
     compute_capability=(9, 0),
     preset_family="h100",
-    fp8=True,
     peak_bf16_tflops=989.0,
     peak_fp8_tflops=1979.0,
     nvlink_gb_per_s=450.0,
@@ -102,11 +162,21 @@ _B200 = GpuSpec(
     name="b200",
     compute_capability=(10, 0),
     preset_family="b200",
-    fp8=True,
     peak_bf16_tflops=2250.0,
     peak_fp8_tflops=4500.0,
+    peak_fp4_tflops=9000.0,
     nvlink_gb_per_s=900.0,
     network_gb_per_s=50.0,
+)
+_B300 = GpuSpec(
+    name="b300",
+    compute_capability=(10, 3),
+    preset_family="b200",
+    peak_bf16_tflops=2250.0,
+    peak_fp8_tflops=4500.0,
+    peak_fp4_tflops=13500.0,
+    nvlink_gb_per_s=900.0,
+    network_gb_per_s=100.0,
 )
 
 GPUS: Mapping[str, GpuSpec] = MappingProxyType(
@@ -118,15 +188,45 @@ GPUS: Mapping[str, GpuSpec] = MappingProxyType(
             # The H100 chip with more memory: the same tensor cores, NVLink and NIC.
             dataclasses.replace(_H100, name="h200"),
             _B200,
-            # The B200 chip at a higher power limit, in a 72-GPU NVLink domain.
+            # The B200 chip at a higher power limit, in a 72-GPU NVLink domain, 4 GPUs a tray.
             dataclasses.replace(
                 _B200,
                 name="gb200",
                 peak_bf16_tflops=2500.0,
                 peak_fp8_tflops=5000.0,
+                peak_fp4_tflops=10000.0,
                 nvlink_domain=72,
+                gpus_per_node=4,
+            ),
+            _B300,
+            # The B300 chip at a higher power limit, in a 72-GPU NVLink domain, 4 GPUs a tray.
+            dataclasses.replace(
+                _B300,
+                name="gb300",
+                peak_bf16_tflops=2500.0,
+                peak_fp8_tflops=5000.0,
+                peak_fp4_tflops=15000.0,
+                nvlink_domain=72,
+                gpus_per_node=4,
             ),
         )
+    }
+)
+
+#: The systems NVIDIA's performance tables name (Megatron-Bridge ``docs/performance-summary.md``
+#: and ``docs/performance-summary-archive.md``: DGX-H100, DGX-B200, DGX-B300, DGX-GB200,
+#: DGX-GB300) and the GPU each one is. GPUs per node are the catalogue's (4 on the Grace
+#: Blackwell trays, as upstream's ``scripts/performance/argument_parser.py``
+#: ``NUM_GPUS_PER_NODE_MAP`` says).
+SYSTEMS: Mapping[str, str] = MappingProxyType(
+    {
+        "DGX-A100": "a100",
+        "DGX-H100": "h100",
+        "DGX-H200": "h200",
+        "DGX-B200": "b200",
+        "DGX-B300": "b300",
+        "DGX-GB200": "gb200",
+        "DGX-GB300": "gb300",
     }
 )
 
@@ -139,15 +239,39 @@ def gpu_spec(name: object) -> GpuSpec:
     return spec
 
 
-def check_precision_on_gpu(*, gpu: str, fp8: bool) -> None:
-    """Refuse FP8 training on a GPU without FP8 tensor cores, naming the fix."""
+def system_gpu(system: str) -> GpuSpec:
+    """The catalogue entry of a published system name ("DGX-GB300", "dgx-b200", "GB200", ...).
+
+    The "DGX-" prefix is optional; ``ValueError`` lists the known systems.
+    """
+    if isinstance(system, str):
+        key = system.strip().upper()
+        name = SYSTEMS.get(key) or SYSTEMS.get(f"DGX-{key}")
+        if name is not None:
+            return GPUS[name]
+    raise ValueError(f"system must be one of {list(SYSTEMS)}, got {system!r}.")
+
+
+def check_precision_on_gpu(*, gpu: str, precision: str | None) -> None:
+    """Refuse a precision the GPU cannot train in, naming the precision, the GPU and the fix.
+
+    ``precision`` is a compute dtype or alias (``fp8_mx``, ``mxfp8``, ``fp8``, ...); None (a
+    custom quantization recipe, which the model rules refuse on their own) checks nothing. The
+    rule is Transformer Engine's (see :data:`~megatron.bridge.training.precisions.PRECISIONS`):
+    TE raises at the first forward step, so the plan refuses before launch.
+    """
+    if precision is None:
+        return
     spec = gpu_spec(gpu)
-    if fp8 and not spec.fp8:
-        raise ValueError(
-            f"precision fp8 needs FP8 tensor cores, which {spec.name} (SM{spec.compute_capability[0]}"
-            f"{spec.compute_capability[1]}) does not have; train in bf16 on it, or pick a Hopper or "
-            "newer gpu."
-        )
+    refusal = spec.precision_refusal(precision)
+    if refusal is None:
+        return
+    fits = [s.name for s in GPUS.values() if s.precision_refusal(precision) is None]
+    here = [n for n in PRECISIONS if spec.precision_refusal(n) is None]
+    raise ValueError(
+        f"{refusal} (Transformer Engine refuses it there at the first forward step): train in "
+        f"one of {here} on {spec.name}, or pick a gpu from {fits}."
+    )
 
 
 def live_gpu_sm100_or_newer() -> bool | None:

@@ -26,6 +26,12 @@ from typing import Any, Literal
 
 from megatron.bridge.training.parallel_layout import data_parallel_size
 from megatron.bridge.training.pipeline_layout import parse_layout
+from megatron.bridge.training.precisions import (
+    PRECISIONS,
+    ComputeDtype,
+    PresetFamily,
+    compute_dtype_of,
+)
 
 __all__ = [
     "ActivationName",
@@ -46,8 +52,8 @@ PositionEmbeddingType = Literal["learned_absolute", "rope", "mrope", "yarn", "no
 ActivationName = Literal["gelu", "silu", "relu", "quick_gelu", "squared_relu"]
 """MLP activations by the name of megatron-core's function."""
 
-PrecisionName = Literal["bf16", "fp16", "fp8"]
-"""Training precision as the userbuffers presets name it."""
+PrecisionName = PresetFamily
+"""Training precision as the userbuffers presets name it (bf16, fp16, fp8)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -176,6 +182,10 @@ class ModelDescription:
     """FP8 format (e4m3, hybrid) or None."""
     fp8_recipe: str = "delayed"
     """FP8 scaling recipe (delayed, tensorwise, mxfp8, blockwise)."""
+    fp4: str | None = None
+    """FP4 format (e2m1) or None; exclusive with fp8."""
+    fp4_recipe: str | None = "nvfp4"
+    """FP4 scaling recipe (nvfp4: NVFP4 block scaling)."""
 
     # --- mixture of experts ----------------------------------------------------------------------
     num_moe_experts: int | None = None
@@ -287,9 +297,23 @@ class ModelDescription:
         return self.add_bias_linear or self.add_qkv_bias
 
     @property
+    def compute_dtype(self) -> ComputeDtype | None:
+        """The training precision the precision fields make (bf16, fp16, fp8_ds, fp8_cs, fp8_sc,
+        fp8_mx, nvfp4); None for megatron-core's ``custom`` quantization recipes."""
+        return compute_dtype_of(
+            fp16=self.fp16,
+            fp8=self.fp8,
+            fp8_recipe=self.fp8_recipe,
+            fp4=self.fp4,
+            fp4_recipe=self.fp4_recipe,
+        )
+
+    @property
     def precision(self) -> PrecisionName:
-        """fp8, fp16 or bf16: the training precision as preset names spell it."""
-        return "fp8" if self.fp8 is not None else ("fp16" if self.fp16 else "bf16")
+        """The userbuffers preset family of the precision: bf16, fp16, or fp8 for every FP8
+        recipe and NVFP4 (``PrecisionSetting.preset_family``)."""
+        dtype = self.compute_dtype
+        return "fp8" if dtype is None else PRECISIONS[dtype].preset_family
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -404,8 +428,13 @@ class JobDescription:
 
     @property
     def precision(self) -> PrecisionName:
-        """fp8, fp16 or bf16 (the model's precision fields)."""
+        """The userbuffers preset family of the model's precision: bf16, fp16 or fp8."""
         return self.model.precision
+
+    @property
+    def compute_dtype(self) -> ComputeDtype | None:
+        """The model's training precision (``ModelDescription.compute_dtype``)."""
+        return self.model.compute_dtype
 
     @property
     def distributed_optimizer_note(self) -> str | None:

@@ -9,7 +9,10 @@ settings into megatron-core's ``TransformerConfig`` (compute and parameter dtype
 never changed.
 
 Presets come from :func:`get_mixed_precision_config`, which returns a fresh object per call so
-that a recipe editing "its" preset edits nobody else's.
+that a recipe editing "its" preset edits nobody else's. It takes a preset name (upstream's
+hyphen spellings such as ``bf16-mixed`` too) or a training precision of
+:data:`~megatron.bridge.training.precisions.PRECISIONS` (``fp8_mx``, ``nvfp4``, ...), which
+names its preset.
 """
 
 from __future__ import annotations
@@ -22,10 +25,13 @@ from typing import Any, Literal, get_args
 
 import torch
 
+from megatron.bridge.training.precisions import PRECISION_ALIASES, PRECISIONS, precision_choices
 from megatron.bridge.training.validators import check_bool, check_choice, check_int
 
 __all__ = [
     "MIXED_PRECISION_PRESETS",
+    "Fp4Format",
+    "Fp4Recipe",
     "Fp8AmaxComputeAlgo",
     "Fp8Format",
     "Fp8Recipe",
@@ -35,9 +41,12 @@ __all__ = [
     "bf16_with_fp8_delayed_scaling_mixed",
     "bf16_with_fp8_subchannel_scaling_mixed",
     "bf16_with_mxfp8_mixed",
+    "bf16_with_nvfp4_mixed",
     "fp16_mixed",
     "fp16_with_fp8_current_scaling_mixed",
     "fp16_with_fp8_delayed_scaling_mixed",
+    "fp16_with_fp8_subchannel_scaling_mixed",
+    "fp16_with_mxfp8_mixed",
     "fp32_no_mixed",
     "get_mixed_precision_config",
 ]
@@ -48,6 +57,9 @@ Fp8Format = Literal["e4m3", "hybrid"]
 # megatron-core also knows "custom", which needs a quantizer factory this config does not carry.
 Fp8Recipe = Literal["delayed", "tensorwise", "mxfp8", "blockwise"]
 Fp8AmaxComputeAlgo = Literal["most_recent", "max"]
+Fp4Format = Literal["e2m1"]
+# megatron-core also knows "custom", which needs a quantizer factory this config does not carry.
+Fp4Recipe = Literal["nvfp4"]
 
 _PARAM_DTYPES: tuple[torch.dtype, ...] = (torch.float32, torch.bfloat16, torch.float16)
 
@@ -68,6 +80,8 @@ _MODEL_FIELDS = (
     "first_last_layers_bf16",
     "num_layers_at_start_in_bf16",
     "num_layers_at_end_in_bf16",
+    "fp4",
+    "fp4_recipe",
 )
 
 
@@ -120,6 +134,12 @@ class MixedPrecisionConfig:
     """Keep parameters in FP8 and all-gather them in FP8 (distributed optimizer); needs fp8."""
     reuse_grad_buf_for_mxfp8_param_ag: bool = False
     """Reuse the gradient buffer for the MXFP8 parameter all-gather (mxfp8 with fp8_param_gather)."""
+    fp4: Fp4Format | None = None
+    """FP4 format: e2m1, or None for no FP4; exclusive with fp8."""
+    fp4_recipe: Fp4Recipe = "nvfp4"
+    """FP4 scaling recipe: nvfp4 (NVFP4 block scaling, Blackwell)."""
+    fp4_param_gather: bool = False
+    """Keep parameters in FP4 and all-gather them in FP4 (distributed optimizer); needs fp4."""
     first_last_layers_bf16: bool = False
     """Keep the first and last transformer layers out of FP8 (not with delayed scaling)."""
     num_layers_at_start_in_bf16: int = 1
@@ -150,6 +170,7 @@ class MixedPrecisionConfig:
             "fp8_param_gather",
             "reuse_grad_buf_for_mxfp8_param_ag",
             "first_last_layers_bf16",
+            "fp4_param_gather",
         ):
             check_bool(_OWNER, name, getattr(self, name))
         for name in ("params_dtype", "pipeline_dtype", "autocast_dtype"):
@@ -163,6 +184,8 @@ class MixedPrecisionConfig:
             )
         check_choice(_OWNER, "fp8", self.fp8, Fp8Format, optional=True)
         check_choice(_OWNER, "fp8_recipe", self.fp8_recipe, Fp8Recipe)
+        check_choice(_OWNER, "fp4", self.fp4, Fp4Format, optional=True)
+        check_choice(_OWNER, "fp4_recipe", self.fp4_recipe, Fp4Recipe)
         check_choice(
             _OWNER, "fp8_amax_compute_algo", self.fp8_amax_compute_algo, Fp8AmaxComputeAlgo
         )
@@ -206,6 +229,18 @@ class MixedPrecisionConfig:
                         f"MixedPrecisionConfig.{name}=True needs FP8: set fp8 to one of "
                         f"{list(get_args(Fp8Format))} or set {name}=False."
                     )
+        # megatron-core's TransformerConfig.__post_init__: "fp4 and fp8 cannot be used
+        # simultaneously", and fp4_param (which fp4_param_gather writes) needs fp4.
+        if self.fp4 is not None and self.fp8 is not None:
+            raise ValueError(
+                f"MixedPrecisionConfig has fp8={self.fp8!r} and fp4={self.fp4!r}: megatron-core "
+                "trains in one of them; set fp8=None (NVFP4) or fp4=None (FP8)."
+            )
+        if self.fp4_param_gather and self.fp4 is None:
+            raise ValueError(
+                "MixedPrecisionConfig.fp4_param_gather=True needs FP4: set fp4='e2m1' or set "
+                "fp4_param_gather=False."
+            )
         if self.reuse_grad_buf_for_mxfp8_param_ag and not (
             self.fp8 is not None and self.fp8_recipe == "mxfp8" and self.fp8_param_gather
         ):
@@ -258,8 +293,10 @@ class MixedPrecisionConfig:
         )
         for name in _MODEL_FIELDS:
             setattr(model_config, name, getattr(self, name))
-        # Megatron-LM maps --fp8-param-gather onto TransformerConfig.fp8_param (FP8 weights).
+        # Megatron-LM maps --fp8-param-gather onto TransformerConfig.fp8_param (FP8 weights),
+        # and --fp4-param-gather onto fp4_param.
         model_config.fp8_param = self.fp8_param_gather
+        model_config.fp4_param = self.fp4_param_gather
 
         if optimizer_config is not None:
             optimizer_config.bf16 = self.bf16
@@ -277,7 +314,7 @@ class MixedPrecisionConfig:
             optimizer_config.hysteresis = self.hysteresis
 
         if ddp_config is not None:
-            for name in ("grad_reduce_in_fp32", "fp8_param_gather"):
+            for name in ("grad_reduce_in_fp32", "fp8_param_gather", "fp4_param_gather"):
                 # megatron-core defaults both to False, so a True there that we are about to
                 # replace was set straight on cfg.ddp by the user: say so rather than drop it.
                 if getattr(ddp_config, name) is True and getattr(self, name) is False:
@@ -290,6 +327,7 @@ class MixedPrecisionConfig:
                     )
             ddp_config.grad_reduce_in_fp32 = self.grad_reduce_in_fp32
             ddp_config.fp8_param_gather = self.fp8_param_gather
+            ddp_config.fp4_param_gather = self.fp4_param_gather
             ddp_config.reuse_grad_buf_for_mxfp8_param_ag = self.reuse_grad_buf_for_mxfp8_param_ag
 
         if self.loss_scale is not None and not self.fp16:
@@ -359,23 +397,55 @@ def fp16_with_fp8_current_scaling_mixed() -> MixedPrecisionConfig:
     return _fp8_current(fp16_mixed())
 
 
+def _mxfp8(base: MixedPrecisionConfig) -> MixedPrecisionConfig:
+    base.fp8 = "e4m3"
+    base.fp8_recipe = "mxfp8"
+    # MXFP8 parameters all-gathered in the gradient buffer: megatron-core's OptimizerConfig warns
+    # that mxfp8 without both "will use significant amount additional GPU memory".
+    base.fp8_param_gather = True
+    base.reuse_grad_buf_for_mxfp8_param_ag = True
+    return base
+
+
+def _fp8_subchannel(base: MixedPrecisionConfig) -> MixedPrecisionConfig:
+    # 128x128 blocks for weights, 1x128 for activations (TE's Float8BlockScaling).
+    base.fp8 = "hybrid"
+    base.fp8_recipe = "blockwise"
+    return base
+
+
 def bf16_with_mxfp8_mixed() -> MixedPrecisionConfig:
-    """bf16 with MXFP8 block scaling (Blackwell GPUs)."""
-    config = bf16_mixed()
-    config.fp8 = "e4m3"
-    config.fp8_recipe = "mxfp8"
-    return config
+    """bf16 with MXFP8 block scaling (Blackwell GPUs), MXFP8 parameter all-gather in the grad buffer."""
+    return _mxfp8(bf16_mixed())
+
+
+def fp16_with_mxfp8_mixed() -> MixedPrecisionConfig:
+    """fp16 with MXFP8 block scaling (Blackwell GPUs), MXFP8 parameter all-gather in the grad buffer."""
+    return _mxfp8(fp16_mixed())
 
 
 def bf16_with_fp8_subchannel_scaling_mixed() -> MixedPrecisionConfig:
     """bf16 with FP8 sub-channel (blockwise) scaling."""
+    return _fp8_subchannel(bf16_mixed())
+
+
+def fp16_with_fp8_subchannel_scaling_mixed() -> MixedPrecisionConfig:
+    """fp16 with FP8 sub-channel (blockwise) scaling."""
+    return _fp8_subchannel(fp16_mixed())
+
+
+def bf16_with_nvfp4_mixed() -> MixedPrecisionConfig:
+    """bf16 with NVFP4 block scaling (Blackwell GPUs) and FP4 parameter all-gather."""
     config = bf16_mixed()
-    config.fp8 = "e4m3"
-    config.fp8_recipe = "blockwise"
+    config.fp4 = "e2m1"
+    config.fp4_recipe = "nvfp4"
+    config.fp4_param_gather = True
     return config
 
 
-#: Preset name -> factory. Read-only; add presets here, not at run time.
+#: Preset name -> factory. Read-only; add presets here, not at run time. Names are upstream
+#: Megatron-Bridge's (``training/mixed_precision.py``); its model-specific presets (nemotron_h,
+#: nanov2, nemotron_3_super) are left to the recipes of those models.
 MIXED_PRECISION_PRESETS: Mapping[str, Callable[[], MixedPrecisionConfig]] = MappingProxyType(
     {
         "fp32_no_mixed": fp32_no_mixed,
@@ -386,19 +456,33 @@ MIXED_PRECISION_PRESETS: Mapping[str, Callable[[], MixedPrecisionConfig]] = Mapp
         "bf16_with_fp8_current_scaling_mixed": bf16_with_fp8_current_scaling_mixed,
         "fp16_with_fp8_current_scaling_mixed": fp16_with_fp8_current_scaling_mixed,
         "bf16_with_mxfp8_mixed": bf16_with_mxfp8_mixed,
+        "fp16_with_mxfp8_mixed": fp16_with_mxfp8_mixed,
         "bf16_with_fp8_subchannel_scaling_mixed": bf16_with_fp8_subchannel_scaling_mixed,
+        "fp16_with_fp8_subchannel_scaling_mixed": fp16_with_fp8_subchannel_scaling_mixed,
+        "bf16_with_nvfp4_mixed": bf16_with_nvfp4_mixed,
     }
 )
 
 
 def get_mixed_precision_config(name: str) -> MixedPrecisionConfig:
-    """A new :class:`MixedPrecisionConfig` for preset ``name``; ``ValueError`` listing the names otherwise."""
+    """A new :class:`MixedPrecisionConfig` for ``name``; ``ValueError`` listing the names otherwise.
+
+    ``name`` is a preset name, in upstream's underscore or hyphen spelling (``bf16_mixed``,
+    ``bf16-mixed``), or a training precision (``bf16``, ``fp8_cs``, ``fp8_mx``, ``mxfp8``,
+    ``nvfp4``, ...; :data:`~megatron.bridge.training.precisions.PRECISIONS`), which names its
+    preset.
+    """
     if not isinstance(name, str):
         raise TypeError(f"Mixed precision preset name must be a str, got {type(name).__name__}.")
-    try:
-        factory = MIXED_PRECISION_PRESETS[name]
-    except KeyError:
+    key = name.replace("-", "_")
+    key = PRECISION_ALIASES.get(key, key)
+    if key in PRECISIONS:
+        key = PRECISIONS[key].mixed_precision
+    factory = MIXED_PRECISION_PRESETS.get(key)
+    if factory is None:
         raise ValueError(
-            f"Unknown mixed precision preset {name!r}; valid names: {sorted(MIXED_PRECISION_PRESETS)}."
-        ) from None
+            f"Unknown mixed precision preset {name!r}; valid names: "
+            f"{sorted(MIXED_PRECISION_PRESETS)} (or their hyphen spellings), or a training "
+            f"precision: {precision_choices()}."
+        )
     return factory()

@@ -62,7 +62,6 @@ def estimate_step(
     tokens = gbs * f.model.seq_length
     tokens_per_dp_rank = tokens // dp
     domain = nvlink_domain or gpu.nvlink_domain or gpus_per_node
-    fp8 = f.precision == "fp8"
 
     stage = busiest_stage(f, dims, micro_batch_size=mbs, micro_batches=micro_batches)
 
@@ -72,7 +71,7 @@ def estimate_step(
     step = StepCost(
         tokens=tokens,
         flops_per_gpu=model_flops,
-        compute_seconds_at_peak=executed / (gpu.peak_tflops(fp8=fp8) * 1e12),
+        compute_seconds_at_peak=executed / (gpu.peak_tflops(f.compute_dtype) * 1e12),
     )
 
     dense_params, expert_params = stage_params(f, dims, stage)
@@ -108,12 +107,12 @@ def _assumptions(
     job: JobDescription, gpu: GpuSpec, stage: Stage, *, global_batch_size: int, nvlink_domain: int
 ) -> tuple[str, ...]:
     """What the estimate's numbers assume and leave out, for :attr:`Estimate.assumptions`."""
-    fp8 = job.precision == "fp8"
+    peak = gpu.peak_format(job.compute_dtype)
     first, last = stage.first, stage.last
     assumptions = [
         "times are lower bounds: bytes / peak per-direction link bandwidth and FLOPs / peak "
-        f"dense {'FP8' if fp8 else 'BF16'} tensor-core FLOP/s ({gpu.name}: "
-        f"{gpu.peak_tflops(fp8=fp8):.0f} TFLOP/s, NVLink {gpu.nvlink_gb_per_s:.0f} GB/s, "
+        f"dense {peak} tensor-core FLOP/s ({gpu.name}: "
+        f"{gpu.peak_tflops(job.compute_dtype):.0f} TFLOP/s, NVLink {gpu.nvlink_gb_per_s:.0f} GB/s, "
         f"network {gpu.network_gb_per_s:.0f} GB/s per GPU); no latency, no congestion",
         f"ring collectives: each GPU sends (n-1)/n of the tensor; NVLink domain of {nvlink_domain} "
         "consecutive ranks (megatron-core rank order tp-cp-dp-pp, experts tp-ep-dp-pp); a "

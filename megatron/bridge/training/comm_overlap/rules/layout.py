@@ -1,6 +1,7 @@
 """Layout checks: the job description's sizes, and the layout errors megatron-core hits at start.
 
-:func:`check_job` checks what every plan needs (the parallel sizes are ints, FP8 runs on the GPU);
+:func:`check_job` checks what every plan needs (the parallel sizes are ints, the GPU trains in the
+precision);
 :func:`check_layout` adds the whole-world checks, which need the world size.
 """
 
@@ -16,7 +17,8 @@ __all__ = ["check_job", "check_layout"]
 
 
 def check_job(job: JobDescription) -> None:
-    """Raise ``ValueError`` for a parallel size that is not a positive int, or unsupported FP8."""
+    """Raise ``ValueError`` for a parallel size that is not a positive int, or a precision the GPU
+    cannot train in."""
     # ValueError for a wrong type too: the library builds job descriptions, so a bad one is a
     # bad layout value that reached it, not a programming error of the caller.
     for name in ("tp_size", "pp_size", "cp_size", "ep_size", "dp_size"):
@@ -29,7 +31,7 @@ def check_job(job: JobDescription) -> None:
         type_error=ValueError,
     )
     if job.gpu is not None:
-        hardware.check_precision_on_gpu(gpu=job.gpu, fp8=(job.precision == "fp8"))
+        hardware.check_precision_on_gpu(gpu=job.gpu, precision=job.compute_dtype)
 
 
 def check_layout(job: JobDescription) -> None:
@@ -38,7 +40,7 @@ def check_layout(job: JobDescription) -> None:
     Checks the whole layout: the world splits into TP x CP x PP x DP and into the expert grid,
     layers split across pipeline stages (and virtual stages), heads and query groups across TP
     ranks, experts across EP ranks, the sequence across CP ranks, sequence parallelism has TP to
-    split over, FP8 runs on a GPU that has it, and every rule megatron-core's
+    split over, the GPU trains in the precision, and every rule megatron-core's
     ``TransformerConfig`` applies to the model's fields (``model_rules.check_model``: MoE biases
     and expert TP, recompute, CUDA graphs, ...). Needs the world size, so it runs where the whole
     layout is known: ``runtime_config_update`` (before anything is written) and
