@@ -111,6 +111,10 @@ def flags_spec(args: argparse.Namespace, base: RecipeSpec | None = None) -> Reci
             )
     elif base is None:
         base = REFERENCE
+    picks = {k: getattr(args, k) for k in ("gpu", "precision") if getattr(args, k) is not None}
+    if args.recipe and picks:
+        # The recipe's published run for that GPU and precision is what the other flags change.
+        base = base.with_overrides(**picks)
     changes = flag_changes(args)
     changes["overlap"] = tuple({**dict(base.overlap), **dict(changes["overlap"])}.items())
     spec = base.changed(**changes)
