@@ -265,11 +265,11 @@ def test_moe_bias_with_expert_tensor_parallelism_is_invalid_input(capsys):
 
 
 def test_megatron_core_rejection_is_invalid_input_quoting_megatron_core(capsys):
-    code, _, err = _run(capsys, "explain", "--recipe", "gpt3_175b", "model.fp4_param=true")
+    code, _, err = _run(capsys, "explain", "--recipe", "gpt3_175b", "model.fp8_output_proj=true")
     assert code == EXIT_INVALID
     assert err.strip() == (
-        "bridge-overlap: error: megatron-core rejected the configuration: fp4_param must be used "
-        "together with fp4 mode. (ValueError in megatron.core.transformer.transformer_config)"
+        "bridge-overlap: error: megatron-core rejected the configuration: fp8_output_proj must be "
+        "used together with fp8 mode. (ValueError in megatron.core.transformer.transformer_config)"
     )
 
 

@@ -295,8 +295,21 @@ class MixedPrecisionConfig:
             setattr(model_config, name, getattr(self, name))
         # Megatron-LM maps --fp8-param-gather onto TransformerConfig.fp8_param (FP8 weights),
         # and --fp4-param-gather onto fp4_param.
-        model_config.fp8_param = self.fp8_param_gather
-        model_config.fp4_param = self.fp4_param_gather
+        for model_name, name in (
+            ("fp8_param", "fp8_param_gather"),
+            ("fp4_param", "fp4_param_gather"),
+        ):
+            # megatron-core defaults both to False: a True about to be replaced was set straight
+            # on cfg.model by the user, so say so rather than drop it.
+            if getattr(model_config, model_name, False) is True and getattr(self, name) is False:
+                logger.warning(
+                    "cfg.model.%s=True is replaced by cfg.mixed_precision.%s=False: precision "
+                    "knobs belong to mixed precision; set cfg.mixed_precision.%s=True to keep it.",
+                    model_name,
+                    name,
+                    name,
+                )
+            setattr(model_config, model_name, getattr(self, name))
 
         if optimizer_config is not None:
             optimizer_config.bf16 = self.bf16

@@ -215,6 +215,8 @@ def test_bad_recipe_names_are_clear_errors(target, match, capsys):
 
 
 def test_spec_refuses_what_the_catalogue_refuses():
-    with pytest.raises(ValueError, match="precision fp8 needs FP8 tensor cores"):
+    with pytest.raises(
+        ValueError, match=r"precision fp8_ds \(FP8 delayed scaling\) needs FP8 tensor cores"
+    ):
         recipe_spec("gpt3_175b", gpu="a100", precision="fp8")
     assert isinstance(recipe_spec("gpt3_175b", gpu="a100"), RecipeSpec)

@@ -291,10 +291,13 @@ def test_no_vpp_override_turns_p2p_overlap_into_batching():
 @pytest.mark.parametrize(
     ("overrides", "match"),
     [
-        ({"gpu": "v100"}, r"gpu must be one of \['a100', 'b200', 'gb200', 'h100', 'h200'\]"),
-        ({"precision": "fp16"}, r"precision must be one of \['bf16', 'fp8'\]"),
+        (
+            {"gpu": "v100"},
+            r"gpu must be one of \['a100', 'b200', 'b300', 'gb200', 'gb300', 'h100', 'h200'\]",
+        ),
+        ({"precision": "fp4"}, r"precision must be one of \['bf16', 'fp16', 'fp8_ds', .*'mxfp8'\]"),
         # The GPU catalogue's answer, the same as the CLI's: no FP8 before Hopper.
-        ({"gpu": "a100", "precision": "fp8"}, r"precision fp8 needs FP8 tensor cores.*a100"),
+        ({"gpu": "a100", "precision": "fp8"}, r"precision fp8_ds .* needs FP8 tensor cores.*a100"),
     ],
 )
 def test_bad_gpu_or_precision_lists_the_choices(overrides, match):

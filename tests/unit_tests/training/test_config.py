@@ -270,9 +270,9 @@ def test_precision_set_on_model_only_is_caught():
 
 def test_megatron_core_validation_runs(te_available):
     cfg = _enablement()
-    # fp4_param without fp4 is outside the job description: only megatron-core refuses it.
-    cfg.model.fp4_param = True
-    with pytest.raises(ValueError, match=r"fp4_param must be used together with fp4 mode"):
+    # fp8_output_proj without fp8 is outside the job description: only megatron-core refuses it.
+    cfg.model.fp8_output_proj = True
+    with pytest.raises(ValueError, match=r"fp8_output_proj must be used together with fp8 mode"):
         runtime_config_update(cfg, world_size=128)
 
 

@@ -145,7 +145,7 @@ def _p2p_contradiction(cfg: ConfigContainer) -> None:
 
 def _megatron_core_rejects_in_finalize(cfg: ConfigContainer) -> None:
     # A field outside the job description: only megatron-core's finalize sees it.
-    cfg.model.fp4_param = True
+    cfg.model.fp8_output_proj = True
 
 
 FAILING_UPDATES = [
@@ -166,7 +166,7 @@ FAILING_UPDATES = [
     ),
     pytest.param(
         _megatron_core_rejects_in_finalize,
-        r"fp4_param must be used together with fp4 mode",
+        r"fp8_output_proj must be used together with fp8 mode",
         id="megatron-core-finalize",
     ),
 ]

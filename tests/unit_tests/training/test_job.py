@@ -22,6 +22,7 @@ from megatron.bridge.training.comm_overlap import (
     plan_comm_overlap,
     te_status,
 )
+from megatron.bridge.training.hardware import GPUS
 from megatron.bridge.training.job import JobDescription, ModelDescription
 from megatron.bridge.training.job_configs import describe_model, write_model
 from megatron.bridge.training.mixed_precision import get_mixed_precision_config
@@ -83,8 +84,10 @@ def test_describe_then_write_round_trips_a_provider():
 @pytest.mark.parametrize("precision", sorted(PRECISIONS))
 def test_a_built_recipe_describes_back_to_its_spec(name, precision):
     # One description, two routes: the torch-free spec and the resolved megatron-core configs.
-    spec = recipe_spec(name, precision=precision)
-    cfg = get_recipe(name, precision=precision)
+    # The recipes publish H100 runs; a precision H100 cannot train in runs on B200.
+    gpu = "h100" if GPUS["h100"].precision_refusal(precision) is None else "b200"
+    spec = recipe_spec(name, precision=precision, gpu=gpu)
+    cfg = get_recipe(name, precision=precision, gpu=gpu)
     resolved = resolve_config(cfg, world_size=spec.num_gpus, te=te_status("assume"))
     assert resolved.job == spec.job_on()
     assert resolved.plan.to_dict() == spec.plan().to_dict()

@@ -60,7 +60,7 @@ def _set_up(name: str, **fields):
         ("bf16_with_fp8_current_scaling_mixed", True, False, "hybrid", "tensorwise"),
         ("fp16_with_fp8_delayed_scaling_mixed", False, True, "hybrid", "delayed"),
         ("bf16_with_mxfp8_mixed", True, False, "e4m3", "mxfp8"),
-        ("bf16_with_fp8_subchannel_scaling_mixed", True, False, "e4m3", "blockwise"),
+        ("bf16_with_fp8_subchannel_scaling_mixed", True, False, "hybrid", "blockwise"),
     ],
 )
 def test_preset_lands_in_megatron_configs(name, bf16, fp16, fp8, recipe):
@@ -95,9 +95,9 @@ def test_required_presets_exist_and_every_lookup_is_fresh():
 
 def test_unknown_preset_lists_valid_names():
     with pytest.raises(
-        ValueError, match=r"Unknown mixed precision preset 'bf16'.*bf16_mixed.*fp16_mixed"
+        ValueError, match=r"Unknown mixed precision preset 'bf16_mix'.*bf16_mixed.*fp16_mixed"
     ):
-        get_mixed_precision_config("bf16")
+        get_mixed_precision_config("bf16_mix")
 
 
 def test_fp8_presets_details():
