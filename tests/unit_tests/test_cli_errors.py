@@ -321,6 +321,20 @@ NUMBERS = st.one_of(
     st.sampled_from(["0", "1", "2", "8", "abc", "", "1.5", "1e3"]),
 )
 
+#: Megatron-LM's per-layer list expressions, well and badly formed.
+LAYER_LISTS = [
+    "([0]*3+[1]*93)",
+    "[1]*96",
+    "([1]*3+[0]*2)*2",
+    "[0,1]*48",
+    "[2]*96",
+    "[1]*99999999",
+    "[0,1]+3",
+    "([1]*4",
+    "__import__('os')",
+    "[]",
+]
+
 OVERRIDES = st.builds(
     "{}={}".format,
     st.sampled_from(
@@ -368,6 +382,16 @@ def _argument(action: argparse.Action, plot_dir: str) -> st.SearchStrategy[list[
         values = st.sampled_from(["auto", "none", "bogus", "", *sorted(PUBLISHED_PRESETS)[:3]])
     elif action.dest == "te_version":
         values = st.sampled_from(["2.7", "2.12.0+abc", "1.0", "two", "", "3"])
+    elif action.dest == "mtp_num_layers":
+        values = NUMBERS
+    elif action.dest in ("moe_layer_freq", "window_attn_skip_freq"):
+        values = st.one_of(NUMBERS, st.sampled_from(LAYER_LISTS))
+    elif action.dest == "window_size":
+        values = st.sampled_from(["128,0", "(4096,0)", "-1,0", "-2,0", "128", "a,b", ""])
+    elif action.dest == "hybrid_layer_pattern":
+        values = st.sampled_from(
+            ["M*M-", "M-M-|M*M-", "M*-/*-/*-", "MEME", "M*X", "M-/*/-", "", "M*" * 48]
+        )
     elif action.dest == "plot":
         names = ["step.png", "step.svg", "step.pdf", "missing/step.png", ""]
         values = st.sampled_from([os.path.join(plot_dir, name) for name in names])

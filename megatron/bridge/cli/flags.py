@@ -14,6 +14,7 @@ from typing import Any
 from megatron.bridge.recipes import gpt3_175b, recipe_spec
 from megatron.bridge.recipes.spec import RecipeSpec
 from megatron.bridge.training.comm_overlap import PUBLISHED_PRESETS, TEStatus, te_status
+from megatron.bridge.training.model_rules import check_moe_layer_pattern
 from megatron.bridge.training.parallel_layout import data_parallel_size
 
 #: The reference job ``explain`` plans without flags: GPT-3 175B's shape on 128 H100 GPUs, TP4
@@ -61,6 +62,26 @@ FLAG_FIELDS: dict[str, str] = {
     "num_moe_experts": "model.num_moe_experts",
     "moe_token_dispatcher": "model.moe_token_dispatcher_type",
     "moe_flex_backend": "model.moe_flex_dispatcher_backend",
+    "kv_channels": "model.kv_channels",
+    "multi_latent_attention": "model.multi_latent_attention",
+    "q_lora_rank": "model.q_lora_rank",
+    "kv_lora_rank": "model.kv_lora_rank",
+    "qk_head_dim": "model.qk_head_dim",
+    "qk_pos_emb_head_dim": "model.qk_pos_emb_head_dim",
+    "v_head_dim": "model.v_head_dim",
+    "window_size": "model.window_size",
+    "window_attn_skip_freq": "model.window_attn_skip_freq",
+    "moe_router_topk": "model.moe_router_topk",
+    "moe_ffn_hidden_size": "model.moe_ffn_hidden_size",
+    "moe_shared_expert_intermediate_size": "model.moe_shared_expert_intermediate_size",
+    "moe_layer_freq": "model.moe_layer_freq",
+    "moe_latent_size": "model.moe_latent_size",
+    "mtp_num_layers": "model.mtp_num_layers",
+    "hybrid_layer_pattern": "model.hybrid_layer_pattern",
+    "mamba_state_dim": "model.mamba_state_dim",
+    "mamba_head_dim": "model.mamba_head_dim",
+    "mamba_num_groups": "model.mamba_num_groups",
+    "mamba_num_heads": "model.mamba_num_heads",
 }
 
 
@@ -118,6 +139,7 @@ def flags_spec(args: argparse.Namespace, base: RecipeSpec | None = None) -> Reci
     changes = flag_changes(args)
     changes["overlap"] = tuple({**dict(base.overlap), **dict(changes["overlap"])}.items())
     spec = base.changed(**changes)
+    check_moe_layer_pattern(spec.job.model)
     if args.world_size is not None:
         job = spec.job
         try:

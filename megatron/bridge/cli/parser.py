@@ -7,11 +7,13 @@ can answer with a JSON error document.
 from __future__ import annotations
 
 import argparse
+import re
 from typing import get_args
 
 from megatron.bridge.cli.errors import UsageError
 from megatron.bridge.training import hardware, launch_env
 from megatron.bridge.training.comm_overlap.te import ASSUMED_TE_VERSION
+from megatron.bridge.training.estimate.model_cost import parse_hybrid_pattern
 from megatron.bridge.training.job import PositionEmbeddingType
 from megatron.bridge.training.precisions import precision_choices
 from megatron.bridge.training.validators import positive_int_argument
@@ -29,6 +31,198 @@ class _Parser(argparse.ArgumentParser):
 def _add_switch(parser: argparse.ArgumentParser, flag: str, help: str) -> None:
     """A ``--flag``/``--no-flag`` pair; None when neither is given (the layout decides)."""
     parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=help)
+
+
+#: The most layers a per-layer list expression may spell (a bound on what a typo can allocate).
+_MAX_LAYERS = 100_000
+
+
+def _nonnegative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+    return value
+
+
+def _layer_list(text: str) -> tuple[int, ...]:
+    """Megatron-LM's list expression of per-layer 0/1 entries, read without ``eval``.
+
+    The grammar Megatron-LM's ``moe_freq_type`` patterns use: ``[a, b, ...]`` lists, ``*`` by
+    an integer (either side), ``+`` to join, and parentheses: ``([0]*3+[1]*58)``.
+    """
+    tokens = re.findall(r"\d+|[\[\](),*+]|\S", text)
+    position = 0
+
+    def peek() -> str | None:
+        return tokens[position] if position < len(tokens) else None
+
+    def take(expected: str | None = None) -> str:
+        nonlocal position
+        token = peek()
+        if token is None or (expected is not None and token != expected):
+            found = "the end" if token is None else repr(token)
+            raise ValueError(f"expected {expected or 'more'} at {found}")
+        position += 1
+        return token
+
+    def expression() -> list[int] | int:
+        value = term()
+        while peek() == "+":
+            take("+")
+            right = term()
+            if isinstance(value, int) or isinstance(right, int):
+                raise ValueError("'+' joins lists, not numbers")
+            value = value + right
+        return value
+
+    def term() -> list[int] | int:
+        value = atom()
+        while peek() == "*":
+            take("*")
+            right = atom()
+            if isinstance(value, int) == isinstance(right, int):
+                raise ValueError("'*' repeats a list by a number")
+            items, count = (value, right) if isinstance(right, int) else (right, value)
+            if len(items) * count > _MAX_LAYERS:
+                raise ValueError(f"more than {_MAX_LAYERS} layers")
+            value = items * count
+        return value
+
+    def atom() -> list[int] | int:
+        token = take()
+        if token.isdigit():
+            return int(token)
+        if token == "(":
+            value = expression()
+            take(")")
+            return value
+        if token == "[":
+            items = [int(take())] if peek() != "]" else []
+            while peek() == ",":
+                take(",")
+                items.append(int(take()))
+            take("]")
+            return items
+        raise ValueError(f"unexpected {token!r}")
+
+    try:
+        value = expression()
+        if peek() is not None:
+            raise ValueError(f"unexpected {peek()!r}")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(
+            f"cannot read {text!r} ({exc}); write an int N or a list expression such as "
+            "'([0]*3+[1]*58)'"
+        ) from None
+    if isinstance(value, int) or not value or set(value) - {0, 1}:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a list of 0/1 entries, one per layer; write e.g. '([0]*3+[1]*58)'"
+        )
+    return tuple(value)
+
+
+def _layer_freq(text: str) -> int | tuple[int, ...]:
+    """Megatron-LM's ``moe_freq_type``: an int N (every N-th layer) or a per-layer 0/1 list."""
+    if "[" not in text:
+        return positive_int_argument(text)
+    return _layer_list(text)
+
+
+def _window(text: str) -> tuple[int, int]:
+    """Megatron-LM's ``tuple_type`` for --window-size: ``LEFT,RIGHT`` (parentheses optional)."""
+    parts = text.strip().strip("()").split(",")
+    try:
+        left, right = (int(part) for part in parts)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected two integers LEFT,RIGHT (tokens before and after; -1 = unbounded), e.g. "
+            f"'128,0'; got {text!r}"
+        ) from None
+    if left < -1 or right < -1:
+        raise argparse.ArgumentTypeError(f"window sides are >= -1 (-1 = unbounded), got {text!r}")
+    return left, right
+
+
+def _hybrid_layer_pattern(text: str) -> str:
+    try:
+        parse_hybrid_pattern(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _add_model_vocabulary(ex: argparse.ArgumentParser) -> None:
+    """The model flags spelled as Megatron-LM's ``arguments.py`` spells them."""
+    ex.add_argument(
+        "--kv-channels", type=positive_int_argument, help="head dimension (default hidden / heads)"
+    )
+    ex.add_argument(
+        "--multi-latent-attention",
+        action="store_const",
+        const=True,
+        help="multi-latent attention (DeepSeek's MLA; its ranks and head dims below)",
+    )
+    ex.add_argument(
+        "--q-lora-rank", type=positive_int_argument, help="MLA query down-projection rank"
+    )
+    ex.add_argument("--kv-lora-rank", type=positive_int_argument, help="MLA key/value latent rank")
+    ex.add_argument(
+        "--qk-head-dim", type=positive_int_argument, help="MLA query/key head dim (no rotary part)"
+    )
+    ex.add_argument("--qk-pos-emb-head-dim", type=positive_int_argument, help="MLA rotary head dim")
+    ex.add_argument("--v-head-dim", type=positive_int_argument, help="MLA value head dim")
+    ex.add_argument(
+        "--window-size",
+        type=_window,
+        help="sliding-window attention LEFT,RIGHT tokens, e.g. 128,0 (default: full attention)",
+    )
+    ex.add_argument(
+        "--window-attn-skip-freq",
+        type=_layer_freq,
+        help="full-attention layers among windowed ones: every N-th, or a 0/1 list (1 = window)",
+    )
+    ex.add_argument(
+        "--moe-router-topk", type=positive_int_argument, help="experts per token (default 2)"
+    )
+    ex.add_argument(
+        "--moe-ffn-hidden-size", type=positive_int_argument, help="width of one routed expert"
+    )
+    ex.add_argument(
+        "--moe-shared-expert-intermediate-size",
+        type=positive_int_argument,
+        help="total width of the shared experts",
+    )
+    ex.add_argument(
+        "--moe-layer-freq",
+        type=_layer_freq,
+        help="MoE layers: every N-th, or a 0/1 list expression such as '([0]*3+[1]*58)'",
+    )
+    ex.add_argument(
+        "--moe-latent-size",
+        type=positive_int_argument,
+        help="latent width the routed experts compute in (latent MoE)",
+    )
+    ex.add_argument("--mtp-num-layers", type=_nonnegative_int, help="multi-token-prediction layers")
+    ex.add_argument(
+        "--hybrid-layer-pattern",
+        "--hybrid-override-pattern",
+        dest="hybrid_layer_pattern",
+        type=_hybrid_layer_pattern,
+        help="hybrid model layers, one symbol each: M Mamba, * attention, - MLP, E MoE, ...",
+    )
+    ex.add_argument("--mamba-state-dim", type=positive_int_argument, help="Mamba state dim")
+    ex.add_argument("--mamba-head-dim", type=positive_int_argument, help="Mamba head dim")
+    ex.add_argument(
+        "--mamba-num-groups", type=positive_int_argument, help="Mamba B/C projection groups"
+    )
+    ex.add_argument(
+        "--mamba-num-heads",
+        type=positive_int_argument,
+        help="Mamba heads (default 2 x hidden / head dim)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -129,6 +323,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=list(get_args(launch_env.MoeFlexDispatcherBackend)),
         help="MoE flex dispatcher backend (affects CUDA_DEVICE_MAX_CONNECTIONS)",
     )
+    _add_model_vocabulary(ex)
     ex.add_argument("--ep-overlap", action="store_true", help="request EP all-to-all overlap")
     ex.add_argument(
         "--preset",

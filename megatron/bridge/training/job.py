@@ -151,7 +151,7 @@ class ModelDescription:
     """Sliding-window attention as (left, right) tokens; None: full attention in every layer."""
     window_attn_skip_freq: int | tuple[int, ...] | None = None
     """Which layers skip the window (full attention): every N-th layer, or a 0/1 entry per layer
-    where 1 is full attention (megatron-core's int or list form)."""
+    where 1 is sliding-window attention and 0 full attention (megatron-core's int or list form)."""
     attention_output_gate: bool = False
     """A sigmoid gate on the attention output (a query-width projection of its own)."""
     experimental_attention_variant: str | None = None

@@ -34,7 +34,7 @@ from typing import Any
 
 from megatron.bridge.training.job import ModelDescription
 
-__all__ = ["UNDESCRIBED_DEFAULTS", "check_model"]
+__all__ = ["UNDESCRIBED_DEFAULTS", "check_model", "check_moe_layer_pattern"]
 
 UNDESCRIBED_DEFAULTS: Mapping[str, Any] = MappingProxyType({"fp8_quantizer_factory": None})
 """megatron-core ``TransformerConfig`` fields that :func:`check_model`'s rules read but
@@ -169,16 +169,70 @@ def _check_moe_fp8_te(
         )
 
 
+# ---------------------------------------------------------------------------- attention
+
+
+def _check_mla_output_gate(*, multi_latent_attention: bool, attention_output_gate: bool) -> None:
+    # Mirrors transformer_config.py MLATransformerConfig.__post_init__ (the config an MLA model
+    # is built from): NotImplementedError for an output gate.
+    if multi_latent_attention and attention_output_gate:
+        raise ValueError(
+            "attention_output_gate=True with multi_latent_attention=True: megatron-core's MLA "
+            "has no output gate. Set attention_output_gate=False, or use standard attention."
+        )
+
+
 # ---------------------------------------------------------------------------- mixture of experts
 
 
+def check_moe_layer_pattern(model: ModelDescription) -> None:
+    """Raise ``ValueError`` when moe_layer_freq's list form does not give one entry per layer.
+
+    Mirrors megatron-core's ``gpt_layer_specs.get_gpt_decoder_layer_specs``, which asserts the
+    length when it builds the layers (TransformerConfig does not check it, so neither does
+    :func:`check_model`). Skipped while num_layers is unknown or the model has no experts.
+    """
+    freq = model.moe_layer_freq
+    if isinstance(freq, int) or model.num_layers is None or not model.moe:
+        return
+    if len(freq) != model.num_layers:
+        raise ValueError(
+            f"moe_layer_freq (--moe-layer-freq) lists {len(freq)} layers, but num_layers is "
+            f"{model.num_layers}: give one 0 (dense) or 1 (MoE) per layer, e.g. "
+            f"([0]*3+[1]*{max(model.num_layers - 3, 1)}), or an int N for every N-th layer."
+        )
+
+
+def _some_layers_dense(moe_layer_freq: int | tuple[int, ...]) -> bool:
+    """Whether moe_layer_freq leaves dense layers: an int above 1, or the list form with a 0.
+
+    megatron-core's TransformerConfig.__post_init__ reads the two forms this way
+    (``isinstance(moe_layer_freq, list) and 0 in moe_layer_freq``, ``moe_layer_freq > 1``).
+    """
+    if isinstance(moe_layer_freq, int):
+        return moe_layer_freq > 1
+    return 0 in moe_layer_freq
+
+
+def _freq_text(moe_layer_freq: int | tuple[int, ...]) -> str:
+    """moe_layer_freq as the user wrote it (the list form as a list)."""
+    return str(moe_layer_freq if isinstance(moe_layer_freq, int) else list(moe_layer_freq))
+
+
 def _check_moe_ffn_hidden_size(
-    *, num_moe_experts: int | None, moe_ffn_hidden_size: int | None, moe_layer_freq: int
+    *,
+    num_moe_experts: int | None,
+    moe_ffn_hidden_size: int | None,
+    moe_layer_freq: int | tuple[int, ...],
 ) -> None:
     # Mirrors transformer_config.py TransformerConfig.__post_init__: a dense model may carry
-    # moe_ffn_hidden_size only as the dense layers of a mixed model (moe_layer_freq > 1), where
-    # megatron-core ignores it.
-    if num_moe_experts is None and moe_ffn_hidden_size is not None and not moe_layer_freq > 1:
+    # moe_ffn_hidden_size only as the dense layers of a mixed model (moe_layer_freq > 1, or a
+    # list with a 0), where megatron-core ignores it.
+    if (
+        num_moe_experts is None
+        and moe_ffn_hidden_size is not None
+        and not _some_layers_dense(moe_layer_freq)
+    ):
         raise ValueError(
             f"moe_ffn_hidden_size={moe_ffn_hidden_size} is set but num_moe_experts is None (a "
             "dense model). Set num_moe_experts, or set moe_ffn_hidden_size=None."
@@ -457,7 +511,7 @@ def _check_cuda_graph_modules(
     cuda_graph_impl: str,
     modules: tuple[str, ...],
     num_moe_experts: int | None,
-    moe_layer_freq: int,
+    moe_layer_freq: int | tuple[int, ...],
     model: ModelDescription,
 ) -> None:
     # Mirrors transformer_config.py TransformerConfig.__post_init__, per-layer implementations
@@ -480,10 +534,14 @@ def _check_cuda_graph_modules(
                 f"{num_moe_experts}). Remove {graphed} from cuda_graph_modules."
             )
         return
-    if moe_layer_freq == 1 and "mlp" in modules:
+    # megatron-core reads "every layer is MoE" as moe_layer_freq == 1 or the list form without
+    # a 0 (an int N > 1 passes whatever num_layers is).
+    all_moe = moe_layer_freq == 1 if isinstance(moe_layer_freq, int) else 0 not in moe_layer_freq
+    if all_moe and "mlp" in modules:
         raise ValueError(
-            f"{where}: 'mlp' captures dense MLP layers, and with moe_layer_freq=1 every layer is "
-            "an MoE layer. Remove 'mlp' from cuda_graph_modules."
+            f"{where}: 'mlp' captures dense MLP layers, and with moe_layer_freq="
+            f"{_freq_text(moe_layer_freq)} every layer is an MoE layer. Remove 'mlp' from "
+            "cuda_graph_modules."
         )
     if "moe" in modules and (
         model.moe_expert_capacity_factor is None or not model.moe_pad_expert_input_to_capacity
@@ -579,6 +637,10 @@ def check_model(model: ModelDescription, *, te_version: str | None = None) -> No
     _check_fp8_recipe(fp8=m.fp8, fp8_recipe=m.fp8_recipe)
     _check_moe_fp8_te(num_moe_experts=m.num_moe_experts, fp8=m.fp8, te_version=te_version)
 
+    _check_mla_output_gate(
+        multi_latent_attention=m.multi_latent_attention,
+        attention_output_gate=m.attention_output_gate,
+    )
     _check_moe_ffn_hidden_size(
         num_moe_experts=m.num_moe_experts,
         moe_ffn_hidden_size=m.moe_ffn_hidden_size,

@@ -33,7 +33,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from megatron.core import utils as mcore_utils
 from megatron.core.transformer.enums import CudaGraphModule
-from megatron.core.transformer.transformer_config import TransformerConfig
+from megatron.core.transformer.transformer_config import MLATransformerConfig, TransformerConfig
 from packaging.version import Version
 
 from megatron.bridge.training.job import ModelDescription
@@ -56,6 +56,8 @@ GPT_PROVIDER_FIELDS = {
     "hybrid_layer_pattern",
 }
 TRANSFORMER_CONFIG_FIELDS = {f.name: f for f in dataclasses.fields(TransformerConfig)}
+# The dimensions an MLA model's config (MLATransformerConfig) adds.
+MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
 
 # What megatron-core raises for a config it rejects: its checks are ValueErrors and asserts,
 # and an unknown CUDA graph module name is a KeyError of the CudaGraphModule enum.
@@ -84,6 +86,8 @@ def transformer_config_fields(model: ModelDescription) -> dict:
     # The mixed-precision config always writes pipeline_dtype (megatron-core requires it with
     # PP > 1); it is not a model-description field.
     fields["pipeline_dtype"] = torch.bfloat16
+    if model.multi_latent_attention:
+        fields.update({name: getattr(model, name) for name in MLA_FIELDS})
     if model.overlap_p2p_comm_warmup_flush:
         # The comm-overlap plan (rules._pp) owns this rule: it writes overlap_p2p_comm=True and
         # batch_p2p_comm=False or rejects the job. Give megatron-core what the plan would write.
@@ -98,7 +102,8 @@ def megatron_core_error(model: ModelDescription, te_version: str | None) -> Exce
     with warnings.catch_warnings(), mock.patch.object(mcore_utils, "_te_version", te):
         warnings.simplefilter("ignore")
         try:
-            TransformerConfig(**fields)
+            # An MLA model is built from MLATransformerConfig, which adds its own rules.
+            (MLATransformerConfig if model.multi_latent_attention else TransformerConfig)(**fields)
         except MCORE_REJECTIONS as exc:
             return exc
     return None
@@ -146,6 +151,8 @@ def mostly(valid: list, invalid: list, weight: int = 4) -> st.SearchStrategy:
 
 
 CUDA_GRAPH_MODULE_NAMES = [m.name for m in CudaGraphModule]
+# moe_layer_freq's int and list forms (held as a tuple), with and without dense layers.
+MOE_LAYER_FREQS = [1, 1, 2, 4, (0, 1, 1, 1), (1, 1, 1, 1), (0, 0, 1, 1)]
 CUDA_GRAPH_IMPLS = list(typing.get_args(TRANSFORMER_CONFIG_FIELDS["cuda_graph_impl"].type))
 # megatron-core's recompute module names; the unsupported ones need a feature the description
 # does not hold (grouped GEMM, MLA, gated delta net), so megatron-core's defaults reject them.
@@ -309,7 +316,13 @@ def model_settings(draw, moe: bool) -> dict:
             st.sampled_from([None, 512]) if moe else mostly([None], [512], 6)
         ),
         "moe_shared_expert_intermediate_size": draw(mostly([None, 1024], [0], 10)),
-        "moe_layer_freq": draw(st.sampled_from([1, 1, 2, 4])),
+        "moe_layer_freq": draw(st.sampled_from(MOE_LAYER_FREQS)),
+        "moe_latent_size": draw(st.sampled_from([None, 256])),
+        "multi_latent_attention": draw(st.booleans()),
+        "q_lora_rank": draw(st.sampled_from([None, 512])),
+        "attention_output_gate": draw(mostly([False], [True], 3)),
+        "window_size": draw(st.sampled_from([None, (128, 0)])),
+        "window_attn_skip_freq": draw(st.sampled_from([None, 2, (1, 1, 0, 1)])),
         "moe_token_dispatcher_type": dispatcher,
         "moe_flex_dispatcher_backend": backend,
         "moe_shared_expert_overlap": draw(mostly([False], [True], 2)),
@@ -365,7 +378,7 @@ def cuda_graph_models(draw) -> ModelDescription:
         add_bias_linear=False,
         bf16=True,
         num_moe_experts=draw(st.sampled_from([None, 1, 2, 8, 8])),
-        moe_layer_freq=draw(st.sampled_from([1, 2])),
+        moe_layer_freq=draw(st.sampled_from(MOE_LAYER_FREQS)),
         moe_token_dispatcher_type=draw(st.sampled_from(["allgather", "alltoall", "flex"])),
         moe_shared_expert_intermediate_size=draw(st.sampled_from([None, 1024])),
         recompute_granularity=granularity,
@@ -694,6 +707,30 @@ REJECTED = [
         r"'moe'.*'moe_router'",
         id="moe-recompute-router-graph",
     ),
+    pytest.param(
+        {"moe_ffn_hidden_size": 512, "moe_layer_freq": (1, 1, 1, 1)},
+        None,
+        r"moe_ffn_hidden_size=512.*num_moe_experts",
+        id="dense-moe-ffn-list-without-dense-layers",
+    ),
+    pytest.param(
+        {
+            **MOE,
+            "add_bias_linear": False,
+            "moe_layer_freq": (1, 1, 1, 1),
+            "cuda_graph_impl": "transformer_engine",
+            "cuda_graph_modules": ("mlp",),
+        },
+        None,
+        r"moe_layer_freq=\[1, 1, 1, 1\] every layer is an MoE layer",
+        id="mlp-graph-list-all-moe",
+    ),
+    pytest.param(
+        {"multi_latent_attention": True, "attention_output_gate": True},
+        None,
+        r"attention_output_gate=True with multi_latent_attention=True",
+        id="mla-output-gate",
+    ),
 ]
 
 
@@ -769,6 +806,32 @@ ACCEPTED = [
         {"overlap_dispatch_backward_with_experts_wgrad": True}, "2.3.0", id="dispatch-backward-te"
     ),
     pytest.param({"moe_ffn_hidden_size": 512, "moe_layer_freq": 2}, None, id="mixed-dense-moe-ffn"),
+    pytest.param(
+        {"moe_ffn_hidden_size": 512, "moe_layer_freq": (0, 1, 1, 1)},
+        None,
+        id="mixed-dense-moe-ffn-list",
+    ),
+    pytest.param(
+        {
+            **MOE,
+            "add_bias_linear": False,
+            "moe_layer_freq": (0, 1, 1, 1),
+            "cuda_graph_impl": "transformer_engine",
+            "cuda_graph_modules": ("mlp",),
+        },
+        None,
+        id="mlp-graph-list-with-dense-layers",
+    ),
+    pytest.param(
+        {"multi_latent_attention": True, "q_lora_rank": None, "window_size": (128, 0)},
+        None,
+        id="mla-full-rank-queries",
+    ),
+    pytest.param(
+        {"attention_output_gate": True, "window_size": (128, 0), "window_attn_skip_freq": 2},
+        None,
+        id="gated-sliding-window",
+    ),
     pytest.param({"mtp_num_layers": 2, "gradient_accumulation_fusion": True}, None, id="mtp"),
 ]
 

@@ -1,18 +1,21 @@
 """FLOPs and parameter counts of a model, read from its :class:`ModelDescription`.
 
-:class:`ModelCost` owns the per-token FLOPs definition behind "Model TFLOP/s/GPU" and the
-parameters one GPU holds of a layer, the embedding and the output layer; it knows nothing of
-the step, the pipeline stage or the links.
+:class:`ModelCost` owns the per-token FLOPs definition behind "Model TFLOP/s/GPU" (upstream
+Megatron-Bridge's ``training/utils/flop_utils.py`` ``num_floating_point_operations``, for
+transformers and hybrid Mamba models) and the parameters one GPU holds of a layer, the embedding
+and the output layer; it knows nothing of the step, the pipeline stage or the links.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
 from megatron.bridge.training.job import ModelDescription
+from megatron.bridge.training.model_rules import check_moe_layer_pattern
 
-__all__ = ["ModelCost"]
+__all__ = ["HybridPattern", "ModelCost", "parse_hybrid_pattern"]
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,7 @@ class ModelCost:
                 f"The step estimate needs the model's {', '.join(missing)}; set them in the job "
                 "description (e.g. --vocab-size on the command line)."
             )
+        check_moe_layer_pattern(self.model)
 
     # --- derived dimensions ------------------------------------------------------------------
 
@@ -54,8 +58,21 @@ class ModelCost:
 
     @property
     def num_moe_layers(self) -> int:
-        """MoE layers (from moe_layer_freq; 0 for a dense model)."""
+        """MoE layers of the decoder (MTP layers excluded): from moe_layer_freq, or the ``E``
+        symbols of a hybrid model's pattern; 0 for a dense model."""
+        if self.model.hybrid_layer_pattern is not None:
+            return parse_hybrid_pattern(self.model.hybrid_layer_pattern).main.count(_MOE)
         return sum(self.model.moe_layer_pattern) if self.model.moe else 0
+
+    @property
+    def mtp_layers(self) -> int:
+        """Multi-token-prediction layers: mtp_num_layers, or for a hybrid model that leaves it
+        unset, the MTP depths its pattern spells (upstream's ``num_floating_point_operations``)."""
+        if self.model.mtp_num_layers is not None:
+            return self.model.mtp_num_layers
+        if self.model.hybrid_layer_pattern is not None:
+            return parse_hybrid_pattern(self.model.hybrid_layer_pattern).mtp_depths
+        return 0
 
     def padded_vocab(self, tp_size: int) -> int:
         """The vocabulary megatron-core allocates: padded to make_vocab_size_divisible_by x TP."""
@@ -67,64 +84,222 @@ class ModelCost:
         return 3 if self.model.gated_linear_unit else 2
 
     # --- FLOPs -------------------------------------------------------------------------------
+    #
+    # Upstream's definition: Megatron-Bridge ``src/megatron/bridge/training/utils/flop_utils.py``
+    # ``num_floating_point_operations`` (``transformer_flops`` for a transformer,
+    # ``hybrid_flops`` for a model with a hybrid layer pattern), at a fixed sequence length.
+    # Upstream counts the FLOPs of a batch, every term a multiple of batch x seq_length tokens;
+    # each method here is that figure divided by the tokens. A GEMM of (m x k) by (k x n) costs
+    # 2 m k n FLOPs and the backward pass twice the forward, hence the factor 3 x 2 = 6 per
+    # weight and token.
+
+    def _uses_window(self, index: int) -> bool:
+        """Whether layer ``index`` (0-based, decoder then MTP layers) uses the sliding window.
+
+        Upstream ``transformer_flops``: every layer when window_attn_skip_freq is None; with an
+        int N every layer but each N-th; with the list form, the entries that are 1.
+        """
+        if self.model.window_size is None:
+            return False
+        skip = self.model.window_attn_skip_freq
+        if skip is None:
+            return True
+        if isinstance(skip, int):
+            return (index + 1) % skip != 0
+        return index < len(skip) and bool(skip[index])
+
+    def _window_context(self) -> float:
+        """Mean keys a query attends to in a causal sliding window, over the sequence.
+
+        Upstream ``calculate_swa_context``: a (left, right) window covers left + right + 1
+        tokens W; W - W (W - 1) / 2s when W < s, else s / 2 (the causal half).
+        """
+        left, right = self.model.window_size
+        window, s = left + right + 1, self.model.seq_length
+        return window - window * (window - 1) / (2 * s) if window < s else s / 2
+
+    def _attention_layer_flops(self, index: int) -> float:
+        """Training FLOPs per token of the attention block of transformer layer ``index``.
+
+        Upstream ``transformer_flops``. MLA: the query projection (down to q_lora_rank, its
+        norm, and up; or one full-rank projection), the key/value down-projection to
+        kv_lora_rank with its norm and up-projection, the rotary key projection, the output
+        projection, and causal core attention over qk_head_dim + qk_pos_emb_head_dim (QK^T) and
+        v_head_dim (AV). Otherwise: Q, K, V (GQA: groups x head_dim), the output gate (a
+        query-width projection) when attention_output_gate, the output projection, and core
+        attention over the causal half of the sequence or the sliding window's mean context.
+        """
+        m = self.model
+        h, n, s = m.hidden_size, m.num_attention_heads, m.seq_length
+        if m.multi_latent_attention:
+            qk = m.qk_head_dim + m.qk_pos_emb_head_dim
+            # Full-rank queries, or down to q_lora_rank, its norm (the + 1) and back up.
+            q_term = h * n * qk if m.q_lora_rank is None else m.q_lora_rank * (h + n * qk + 1)
+            kv_term = m.kv_lora_rank * (h + n * (m.qk_head_dim + m.v_head_dim) + 1)
+            kv_term += h * m.qk_pos_emb_head_dim
+            core = s * n * qk / 2 + s * n * m.v_head_dim / 2
+            return 6 * (q_term + kv_term + n * m.v_head_dim * h + core)
+        q, kv = self.query_width, self.kv_width
+        gate = q if m.attention_output_gate else 0
+        projections = h * (q + 2 * kv + gate) + q * h
+        core = q * 2 * self._window_context() if self._uses_window(index) else q * s
+        return 6 * (projections + core)
+
+    def _mlp_layer_flops(self, moe: bool) -> float:
+        return self.moe_mlp_flops_per_token() if moe else self.dense_mlp_flops_per_token()
 
     def attention_flops_per_token(self) -> float:
-        """Training FLOPs of one attention block per token (forward + backward).
+        """Training FLOPs per token of the mean decoder layer's token mixer.
 
-        6 x (h x (q + 2 kv) + q x h) for the QKV and output projections, plus 6 x q x s for
-        causal core attention: QK^T and AV are each 2 x q x s FLOPs per token over the full
-        square, halved for the causal mask.
+        A transformer's attention block (MLA or GQA, sliding windows averaged over the layers);
+        a hybrid model's attention, Mamba and gated-delta-net layers summed and spread over all
+        its layers. MTP layers are :meth:`mtp_flops_per_token`'s.
         """
-        h, q, kv, s = self.model.hidden_size, self.query_width, self.kv_width, self.model.seq_length
-        return 6 * (h * (q + 2 * kv) + q * h) + 6 * q * s
+        self._check_attention_variant()
+        layers = self.model.num_layers
+        if self.model.hybrid_layer_pattern is not None:
+            main = parse_hybrid_pattern(self.model.hybrid_layer_pattern).main
+            mixers = sum(
+                self._hybrid_layer_flops(symbol, number)
+                for number, symbol in enumerate(main, start=1)
+                if symbol not in (_MLP, _MOE)
+            )
+            return mixers / layers
+        return sum(self._attention_layer_flops(i) for i in range(layers)) / layers
 
     def dense_mlp_flops_per_token(self) -> float:
         """Training FLOPs of one dense MLP per token: 6 x h x ffn x (3 gated, else 2)."""
         return 6 * self.model.hidden_size * self.model.ffn_size * self._mlp_matrices
 
     def moe_mlp_flops_per_token(self) -> float:
-        """Training FLOPs of one MoE MLP per token: top-k routed experts plus the shared experts.
+        """Training FLOPs of one MoE MLP per token: the top-k routed experts and the shared ones.
 
-        6 x h x (moe_ffn x topk + shared) x (3 gated, else 2); the router GEMM is not counted
-        (nor is it in Megatron's formula).
+        6 x h x (moe_ffn x topk + shared) x (3 gated, else 2). With moe_latent_size L the
+        routed experts compute in L wide: 6 x (L x moe_ffn x topk x (3 or 2) + 2 x h x L), the
+        second term the down- and up-projection around them (upstream ``transformer_flops``).
+        The router GEMM is not counted, as upstream does not. 0 for a model without MoE layers.
         """
-        if not self.model.moe:
+        m = self.model
+        if not m.moe and self.num_moe_layers == 0:
             return 0.0
-        width = (self.model.moe_ffn_hidden_size or self.model.ffn_size) * self.model.moe_router_topk
-        width += self.model.moe_shared_expert_intermediate_size or 0
-        return 6 * self.model.hidden_size * width * self._mlp_matrices
+        h, factor = m.hidden_size, self._mlp_matrices
+        routed = (m.moe_ffn_hidden_size or m.ffn_size) * m.moe_router_topk * factor
+        if m.moe_latent_size is not None:
+            routed = routed * m.moe_latent_size / h + 2 * m.moe_latent_size
+        shared = (m.moe_shared_expert_intermediate_size or 0) * factor
+        return 6 * h * (routed + shared)
 
     def logit_flops_per_token(self, tp_size: int = 1) -> float:
-        """Training FLOPs of the output layer per token: 6 x h x padded vocabulary."""
+        """Training FLOPs of the output layer per token: 6 x h x padded vocabulary.
+
+        The main head only; each MTP layer's head is :meth:`mtp_flops_per_token`'s.
+        """
         return 6 * self.model.hidden_size * self.padded_vocab(tp_size)
+
+    def decoder_flops_per_token(self) -> float:
+        """Training FLOPs per token of the decoder layers (no MTP layer, no logits)."""
+        self._check_attention_variant()
+        if self.model.hybrid_layer_pattern is not None:
+            main = parse_hybrid_pattern(self.model.hybrid_layer_pattern).main
+            return sum(self._hybrid_layer_flops(sym, n) for n, sym in enumerate(main, start=1))
+        pattern = self.model.moe_layer_pattern
+        return sum(
+            self._attention_layer_flops(i) + self._mlp_layer_flops(bool(pattern[i]))
+            for i in range(self.model.num_layers)
+        )
+
+    def layer_flops_per_token(self) -> float:
+        """Training FLOPs per token of the mean decoder layer (:meth:`decoder_flops_per_token`
+        over num_layers)."""
+        return self.decoder_flops_per_token() / self.model.num_layers
+
+    def mtp_flops_per_token(self, tp_size: int = 1) -> float:
+        """Training FLOPs per token the multi-token-prediction layers add.
+
+        Upstream ``transformer_flops``: each MTP layer is one more transformer layer whose MLP
+        is MoE when the last decoder layer's is, plus its norms (3 h) and the h x 2h projection
+        of the concatenated embedding and hidden state, plus one more output head. Upstream
+        ``hybrid_flops``: the pattern's MTP layers and one output head per MTP layer.
+        """
+        self._check_attention_variant()
+        mtp, h = self.mtp_layers, self.model.hidden_size
+        if self.model.hybrid_layer_pattern is not None:
+            parsed = parse_hybrid_pattern(self.model.hybrid_layer_pattern)
+            layers = parsed.mtp_depths * sum(
+                self._hybrid_layer_flops(symbol, None) for symbol in parsed.mtp
+            )
+            return layers + mtp * self.logit_flops_per_token(tp_size)
+        if mtp == 0:
+            return 0.0
+        last_is_moe = bool(self.model.moe_layer_pattern[-1])
+        layers = sum(
+            self._attention_layer_flops(i) + self._mlp_layer_flops(last_is_moe)
+            for i in range(self.model.num_layers, self.model.num_layers + mtp)
+        )
+        return layers + 6 * mtp * (3 * h + 2 * h * h) + mtp * self.logit_flops_per_token(tp_size)
 
     def flops_per_token(self, tp_size: int = 1) -> float:
         """Model FLOPs per token of one training step (forward + backward), recompute excluded.
 
-        The definition behind Megatron-LM's and Megatron-Bridge's "Model TFLOP/s/GPU"
-        (Megatron-LM ``megatron/training/training.py`` ``num_floating_point_operations``,
-        Megatron-Bridge ``training/utils/flop_utils.py`` ``transformer_flops``). Each GEMM of
-        an (m x k) by (k x n) product costs 2 m k n FLOPs (a multiply and an add); the backward
-        pass costs twice the forward (grads w.r.t. inputs and weights), hence the factor
-        3 x 2 = 6 per weight and token:
-
-        - attention, per layer: 6 h (q + 2 kv) for Q, K and V (GQA: kv = groups x head_dim)
-          + 6 q h for the output projection + 6 q s for causal core attention (QK^T and AV,
-          2 q s each over the whole square, halved by the causal mask);
-        - MLP, per dense layer: 6 h ffn x 3 for SwiGLU (gate, up, down), x 2 otherwise;
-          per MoE layer: the same with ffn = moe_ffn x topk + shared-expert width;
-        - logits: 6 h V with V the padded vocabulary (the embedding lookup costs none);
-        - norms, softmax, activations, the router and the loss are not counted.
-
-        Recomputed forward passes are not model FLOPs (the step counts them apart:
-        ``Stage.recompute_flops_per_token``).
+        The definition behind Megatron-Bridge's "Model TFLOP/s/GPU": upstream
+        ``src/megatron/bridge/training/utils/flop_utils.py`` ``num_floating_point_operations``
+        divided by the batch's tokens: the decoder layers (:meth:`decoder_flops_per_token`),
+        the multi-token-prediction layers (:meth:`mtp_flops_per_token`) and the output layer
+        over the vocabulary padded for ``tp_size`` (:meth:`logit_flops_per_token`). Norms,
+        softmax, activations, the router and the loss are not counted; nor are recomputed
+        forward passes (the step counts them apart: ``Stage.recompute_flops_per_token``).
         """
         return (
-            self.model.num_layers * self.attention_flops_per_token()
-            + (self.model.num_layers - self.num_moe_layers) * self.dense_mlp_flops_per_token()
-            + self.num_moe_layers * self.moe_mlp_flops_per_token()
+            self.decoder_flops_per_token()
+            + self.mtp_flops_per_token(tp_size)
             + self.logit_flops_per_token(tp_size)
         )
+
+    def _check_attention_variant(self) -> None:
+        variant = self.model.experimental_attention_variant
+        if variant is not None and self.model.hybrid_layer_pattern is None:
+            raise ValueError(
+                f"The FLOPs of experimental_attention_variant={variant!r} need that variant's "
+                "own fields (DSA indexer heads and top-k, gated-delta-net head dimensions), "
+                "which the job description does not hold; the estimate covers MLA, GQA/MHA, "
+                "sliding windows and hybrid layer patterns. Leave the variant unset to count "
+                "the layers as the plain attention they replace."
+            )
+
+    # --- hybrid models (upstream ``hybrid_flops``) ---------------------------------------------
+
+    def _hybrid_layer_flops(self, symbol: str, number: int | None) -> float:
+        """Training FLOPs per token of one hybrid layer, by its pattern symbol.
+
+        ``number`` is the layer's 1-based place in the main pattern (None for an MTP layer),
+        which decides whether an attention layer uses the sliding window. Upstream's
+        ``hybrid_flops`` counts Mamba, attention, MLP, MoE and gated-delta-net layers; it
+        counts nothing for the MLA (``+``) and DSA (``D``) symbols, and neither does this.
+        """
+        m = self.model
+        h = m.hidden_size
+        if symbol == _ATTENTION:
+            q, kv = self.query_width, self.kv_width
+            window = number is not None and self._uses_window(number - 1)
+            core = 2 * self._window_context() if window else m.seq_length
+            return 3 * (4 * (q * h + kv * h) + 2 * q * core)
+        if symbol == _MAMBA:
+            # d_inner = 2h (megatron-core's MambaMixer expand=2); 7 d_inner x state for the scan.
+            d_in = 2 * h
+            heads = m.mamba_num_heads or d_in // m.mamba_head_dim
+            in_proj = 2 * h * (2 * d_in + 2 * m.mamba_num_groups * m.mamba_state_dim + heads)
+            return 3 * (in_proj + 7 * d_in * m.mamba_state_dim + 2 * d_in * h)
+        if symbol == _GDN:
+            # megatron-core's TransformerConfig defaults for the gated delta net (linear_*).
+            qk, v = _GDN_QK_HEAD_DIM * _GDN_QK_HEADS, _GDN_V_HEAD_DIM * _GDN_V_HEADS
+            fwd = h * (2 * qk + 2 * v + 2 * _GDN_V_HEADS) + _GDN_CONV_KERNEL * (2 * qk + v)
+            fwd += _GDN_V_HEADS * _GDN_V_HEAD_DIM**2 * 4 + h * v
+            return 3 * 2 * fwd
+        if symbol == _MLP:
+            return self.dense_mlp_flops_per_token()
+        if symbol == _MOE:
+            return self.moe_mlp_flops_per_token()
+        return 0.0
 
     # --- parameters --------------------------------------------------------------------------
 
@@ -178,3 +353,58 @@ class ModelCost:
         if not self.model.share_embeddings_and_output_weights or pp_size > 1:
             params += self.padded_vocab(tp_size) * self.model.hidden_size // tp_size
         return params
+
+
+# Layer symbols of megatron-core's hybrid pattern (``hybrid_layer_allocation.Symbols``).
+_MAMBA, _GDN, _ATTENTION, _MLP, _MOE = "M", "G", "*", "-", "E"
+_LAYER_SYMBOLS = frozenset("MG*D+-E")
+_PIPE, _MTP_SEPARATOR = "|", "/"
+
+# Gated delta net dimensions: megatron-core TransformerConfig's linear_* defaults, which
+# upstream's ``hybrid_flops`` falls back to as well.
+_GDN_QK_HEAD_DIM, _GDN_V_HEAD_DIM, _GDN_QK_HEADS, _GDN_V_HEADS, _GDN_CONV_KERNEL = (
+    128,
+    128,
+    16,
+    32,
+    4,
+)
+
+
+@dataclass(frozen=True)
+class HybridPattern:
+    """A hybrid layer pattern split into the decoder's layers and the MTP layers."""
+
+    main: str
+    """The decoder layers' symbols, pipe separators removed."""
+    mtp: str
+    """One MTP depth's symbols (empty without MTP)."""
+    mtp_depths: int
+    """MTP depths the pattern spells."""
+
+
+@functools.lru_cache(maxsize=64)
+def parse_hybrid_pattern(pattern: str) -> HybridPattern:
+    """Split a hybrid layer pattern as megatron-core's ``parse_hybrid_pattern`` does.
+
+    ``<main>/<mtp>/<mtp>...``: the main pattern may hold ``|`` stage boundaries; every MTP part
+    must be the same. ``ValueError`` names the field for a symbol megatron-core does not know
+    or MTP parts that differ (megatron-core refuses both).
+    """
+    main, *mtp_parts = pattern.split(_MTP_SEPARATOR)
+    main = main.replace(_PIPE, "")
+    mtp_parts = mtp_parts if any(mtp_parts) else []
+    if len(set(mtp_parts)) > 1:
+        raise ValueError(
+            f"hybrid_layer_pattern={pattern!r}: every MTP part after '/' must be the same "
+            f"pattern (megatron-core's parse_hybrid_pattern); found {sorted(set(mtp_parts))}."
+        )
+    mtp = mtp_parts[0] if mtp_parts else ""
+    unknown = sorted(set(main + mtp) - _LAYER_SYMBOLS)
+    if unknown:
+        raise ValueError(
+            f"hybrid_layer_pattern={pattern!r} holds {unknown}, which are not layer symbols; "
+            f"use {''.join(sorted(_LAYER_SYMBOLS))} ('|' between pipeline stages, '/' before "
+            "each MTP depth)."
+        )
+    return HybridPattern(main=main, mtp=mtp, mtp_depths=len(mtp_parts))
