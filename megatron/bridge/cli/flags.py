@@ -93,6 +93,9 @@ def flag_changes(args: argparse.Namespace) -> dict[str, Any]:
         for flag, field in FLAG_FIELDS.items()
         if getattr(args, flag, None) is not None
     }
+    if changes.get("model.virtual_pipeline_model_parallel_size") == 1:
+        # --vpp 1 says "no interleaving", which the description holds as None.
+        changes["model.virtual_pipeline_model_parallel_size"] = None
     if args.swiglu is not None:
         # Megatron-LM's --swiglu: a gated MLP with SiLU (gelu otherwise).
         changes["model.activation_func"] = "silu" if args.swiglu else "gelu"

@@ -214,11 +214,6 @@ def test_the_row_as_flags_plans_identically(row, capsys):
         doc.pop("recipe")
         doc["preset"].pop("source", None)
         doc["preset"].pop("detail", None)
-        # --vpp 1 is how flags say "no interleaving"; the description keeps the 1 (megatron-core
-        # reads 1 and None alike), a recipe holds None.
-        model = doc["overlap"]["job"]["model"]
-        if model["virtual_pipeline_model_parallel_size"] == 1:
-            model["virtual_pipeline_model_parallel_size"] = None
     assert from_flags == from_recipe
 
 
