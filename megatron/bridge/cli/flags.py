@@ -82,6 +82,11 @@ FLAG_FIELDS: dict[str, str] = {
     "mamba_head_dim": "model.mamba_head_dim",
     "mamba_num_groups": "model.mamba_num_groups",
     "mamba_num_heads": "model.mamba_num_heads",
+    "moe_router_score_function": "model.moe_router_score_function",
+    "moe_router_load_balancing_type": "model.moe_router_load_balancing_type",
+    "moe_grouped_gemm": "model.moe_grouped_gemm",
+    "pipeline_model_parallel_layout": "model.pipeline_model_parallel_layout",
+    "use_megatron_fsdp": "use_megatron_fsdp",
 }
 
 
