@@ -22,7 +22,8 @@ from megatron.bridge.check.tiny import tiny_model
 from megatron.bridge.recipes import get_recipe, recipe_spec
 from megatron.bridge.recipes.spec import RECIPE_KEYWORDS, RecipeSpec
 from megatron.bridge.training import comm_overlap, hardware
-from megatron.bridge.training.job import JobDescription
+from megatron.bridge.training.job import JobDescription, ModelDescription
+from megatron.bridge.training.precisions import PRECISIONS, canonical_precision
 
 if TYPE_CHECKING:
     from megatron.bridge.training.config import ConfigContainer
@@ -126,6 +127,31 @@ def _published_job(name: str) -> tuple[RecipeSpec | None, JobDescription]:
     return None, JobDescription(model=describe_model(get_recipe(name).model))
 
 
+def _drop_mtp_on_the_cpu(
+    changes: dict[str, Any], model: ModelDescription, notes: list[str]
+) -> None:
+    # megatron-core's LanguageModule copies the embedding to the pipeline stage that builds the
+    # MTP layers with a CUDA all-reduce while building (setup_embeddings_and_output_layer).
+    mtp = changes.get("model.mtp_num_layers", model.mtp_num_layers)
+    if not mtp:
+        return
+    layout = changes.get(
+        "model.pipeline_model_parallel_layout", model.pipeline_model_parallel_layout
+    )
+    changes["model.mtp_num_layers"] = None
+    if isinstance(layout, str):
+        changes["model.pipeline_model_parallel_layout"] = layout.replace("m", "")
+    elif layout is not None:
+        changes["model.pipeline_model_parallel_layout"] = tuple(
+            tuple(name for name in stage if name != "mtp") for stage in layout
+        )
+    notes.append(
+        f"mtp_num_layers={mtp} turned OFF on the CPU over PP > 1: megatron-core copies the "
+        "embedding to the stage that builds the MTP layers with a CUDA all-reduce while "
+        "building; the decoder layers and their placement are the same"
+    )
+
+
 def build_check_config(
     args: argparse.Namespace, *, world_size: int, on_cuda: bool
 ) -> tuple[ConfigContainer, Layout, list[str]]:
@@ -164,12 +190,25 @@ def build_check_config(
         changes["gpu"] = gpu
     if args.precision is not None:
         changes["precision"] = args.precision
+    if not on_cuda and spec is not None and published.model.moe:
+        precision = canonical_precision(changes.get("precision", spec.precision))
+        if PRECISIONS[precision].preset_family == "fp8" and not comm_overlap.te_status().available:
+            # megatron-core's TransformerConfig refuses MoE in FP8 (and FP4) without Transformer
+            # Engine >= 1.7, which a CPU machine does not have.
+            changes["precision"] = "bf16"
+            notes.append(
+                f"precision {precision} turned to bf16 on the CPU: megatron-core builds an MoE "
+                "model in FP8/FP4 only with Transformer Engine >= 1.7; the layout, the experts "
+                "and the overlap checks are the same"
+            )
     if args.tiny:
         fields, tiny_notes = tiny_model(published.model, layout)
         notes += tiny_notes
         changes |= {f"model.{k}": v for k, v in fields.items()}
         # Two micro-batches per pipeline stage: what the interleaved schedule needs at least.
         changes |= {"micro_batch_size": 1, "global_batch_size": layout.dp * 2 * layout.pp}
+    if not on_cuda and layout.pp > 1:
+        _drop_mtp_on_the_cpu(changes, published.model, notes)
     # The layout goes in as a change of the recipe, not onto the built container, so sequence
     # parallelism and the preset follow it as they would in a real launch.
     with _recipe_log_quiet(args.tiny):
