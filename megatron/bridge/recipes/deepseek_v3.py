@@ -20,21 +20,11 @@ builds a ``ConfigContainer`` with the description written over a ``GPTModelProvi
 from __future__ import annotations
 
 from megatron.bridge.recipes.architectures import MODEL_PROVIDER, MOE_TRANSFORMER
-from megatron.bridge.recipes.published import run
+from megatron.bridge.recipes.published import published_runs
 from megatron.bridge.recipes.spec import published_spec, recipe_functions
 from megatron.bridge.training.job import ModelDescription
 
-__all__ = ["DEEPSEEK_V3_LAYOUT", "SPEC", "deepseek_v3", "spec"]
-
-DEEPSEEK_V3_LAYOUT = "Et*4|(t*4|)*14tmL"
-"""The pipeline layout of the published runs: 16 virtual stages (PP x VPP), the MTP layer with
-the loss (Megatron-Bridge ``recipes/deepseek/h100/deepseek_v3.py``
-``_get_deepseek_v3_pipeline_layout``, (4, 4) and (2, 8) alike; ``perf_recipes/deepseek/gb300/
-deepseek_v3.py`` sets it as this string)."""
-
-_SOURCE = (
-    "Megatron-Bridge docs/performance-summary.md 26.08; perf_recipes/deepseek/{}/deepseek_v3.py {}"
-)
+__all__ = ["SPEC", "deepseek_v3", "spec"]
 
 SPEC = published_spec(
     "deepseek_v3",
@@ -62,34 +52,7 @@ SPEC = published_spec(
         moe_router_load_balancing_type="seq_aux_loss",
         mtp_num_layers=1,
     ),
-    runs=(
-        run(
-            "gb300",
-            "fp8_mx",
-            gpus=256,
-            gbs=4096,
-            mbs=1,
-            pp=2,
-            vp=8,
-            ep=32,
-            etp=1,
-            layout=DEEPSEEK_V3_LAYOUT,
-            source=_SOURCE.format("gb300", "deepseek_v3_pretrain_256gpu_gb300_fp8mx_config"),
-        ),
-        run(
-            "gb200",
-            "fp8_mx",
-            gpus=256,
-            gbs=4096,
-            mbs=1,
-            pp=4,
-            vp=4,
-            ep=64,
-            etp=1,
-            layout=DEEPSEEK_V3_LAYOUT,
-            source=_SOURCE.format("gb200", "deepseek_v3_pretrain_256gpu_gb200_fp8mx_config"),
-        ),
-    ),
+    runs=published_runs("deepseek_v3"),
 )
 """The recipe in plain values: 256 GB300 GPUs, MXFP8, TP1 x PP2 (VPP8) x EP32 -> DP 128."""
 

@@ -17,13 +17,11 @@ Importing this module loads no torch: :data:`SPEC` plans the recipe anywhere,
 from __future__ import annotations
 
 from megatron.bridge.recipes.architectures import MODEL_PROVIDER, MOE_TRANSFORMER
-from megatron.bridge.recipes.published import run
+from megatron.bridge.recipes.published import published_runs
 from megatron.bridge.recipes.spec import published_spec, recipe_functions
 from megatron.bridge.training.job import ModelDescription
 
 __all__ = ["SPEC", "gpt_oss_120b", "spec"]
-
-_SOURCE = "Megatron-Bridge docs/performance-summary.md 26.08; perf_recipes/gpt_oss/{}/gpt_oss.py {}"
 
 SPEC = published_spec(
     "gpt_oss_120b",
@@ -53,28 +51,7 @@ SPEC = published_spec(
         moe_router_topk=4,
         moe_ffn_hidden_size=2880,
     ),
-    runs=(
-        run(
-            "gb300",
-            "fp8_mx",
-            gpus=64,
-            gbs=1280,
-            mbs=4,
-            ep=16,
-            etp=1,
-            source=_SOURCE.format("gb300", "gpt_oss_120b_pretrain_64gpu_gb300_fp8mx_config"),
-        ),
-        run(
-            "gb200",
-            "fp8_mx",
-            gpus=64,
-            gbs=1280,
-            mbs=4,
-            ep=64,
-            etp=1,
-            source=_SOURCE.format("gb200", "gpt_oss_120b_pretrain_64gpu_gb200_fp8mx_config"),
-        ),
-    ),
+    runs=published_runs("gpt_oss_120b"),
 )
 """The recipe in plain values: 64 GB300 GPUs, MXFP8, TP1 x EP16 -> DP 64."""
 

@@ -21,15 +21,11 @@ builds a ``ConfigContainer`` with the description written over a ``GPTModelProvi
 from __future__ import annotations
 
 from megatron.bridge.recipes.architectures import MODEL_PROVIDER, MOE_TRANSFORMER
-from megatron.bridge.recipes.published import run
+from megatron.bridge.recipes.published import published_runs
 from megatron.bridge.recipes.spec import published_spec, recipe_functions
 from megatron.bridge.training.job import ModelDescription
 
-__all__ = ["KIMI_K2_LAYOUT", "SPEC", "kimi_k2", "spec"]
-
-KIMI_K2_LAYOUT = "Et*4|(t*4|)*14tL"
-"""The pipeline layout of the published run: 16 virtual stages, the last layer with the loss
-(Megatron-Bridge ``recipes/kimi/h100/kimi_k2.py`` ``_get_kimi_k2_pipeline_layout``, (4, 4))."""
+__all__ = ["SPEC", "kimi_k2", "spec"]
 
 SPEC = published_spec(
     "kimi_k2",
@@ -56,22 +52,7 @@ SPEC = published_spec(
         moe_router_score_function="sigmoid",
         moe_router_load_balancing_type="seq_aux_loss",
     ),
-    runs=(
-        run(
-            "gb300",
-            "fp8_mx",
-            gpus=256,
-            gbs=4096,
-            mbs=2,
-            pp=4,
-            vp=4,
-            ep=64,
-            etp=1,
-            layout=KIMI_K2_LAYOUT,
-            source="Megatron-Bridge docs/performance-summary-archive.md 26.06; "
-            "perf_recipes/kimi/gb300/kimi_k2.py kimi_k2_pretrain_256gpu_gb300_fp8mx_config",
-        ),
-    ),
+    runs=published_runs("kimi_k2"),
 )
 """The recipe in plain values: 256 GB300 GPUs, MXFP8, TP1 x PP4 (VPP4) x EP64 -> DP 64."""
 

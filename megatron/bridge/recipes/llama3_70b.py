@@ -26,16 +26,11 @@ Importing this module loads no torch: :data:`SPEC` plans the recipe anywhere,
 from __future__ import annotations
 
 from megatron.bridge.recipes.llama import LLAMA3_ARCHITECTURE, LLAMA3_PROVIDER
-from megatron.bridge.recipes.published import run
+from megatron.bridge.recipes.published import published_runs
 from megatron.bridge.recipes.spec import recipe_functions, spec_of
 from megatron.bridge.training.job import ModelDescription
 
 __all__ = ["SPEC", "llama3_70b", "spec"]
-
-_SOURCE = (
-    "Megatron-Bridge docs/performance-summary-archive.md 26.04.01; "
-    "perf_recipes/llama/{0}/llama3.py llama3_70b_pretrain_64gpu_{0}_{1}_config"
-)
 
 SPEC = spec_of(
     "llama3_70b",
@@ -56,59 +51,7 @@ SPEC = spec_of(
     world_size=64,
     gpu="h100",
     global_batch_size=128,
-    published=(
-        *(
-            run(gpu, "fp8_cs", gpus=64, gbs=256, mbs=2, source=_SOURCE.format(gpu, "fp8cs"))
-            for gpu in ("gb300", "gb200")
-        ),
-        *(
-            run(
-                "gb300",
-                precision,
-                gpus=64,
-                gbs=256,
-                pp=4,
-                vp=5,
-                source=_SOURCE.format("gb300", name),
-            )
-            for precision, name in (("fp8_mx", "fp8mx"), ("nvfp4", "nvfp4"))
-        ),
-        *(
-            run(
-                "gb200",
-                precision,
-                gpus=64,
-                gbs=256,
-                tp=2,
-                pp=4,
-                vp=5,
-                source=_SOURCE.format("gb200", name),
-            )
-            for precision, name in (("fp8_mx", "fp8mx"), ("nvfp4", "nvfp4"))
-        ),
-        run(
-            "h100",
-            "fp8_cs",
-            gpus=64,
-            gbs=256,
-            tp=4,
-            pp=8,
-            vp=5,
-            source=_SOURCE.format("h100", "fp8cs"),
-        ),
-        run(
-            "b200",
-            "bf16",
-            gpus=64,
-            gbs=256,
-            tp=2,
-            pp=4,
-            vp=5,
-            cp=2,
-            source="Megatron-Bridge perf_recipes/llama/b200/llama3.py "
-            "llama3_70b_pretrain_64gpu_b200_bf16_config",
-        ),
-    ),
+    published=published_runs("llama3_70b"),
 )
 """The recipe in plain values: 64 H100 GPUs, TP4 x PP4 (VPP5) x CP2 -> DP 2."""
 

@@ -17,15 +17,11 @@ Importing this module loads no torch: :data:`SPEC` plans the recipe anywhere,
 from __future__ import annotations
 
 from megatron.bridge.recipes.llama import LLAMA3_ARCHITECTURE, LLAMA3_PROVIDER
-from megatron.bridge.recipes.published import run
+from megatron.bridge.recipes.published import published_runs
 from megatron.bridge.recipes.spec import published_spec, recipe_functions
 from megatron.bridge.training.job import ModelDescription
 
 __all__ = ["SPEC", "llama3_8b", "spec"]
-
-_SOURCE = (
-    "Megatron-Bridge docs/performance-summary-archive.md 25.11; perf_recipes/llama/{}/llama3.py"
-)
 
 SPEC = published_spec(
     "llama3_8b",
@@ -39,14 +35,7 @@ SPEC = published_spec(
         ffn_hidden_size=14336,
         seq_length=8192,
     ),
-    runs=(
-        *(
-            run(gpu, precision, gpus=8, gbs=128, mbs=2, source=_SOURCE.format(gpu))
-            for gpu in ("gb300", "gb200", "b200")
-            for precision in ("fp8_cs", "fp8_mx")
-        ),
-        run("h100", "fp8_cs", gpus=8, gbs=128, mbs=1, source=_SOURCE.format("h100")),
-    ),
+    runs=published_runs("llama3_8b"),
 )
 """The recipe in plain values: 8 GB300 GPUs, FP8 current scaling, TP1 -> DP 8, micro-batch 2."""
 

@@ -20,7 +20,7 @@ import dataclasses
 
 from megatron.bridge.recipes.architectures import MODEL_PROVIDER
 from megatron.bridge.recipes.nemotron_3_nano import NANO_MODEL, NANO_PATTERN
-from megatron.bridge.recipes.published import run
+from megatron.bridge.recipes.published import published_runs
 from megatron.bridge.recipes.spec import published_spec, recipe_functions
 
 __all__ = ["SPEC", "nemotron_3_5_lightning", "spec"]
@@ -31,19 +31,7 @@ SPEC = published_spec(
     model=dataclasses.replace(
         NANO_MODEL, hybrid_layer_pattern=NANO_PATTERN + "/*E/*E", mtp_num_layers=2
     ),
-    runs=(
-        run(
-            "gb200",
-            "fp8_mx",
-            gpus=8,
-            gbs=512,
-            mbs=2,
-            ep=8,
-            etp=1,
-            source="Megatron-Bridge docs/performance-summary.md 26.08; perf_recipes/nemotronh/"
-            "gb200/nemotronh.py nemotron_3_5_lightning_pretrain_8gpu_gb200_fp8mx_config",
-        ),
-    ),
+    runs=published_runs("nemotron_3_5_lightning"),
 )
 """The recipe in plain values: 8 GB200 GPUs, MXFP8, TP1 x EP8 -> DP 8."""
 

@@ -21,7 +21,7 @@ Importing this module loads no torch: :data:`SPEC` plans the recipe anywhere.
 from __future__ import annotations
 
 from megatron.bridge.recipes.architectures import MODEL_PROVIDER
-from megatron.bridge.recipes.published import run
+from megatron.bridge.recipes.published import published_runs
 from megatron.bridge.recipes.spec import published_spec, recipe_functions
 from megatron.bridge.training.job import ModelDescription
 
@@ -67,19 +67,7 @@ SPEC = published_spec(
     "nemotron_3_nano",
     provider=MODEL_PROVIDER,
     model=NANO_MODEL,
-    runs=(
-        run(
-            "gb300",
-            "fp8_mx",
-            gpus=8,
-            gbs=512,
-            mbs=4,
-            ep=8,
-            etp=1,
-            source="Megatron-Bridge docs/performance-summary.md 26.08; "
-            "perf_recipes/nemotronh/gb300/nemotronh.py nemotron_3_nano_pretrain_8gpu_gb300_fp8mx_config",
-        ),
-    ),
+    runs=published_runs("nemotron_3_nano"),
 )
 """The recipe in plain values: 8 GB300 GPUs, MXFP8, TP1 x EP8 -> DP 8."""
 

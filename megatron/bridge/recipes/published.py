@@ -7,22 +7,30 @@ a GPU or a precision (``spec(gpu="gb200", precision="fp8_mx")``, ``plan_recipe(n
 (:meth:`RecipeSpec.with_overrides`); the recipe's other keywords then change that layout. A pair
 with no published run keeps the recipe's default layout on the GPU and precision asked for.
 
-Each run is written with :func:`run`, which gives every layout field a value (the ones a run
-does not name take megatron-core's defaults), so a run is the same whichever run the spec was
-at before. Pure data: importing this module loads no torch.
+The shipped recipes' runs are one table, ``published_runs.csv`` beside this module (one row per
+recipe, GPU and precision), read by :func:`published_runs`. Each run is built by :func:`run`,
+which gives every layout field a value (the ones a run does not name take megatron-core's
+defaults), so a run is the same whichever run the spec was at before. Pure data: importing this
+module loads no torch.
 """
 
 from __future__ import annotations
 
+import csv
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 from megatron.bridge.training import hardware
 from megatron.bridge.training.precisions import canonical_precision
 
-__all__ = ["PublishedRun", "run"]
+__all__ = ["PUBLISHED_RUNS_TABLE", "PublishedRun", "published_runs", "run"]
+
+PUBLISHED_RUNS_TABLE = Path(__file__).with_name("published_runs.csv")
+"""The shipped recipes' published runs, one CSV row each (its comment lines name the columns)."""
 
 
 @dataclass(frozen=True)
@@ -85,3 +93,33 @@ def run(
     }
     changes.update({f"model.{field}": value for field, value in model.items()})
     return PublishedRun(name, canonical_precision(precision), MappingProxyType(changes), source)
+
+
+_INT_COLUMNS = ("gpus", "gbs", "mbs", "tp", "pp", "vp", "cp", "ep", "etp")
+
+
+@functools.cache
+def _table() -> dict[str, tuple[PublishedRun, ...]]:
+    """Every row of :data:`PUBLISHED_RUNS_TABLE` as a :class:`PublishedRun`, by recipe name, in
+    the table's order."""
+    with PUBLISHED_RUNS_TABLE.open(newline="", encoding="utf-8") as table:
+        rows = csv.DictReader(line for line in table if not line.startswith("#"))
+        runs: dict[str, list[PublishedRun]] = {}
+        for row in rows:
+            sizes = {k: int(row[k]) for k in _INT_COLUMNS if row[k]}
+            runs.setdefault(row["recipe"], []).append(
+                run(
+                    row["gpu"],
+                    row["precision"],
+                    layout=row["layout"] or None,
+                    source=row["source"],
+                    **sizes,
+                )
+            )
+    return {name: tuple(recipe_runs) for name, recipe_runs in runs.items()}
+
+
+def published_runs(recipe: str) -> tuple[PublishedRun, ...]:
+    """The published runs of the shipped recipe ``recipe``, in :data:`PUBLISHED_RUNS_TABLE`'s
+    order (the first is the recipe's default layout); ``()`` for a recipe with none."""
+    return _table().get(recipe, ())

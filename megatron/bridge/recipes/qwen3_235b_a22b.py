@@ -18,13 +18,11 @@ Importing this module loads no torch: :data:`SPEC` plans the recipe anywhere,
 from __future__ import annotations
 
 from megatron.bridge.recipes.architectures import MODEL_PROVIDER, MOE_TRANSFORMER
-from megatron.bridge.recipes.published import run
+from megatron.bridge.recipes.published import published_runs
 from megatron.bridge.recipes.spec import published_spec, recipe_functions
 from megatron.bridge.training.job import ModelDescription
 
 __all__ = ["SPEC", "qwen3_235b_a22b", "spec"]
-
-_SOURCE = "Megatron-Bridge docs/performance-summary.md 26.08; perf_recipes/qwen/{}/qwen3_moe.py {}"
 
 SPEC = published_spec(
     "qwen3_235b_a22b",
@@ -45,32 +43,7 @@ SPEC = published_spec(
         account_for_embedding_in_pipeline_split=True,
         account_for_loss_in_pipeline_split=True,
     ),
-    runs=(
-        run(
-            "gb300",
-            "fp8_mx",
-            gpus=256,
-            gbs=8192,
-            mbs=2,
-            pp=4,
-            vp=12,
-            ep=32,
-            etp=1,
-            source=_SOURCE.format("gb300", "qwen3_235b_a22b_pretrain_256gpu_gb300_fp8mx_config"),
-        ),
-        run(
-            "gb200",
-            "fp8_mx",
-            gpus=256,
-            gbs=8192,
-            mbs=1,
-            pp=8,
-            vp=3,
-            ep=32,
-            etp=1,
-            source=_SOURCE.format("gb200", "qwen3_235b_a22b_pretrain_256gpu_gb200_fp8mx_config"),
-        ),
-    ),
+    runs=published_runs("qwen3_235b_a22b"),
 )
 """The recipe in plain values: 256 GB300 GPUs, MXFP8, TP1 x PP4 (VPP12) x EP32 -> DP 64."""
 

@@ -16,13 +16,11 @@ Importing this module loads no torch: :data:`SPEC` plans the recipe anywhere,
 from __future__ import annotations
 
 from megatron.bridge.recipes.architectures import MODEL_PROVIDER, MOE_TRANSFORMER
-from megatron.bridge.recipes.published import run
+from megatron.bridge.recipes.published import published_runs
 from megatron.bridge.recipes.spec import published_spec, recipe_functions
 from megatron.bridge.training.job import ModelDescription
 
 __all__ = ["SPEC", "qwen3_30b_a3b", "spec"]
-
-_SOURCE = "Megatron-Bridge docs/performance-summary.md 26.08; perf_recipes/qwen/{}/qwen3_moe.py {}"
 
 SPEC = published_spec(
     "qwen3_30b_a3b",
@@ -41,28 +39,7 @@ SPEC = published_spec(
         moe_router_topk=8,
         moe_ffn_hidden_size=768,
     ),
-    runs=(
-        run(
-            "gb300",
-            "fp8_mx",
-            gpus=8,
-            gbs=512,
-            mbs=8,
-            ep=8,
-            etp=1,
-            source=_SOURCE.format("gb300", "qwen3_30b_a3b_pretrain_8gpu_gb300_fp8mx_config"),
-        ),
-        run(
-            "gb200",
-            "fp8_mx",
-            gpus=8,
-            gbs=512,
-            mbs=4,
-            ep=8,
-            etp=1,
-            source=_SOURCE.format("gb200", "qwen3_30b_a3b_pretrain_8gpu_gb200_fp8mx_config"),
-        ),
-    ),
+    runs=published_runs("qwen3_30b_a3b"),
 )
 """The recipe in plain values: 8 GB300 GPUs, MXFP8, TP1 x EP8 -> DP 8."""
 

@@ -16,39 +16,19 @@ import pytest
 
 from megatron.bridge.check import Layout, fit_layout, tiny_model
 from megatron.bridge.recipes import RECIPES, recipe_spec
+from megatron.bridge.recipes.nemotron_3_nano import NANO_MODEL
 from megatron.bridge.training.comm_overlap import check_layout
 from megatron.bridge.training.job import JobDescription, ModelDescription
 from megatron.bridge.training.pipeline_layout import parse_layout, stage_layers
 
-DEEPSEEK_LIKE = ModelDescription(
-    num_layers=61,
-    hidden_size=7168,
-    num_attention_heads=128,
-    ffn_hidden_size=18432,
-    vocab_size=129280,
-    seq_length=4096,
-    normalization="RMSNorm",
-    add_bias_linear=False,
-    gated_linear_unit=True,
-    activation_func="silu",
-    position_embedding_type="rope",
-    multi_latent_attention=True,
-    q_lora_rank=1536,
-    kv_lora_rank=512,
-    num_moe_experts=256,
-    moe_router_topk=8,
-    moe_ffn_hidden_size=2048,
-    moe_shared_expert_intermediate_size=2048,
-    moe_layer_freq=(0,) * 3 + (1,) * 58,
+DEEPSEEK_LIKE = dataclasses.replace(
+    recipe_spec("deepseek_v3", gpu="gb200").job.model,
+    fp8=None,
     moe_token_dispatcher_type="alltoall",
-    mtp_num_layers=1,
-    tensor_model_parallel_size=1,
-    pipeline_model_parallel_size=4,
-    expert_model_parallel_size=64,
-    expert_tensor_parallel_size=1,
-    pipeline_model_parallel_layout="Et*4|(t*4|)*14tmL",
+    virtual_pipeline_model_parallel_size=None,
 )
-"""DeepSeek-V3's shape on PP4 x VPP4 (from the layout) x EP64, with its published layout."""
+"""The DeepSeek-V3 recipe's GB200 run in BF16 with the all-to-all dispatcher: PP4 x VPP4 (from
+the layout) x EP64, with its published layout."""
 
 DEEPSEEK_LIST_LAYOUT = dataclasses.replace(
     DEEPSEEK_LIKE,
@@ -60,28 +40,22 @@ DEEPSEEK_LIST_LAYOUT = dataclasses.replace(
 )
 """The same in megatron-core's list form."""
 
-FIRST_LAST = ModelDescription(
-    num_layers=94,
-    hidden_size=4096,
-    num_attention_heads=64,
-    num_query_groups=4,
-    kv_channels=128,
-    vocab_size=151936,
-    seq_length=4096,
-    add_bias_linear=False,
-    num_moe_experts=128,
-    moe_router_topk=8,
-    moe_ffn_hidden_size=1536,
+FIRST_LAST = dataclasses.replace(
+    recipe_spec("qwen3_235b_a22b").job.model,
+    fp8=None,
     moe_token_dispatcher_type="alltoall",
+    account_for_embedding_in_pipeline_split=False,
+    account_for_loss_in_pipeline_split=False,
     tensor_model_parallel_size=4,
     pipeline_model_parallel_size=8,
+    virtual_pipeline_model_parallel_size=None,
     expert_model_parallel_size=8,
-    expert_tensor_parallel_size=1,
     num_layers_in_first_pipeline_stage=10,
     num_layers_in_last_pipeline_stage=12,
     sequence_parallel=True,
 )
-"""A Qwen3-235B-like MoE: 94 layers on PP8 as 10 / 12 x 6 / 12."""
+"""The Qwen3-235B recipe's model in BF16 with the all-to-all dispatcher: 94 layers on PP8 as
+10 / 12 x 6 / 12."""
 
 FIRST_LAST_VPP = dataclasses.replace(
     FIRST_LAST,
@@ -92,19 +66,10 @@ FIRST_LAST_VPP = dataclasses.replace(
 )
 """First and last stage sizes with interleaving (each divisible by VPP)."""
 
-HYBRID_PIPES = ModelDescription(
+HYBRID_PIPES = dataclasses.replace(
+    NANO_MODEL,
     num_layers=16,
-    hidden_size=2688,
-    num_attention_heads=32,
-    num_query_groups=2,
-    vocab_size=131072,
-    seq_length=8192,
-    add_bias_linear=False,
-    num_moe_experts=128,
-    moe_router_topk=6,
-    moe_ffn_hidden_size=1856,
-    moe_shared_expert_intermediate_size=3712,
-    mamba_num_heads=64,
+    moe_token_dispatcher_type="alltoall",
     hybrid_layer_pattern="MEME|M*ME|MEME|M*ME/*E",
     mtp_num_layers=1,
     tensor_model_parallel_size=2,
@@ -113,7 +78,7 @@ HYBRID_PIPES = ModelDescription(
     expert_model_parallel_size=8,
     sequence_parallel=True,
 )
-"""A Nemotron-3-like hybrid: Mamba, attention and MoE layers, '|' stage boundaries, one MTP
+"""Nemotron 3 Nano's model cut to a 16-layer hybrid: Mamba, attention and MoE layers, '|' stage boundaries, one MTP
 pattern."""
 
 HYBRID_PLAIN = dataclasses.replace(
@@ -131,21 +96,7 @@ HYBRID_PLAIN = dataclasses.replace(
 )
 """A dense hybrid pattern without stage boundaries (megatron-core's even slicing over PP)."""
 
-COUNTED = ModelDescription(
-    num_layers=126,
-    hidden_size=16384,
-    num_attention_heads=128,
-    num_query_groups=8,
-    seq_length=8192,
-    vocab_size=128256,
-    account_for_embedding_in_pipeline_split=True,
-    account_for_loss_in_pipeline_split=True,
-    tensor_model_parallel_size=8,
-    pipeline_model_parallel_size=8,
-    virtual_pipeline_model_parallel_size=8,
-    context_parallel_size=2,
-    sequence_parallel=True,
-)
+COUNTED = recipe_spec("llama31_405b").job.model
 """Llama-3.1 405B's split: the embedding and the loss count as layers."""
 
 HAND_BUILT = {

@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from megatron.bridge.recipes import recipe_spec
 from megatron.bridge.training.estimate import ModelCost
 from megatron.bridge.training.job import ModelDescription
 
@@ -27,54 +28,11 @@ _LLAMA_STYLE = dict(
     share_embeddings_and_output_weights=False,
 )
 
-# Shapes: upstream src/megatron/bridge/models/ providers (llama, qwen3_moe, deepseek_v3 bridge)
-# and the Hugging Face configs they read (Meta-Llama-3-8B, Qwen3-30B-A3B, DeepSeek-V3).
-LLAMA3_8B = ModelDescription(
-    num_layers=32,
-    hidden_size=4096,
-    num_attention_heads=32,
-    num_query_groups=8,
-    ffn_hidden_size=14336,
-    vocab_size=128256,
-    seq_length=8192,
-    **_LLAMA_STYLE,
-)
-QWEN3_30B_A3B = ModelDescription(
-    num_layers=48,
-    hidden_size=2048,
-    num_attention_heads=32,
-    num_query_groups=4,
-    kv_channels=128,
-    ffn_hidden_size=6144,
-    num_moe_experts=128,
-    moe_router_topk=8,
-    moe_ffn_hidden_size=768,
-    vocab_size=151936,
-    seq_length=4096,
-    **_LLAMA_STYLE,
-)
-DEEPSEEK_V3 = ModelDescription(
-    num_layers=61,
-    hidden_size=7168,
-    num_attention_heads=128,
-    multi_latent_attention=True,
-    q_lora_rank=1536,
-    kv_lora_rank=512,
-    qk_head_dim=128,
-    qk_pos_emb_head_dim=64,
-    v_head_dim=128,
-    ffn_hidden_size=18432,
-    num_moe_experts=256,
-    moe_router_topk=8,
-    moe_ffn_hidden_size=2048,
-    moe_shared_expert_intermediate_size=2048,
-    moe_layer_freq=(0,) * 3 + (1,) * 58,
-    make_vocab_size_divisible_by=1280,
-    vocab_size=129280,
-    seq_length=4096,
-    mtp_num_layers=1,
-    **_LLAMA_STYLE,
-)
+# The shipped recipes' models: their modules cite upstream's providers (llama, qwen3_moe,
+# deepseek_v3 bridge) and the Hugging Face configs they read.
+LLAMA3_8B = recipe_spec("llama3_8b").job.model
+QWEN3_30B_A3B = recipe_spec("qwen3_30b_a3b").job.model
+DEEPSEEK_V3 = recipe_spec("deepseek_v3").job.model
 
 PUBLISHED = [
     pytest.param(
