@@ -264,6 +264,13 @@ def build_check_config(
                 "while building; the parameter counts are the same (the last stage holds its "
                 "own output weight either way)"
             )
+        if model.position_embedding_type == "yarn":
+            model.position_embedding_type = "rope"
+            notes.append(
+                "position_embedding_type 'yarn' turned to 'rope' on the CPU: megatron-core's "
+                "YarnRotaryEmbedding asks for the current CUDA device while building; neither "
+                "holds parameters, so the parameter counts are the same"
+            )
         dispatcher = model.moe_token_dispatcher_type
         if model.num_moe_experts and dispatcher != "allgather":
             model.moe_token_dispatcher_type = "allgather"

@@ -104,6 +104,11 @@ def flag_changes(args: argparse.Namespace) -> dict[str, Any]:
     if args.swiglu is not None:
         # Megatron-LM's --swiglu: a gated MLP with SiLU (gelu otherwise).
         changes["model.activation_func"] = "silu" if args.swiglu else "gelu"
+    if args.squared_relu:
+        changes["model.activation_func"] = "squared_relu"
+    if args.quick_geglu:
+        # Megatron-LM's --quick-geglu: a gated MLP with quick-GELU.
+        changes |= {"model.gated_linear_unit": True, "model.activation_func": "quick_gelu"}
     if args.untie_embeddings_and_output_weights is not None:
         # Megatron-LM's flag says the opposite of the field it sets.
         changes[

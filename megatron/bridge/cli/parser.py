@@ -409,7 +409,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="MLP width for the estimate (default 4 x hidden)",
     )
     ex.add_argument("--vocab-size", type=positive_int_argument, help="vocabulary (default 51200)")
-    _add_switch(ex, "--swiglu", "gated (SwiGLU) MLP (megatron-core's gated_linear_unit)")
+    # The MLP activation, one flag each as Megatron-LM spells them (megatron/training/arguments.py).
+    activation = ex.add_mutually_exclusive_group()
+    _add_switch(activation, "--swiglu", "gated (SwiGLU) MLP (megatron-core's gated_linear_unit)")
+    activation.add_argument(
+        "--squared-relu",
+        action="store_const",
+        const=True,
+        help="squared-ReLU MLP activation (Nemotron-H)",
+    )
+    activation.add_argument(
+        "--quick-geglu",
+        action="store_const",
+        const=True,
+        help="gated MLP with quick-GELU (GPT-OSS)",
+    )
     # Megatron-LM's spellings (megatron/training/arguments.py).
     ex.add_argument(
         "--disable-bias-linear",

@@ -23,9 +23,22 @@ from megatron.bridge.training.job import ModelDescription
 
 __all__ = ["SPEC", "gpt_oss_120b", "spec"]
 
+# GPT-OSS's YaRN rotary settings, which GPTModel reads off the config (Megatron-Bridge
+# models/gpt_oss/gpt_oss_bridge.py, GPTOSSBridge.provider_bridge).
+_YARN = (
+    ("yarn_rotary_scaling_factor", 32.0),
+    ("yarn_original_max_position_embeddings", 4096),
+    ("yarn_beta_fast", 32.0),
+    ("yarn_beta_slow", 1.0),
+    ("yarn_correction_range_round_to_int", False),
+    ("yarn_mscale", None),
+    ("yarn_mscale_all_dim", None),
+)
+
 SPEC = published_spec(
     "gpt_oss_120b",
     provider=MODEL_PROVIDER,
+    provider_options=_YARN,
     model=ModelDescription(
         **{
             **MOE_TRANSFORMER,

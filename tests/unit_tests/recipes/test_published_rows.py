@@ -137,6 +137,11 @@ def _spelled(dest: str, value) -> list[str]:
             if action.const == value:
                 return [action.option_strings[0]]
             continue
+        if dest == "window_size":
+            value = ",".join(map(str, value))  # --window-size LEFT,RIGHT
+        elif isinstance(value, tuple):
+            # A per-layer tuple as Megatron-LM's list expression.
+            value = "[" + ", ".join(map(str, value)) + "]"
         return [action.option_strings[0], str(value)]
     raise AssertionError(f"explain has no flag that sets {dest}={value!r}")
 
@@ -162,6 +167,11 @@ def _flag_args(spec) -> list[str]:
             assert flag == "vpp", f"--{flag} cannot say None"
             value = 1
         args += _spelled(flag, value)
+    activation = job.model.activation_func
+    if activation == "quick_gelu":
+        args = [a for a in args if a != "--swiglu"] + ["--quick-geglu"]
+    elif activation == "squared_relu":
+        args.append("--squared-relu")
     if job.model.share_embeddings_and_output_weights != (
         reference.model.share_embeddings_and_output_weights
     ):
