@@ -25,7 +25,7 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from megatron.bridge.training import hardware, launch_env
 from megatron.bridge.training.comm_overlap import (
@@ -37,6 +37,7 @@ from megatron.bridge.training.comm_overlap import (
     plan_comm_overlap,
     te_status,
 )
+from megatron.bridge.training.comm_overlap.rules.tp import tp_overlap_blockers
 from megatron.bridge.training.job import JobDescription, ModelDescription
 from megatron.bridge.training.job_configs import write_model
 from megatron.bridge.training.precisions import (
@@ -108,8 +109,10 @@ class RecipeSpec:
     """The job: model, published GPU count and GPU, batch sizes, optimizer sharding."""
     precision: Precision = "bf16"
     """Training precision (a compute dtype; an alias given is stored resolved)."""
-    tp_comm_overlap: bool = True
-    """Request TP communication overlap."""
+    tp_comm_overlap: bool | Literal["auto"] = "auto"
+    """TP communication overlap: "auto" (on where the layout can run it: TP >= 2, sequence
+    parallelism, Transformer Engine; otherwise off without a warning), or True (a request,
+    refused with a warning where the layout cannot run it) or False."""
     preset: str = "auto"
     """Userbuffers preset: "auto" (the published one for the shape), a published name, or "none"."""
     overlap: tuple[tuple[str, Any], ...] = ()
@@ -194,7 +197,7 @@ class RecipeSpec:
         job = self.job
         if self.preset == "auto":
             return choose_userbuffers_preset(
-                tp_comm_overlap=self.tp_comm_overlap,
+                tp_comm_overlap=self._tp_overlap_wanted(),
                 precision=job.precision,
                 gpu=job.gpu,
                 hidden_size=job.model.hidden_size,
@@ -208,6 +211,13 @@ class RecipeSpec:
         return PresetChoice(
             name=self.preset, preset=PUBLISHED_PRESETS[self.preset], detail="named preset"
         )
+
+    def _tp_overlap_wanted(self) -> bool:
+        """Whether the request asks for TP overlap on the published job, with TE assumed where
+        it runs: "auto" asks where :func:`tp_overlap_blockers` finds nothing."""
+        if self.tp_comm_overlap == "auto":
+            return not tp_overlap_blockers(self.job)
+        return bool(self.tp_comm_overlap)
 
     def request(self) -> CommOverlapConfig:
         """The comm-overlap request this recipe makes; an automatic preset choice says so."""
@@ -297,7 +307,7 @@ class RecipeSpec:
         provider = getattr(importlib.import_module(module_name), function_name)
         model = provider(**dict(self.provider_options))
         write_model(model, self.job.model)
-        _log_preset_choice(self.preset_choice(), tp_comm_overlap=self.tp_comm_overlap)
+        _log_preset_choice(self.preset_choice(), tp_comm_overlap=self._tp_overlap_wanted())
         dist_opt = self.job.use_distributed_optimizer
         return ConfigContainer(
             model=model,
