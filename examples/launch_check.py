@@ -13,6 +13,7 @@ This example launches it twice:
 
     uv run python examples/launch_check.py                       # tiny gpt3_175b: TP2 x PP2 (VPP2)
     uv run python examples/launch_check.py --pp 1                # TP2 x DP2
+    uv run python examples/launch_check.py --gpu b200 --precision fp8_mx   # planned for B200
     uv run python examples/launch_check.py --dry-run-only        # only the Slurm srun line
 
 For a real Slurm launch, replace the LocalTunnel by ``run.SSHTunnel(...)`` for your login node,
@@ -34,6 +35,7 @@ from typing import Any
 
 import nemo_run as run
 
+from megatron.bridge.cli.parser import add_gpu_and_precision
 from megatron.bridge.utils.root_logger import root_logger_preserved
 
 CHECK_MODULE = "megatron.bridge.check"
@@ -144,11 +146,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--recipe", default="gpt3_175b", help="recipe to check (default gpt3_175b)")
     parser.add_argument("--pp", help="pipeline-parallel size passed to the check")
+    add_gpu_and_precision(
+        parser, gpu_default="the visible GPU, none on a CPU", precision_default="the recipe's"
+    )
     parser.add_argument("--dry-run-only", action="store_true", help="skip the local run")
     parser.add_argument("--job-dir", type=Path, help="where to write the job files (default: temp)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    extra = ["--pp", args.pp] if args.pp else []
+    extra = [
+        *(["--pp", args.pp] if args.pp else []),
+        *(["--gpu", args.gpu] if args.gpu else []),
+        *(["--precision", args.precision] if args.precision else []),
+    ]
     job_dir = args.job_dir or Path(tempfile.mkdtemp(prefix="bridge-overlap-check-"))
 
     code = 0

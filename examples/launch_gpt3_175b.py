@@ -10,9 +10,11 @@ run on a laptop):
 
     uv run python examples/launch_gpt3_175b.py              # 1024 x H100, published layout
     uv run python examples/launch_gpt3_175b.py --gpu b200   # Blackwell: 32 connections, B200 preset
+    uv run python examples/launch_gpt3_175b.py --gpu b200 --precision fp8_cs
     uv run python examples/launch_gpt3_175b.py --nsys       # also profile steps 10-11 on rank 0
 
-It prints an excerpt of the generated sbatch script: node count, exports, the srun line. For a
+The task gets the same ``--gpu`` and ``--precision`` (:func:`check_args`), so the check plans
+the config whose environment the sbatch script exports. It prints an excerpt of the generated sbatch script: node count, exports, the srun line. For a
 real launch, replace the LocalTunnel by ``run.SSHTunnel(...)`` for your login node, swap the
 task for your training entry point if you like, and call ``exp.run()`` instead of
 ``exp.dryrun()``.
@@ -29,6 +31,7 @@ from pathlib import Path
 
 import nemo_run as run
 
+from megatron.bridge.cli.parser import add_gpu_and_precision
 from megatron.bridge.recipes import gpt3_175b
 from megatron.bridge.recipes.run_plugins import NsysPlugin, PerfEnvPlugin, no_script_args
 from megatron.bridge.utils.root_logger import root_logger_preserved
@@ -38,11 +41,29 @@ CHECK_MODULE = "megatron.bridge.check"
 GPUS_PER_NODE = 8
 
 
+def check_args(*, gpu: str, precision: str | None) -> list[str]:
+    """The check's arguments: the recipe at the GPU and precision the launch exports for."""
+    args = ["--recipe", "gpt3_175b", "--gpu", gpu]
+    if precision is not None:
+        args += ["--precision", precision]
+    return [*args, "--json"]
+
+
 def sbatch_for(
-    *, gpu: str, job_dir: Path, nsys: bool, account: str = "acct", partition: str = "batch"
+    *,
+    gpu: str,
+    job_dir: Path,
+    nsys: bool,
+    precision: str | None = None,
+    account: str = "acct",
+    partition: str = "batch",
 ) -> str:
-    """Dry-run the launch into ``job_dir`` and return the sbatch script NeMo-Run wrote."""
-    cfg = gpt3_175b.gpt3_175b(gpu=gpu)
+    """Dry-run the launch into ``job_dir`` and return the sbatch script NeMo-Run wrote.
+
+    ``precision`` None is the recipe's own.
+    """
+    keywords = {"gpu": gpu} if precision is None else {"gpu": gpu, "precision": precision}
+    cfg = gpt3_175b.gpt3_175b(**keywords)
     num_gpus = gpt3_175b.SPEC.num_gpus
     # The check runs no training loop, so it takes no manual-GC overrides.
     plugins: list[run.Plugin] = [
@@ -69,7 +90,10 @@ def sbatch_for(
         packager=run.Packager(),
     )
     task = run.Script(
-        path=CHECK_MODULE, m=True, entrypoint="python", args=["--recipe", "gpt3_175b", "--json"]
+        path=CHECK_MODULE,
+        m=True,
+        entrypoint="python",
+        args=check_args(gpu=gpu, precision=precision),
     )
 
     # LocalTunnel runs shell commands through invoke, which forwards our stdin; a dry run needs
@@ -98,14 +122,15 @@ def _dry_run(executor: run.Executor, task: run.Script, plugins: list[run.Plugin]
 def main(argv: list[str] | None = None) -> int:
     """Parse the flags, dry-run the launch and print what the plugins put in the sbatch script."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--gpu", choices=["h100", "h200", "b200", "gb200"], default="h100")
+    add_gpu_and_precision(parser, gpu_default="h100", precision_default="the recipe's, bf16")
+    parser.set_defaults(gpu="h100")
     parser.add_argument("--nsys", action="store_true", help="add NsysPlugin (steps 10-11)")
     parser.add_argument("--job-dir", type=Path, help="where to write the job files (default: temp)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
     job_dir = args.job_dir or Path(tempfile.mkdtemp(prefix="gpt3-175b-dryrun-"))
-    sbatch = sbatch_for(gpu=args.gpu, job_dir=job_dir, nsys=args.nsys)
+    sbatch = sbatch_for(gpu=args.gpu, precision=args.precision, job_dir=job_dir, nsys=args.nsys)
     print(f"sbatch script written under {job_dir}; excerpt:")
     for line in sbatch.splitlines():
         if line.startswith(("#SBATCH --nodes", "export ", "srun --output")):

@@ -28,6 +28,7 @@ from megatron.core.transformer.transformer_config import TransformerConfig
 
 from megatron.bridge.training import comm_overlap
 from megatron.bridge.training.config import ConfigContainer, TrainingConfig
+from megatron.bridge.training.env_vars import forget_exports
 from megatron.bridge.training.job import JobDescription, ModelDescription
 
 
@@ -171,6 +172,7 @@ def environment_restored():
     yield
     os.environ.clear()
     os.environ.update(saved)
+    forget_exports()
 
 
 #: Short layout names tests use, and the model field each one sets.
@@ -252,34 +254,44 @@ def _connection_case(*values, expected: int, id: str):
 
 #: CUDA_DEVICE_MAX_CONNECTIONS by layout, as (keywords, expected value), grouped by the rule
 #: that decides it (launch_env's precedence): the rule itself and every consumer of it
-#: (PerfEnvPlugin) must give these.
+#: (PerfEnvPlugin) must give these. The values are upstream Megatron-Bridge's tuned ones
+#: (``src/megatron/bridge/perf_recipes/*/<system>/*.py``, ``cfg.env_vars``).
 CONNECTION_MATRIX = [
     # gpu, tp, cp, dp, pp, flex backend, a2a overlap
-    # 1. a flex backend with its own streams (deepep, hybridep): 32 on any GPU
-    _connection_case(HOPPER, 2, 1, 4, 1, "deepep", False, expected=32, id="hopper-tp2-deepep"),
-    _connection_case(HOPPER, 1, 1, 8, 1, "hybridep", False, expected=32, id="hopper-hybridep"),
+    # 1. Blackwell (SM100+): 32 whatever the layout (every b200/b300/gb200/gb300/vr200 recipe,
+    #    e.g. llama/b200/llama3.py llama3_8b_pretrain_8gpu_b200_bf16_config at TP1)
     _connection_case(BLACKWELL, 1, 1, 8, 1, "deepep", False, expected=32, id="sm100-deepep"),
-    # 2. Blackwell, TP or CP split, and DP or PP split: 32
     _connection_case(BLACKWELL, 2, 1, 4, 1, None, False, expected=32, id="sm100-tp2-dp4"),
     _connection_case(BLACKWELL, 2, 1, 1, 2, None, False, expected=32, id="sm100-tp2-pp2-dp1"),
     _connection_case(BLACKWELL, 1, 2, 2, 1, None, False, expected=32, id="sm100-cp2-dp2"),
     _connection_case(BLACKWELL, 2, 1, 4, 1, None, True, expected=32, id="sm100-tp2-a2a"),
-    # 3. Hopper, TP or CP split, no EP all-to-all overlap: 1 (ncclep falls through to here)
+    _connection_case(BLACKWELL, 2, 1, 1, 1, None, False, expected=32, id="sm100-tp2-dp1"),
+    _connection_case(BLACKWELL, 1, 1, 8, 1, None, False, expected=32, id="sm100-dp8"),
+    _connection_case(BLACKWELL, 1, 1, 1, 8, None, False, expected=32, id="sm100-pp8"),
+    _connection_case(BLACKWELL, 1, 1, 8, 1, "ncclep", False, expected=32, id="sm100-ncclep"),
+    # 2. Hopper, TP or CP split, no EP all-to-all overlap: 1, whatever the flex backend
+    #    (glm_moe_dsa/h100/glm5.py glm51_sft_416gpu_h100_bf16_config: CP32 with deepep -> 1)
+    _connection_case(HOPPER, 2, 1, 4, 1, "deepep", False, expected=1, id="hopper-tp2-deepep"),
     _connection_case(HOPPER, 2, 1, 1, 1, None, False, expected=1, id="hopper-tp2-dp1"),
     _connection_case(HOPPER, 4, 1, 1, 2, None, False, expected=1, id="hopper-tp4-pp2"),
     _connection_case(HOPPER, 1, 2, 4, 1, None, False, expected=1, id="hopper-cp2-dp4"),
     _connection_case(HOPPER, 8, 2, 4, 4, None, False, expected=1, id="hopper-tp8-cp2-pp4"),
     _connection_case(HOPPER, 2, 1, 4, 1, "ncclep", False, expected=1, id="hopper-tp2-ncclep"),
-    # 4. otherwise CUDA's default, 8
-    _connection_case(HOPPER, 1, 1, 8, 1, None, False, expected=8, id="hopper-dp8"),
-    _connection_case(HOPPER, 1, 1, 2, 4, None, False, expected=8, id="hopper-pp4-dp2"),
-    _connection_case(HOPPER, 2, 1, 4, 1, None, True, expected=8, id="hopper-tp2-a2a"),
-    _connection_case(HOPPER, 1, 2, 4, 1, None, True, expected=8, id="hopper-cp2-a2a"),
-    _connection_case(BLACKWELL, 2, 1, 1, 1, None, False, expected=8, id="sm100-tp2-dp1"),
-    _connection_case(BLACKWELL, 1, 1, 8, 1, None, False, expected=8, id="sm100-dp8"),
-    _connection_case(BLACKWELL, 1, 1, 1, 8, None, False, expected=8, id="sm100-pp8"),
-    _connection_case(BLACKWELL, 1, 1, 8, 1, "ncclep", False, expected=8, id="sm100-ncclep"),
+    # 3. Hopper otherwise: 32 (llama/h100/llama3.py llama3_8b_pretrain_8gpu_h100_fp8cs_config at
+    #    TP1; qwen_vl/h100/qwen3_vl.py qwen3_vl_235b_a22b_pretrain_256gpu_h100_bf16_config at TP2
+    #    with EP all-to-all overlap)
+    _connection_case(HOPPER, 1, 1, 8, 1, "hybridep", False, expected=32, id="hopper-hybridep"),
+    _connection_case(HOPPER, 1, 1, 8, 1, None, False, expected=32, id="hopper-dp8"),
+    _connection_case(HOPPER, 1, 1, 2, 4, None, False, expected=32, id="hopper-pp4-dp2"),
+    _connection_case(HOPPER, 2, 1, 4, 1, None, True, expected=32, id="hopper-tp2-a2a"),
+    _connection_case(HOPPER, 1, 2, 4, 1, None, True, expected=32, id="hopper-cp2-a2a"),
 ]
+
+
+def connection_rule_inputs(layout: dict) -> dict:
+    """The keywords of a matrix row ``launch_env.cuda_device_max_connections`` reads."""
+    keys = ("gpu_sm100_or_newer", "tp_size", "cp_size", "a2a_overlap")
+    return {k: layout[k] for k in keys}
 
 
 #: The launch variables the recipes' ``env_vars`` hold (runtime_config_update exports them).

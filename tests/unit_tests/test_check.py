@@ -9,12 +9,14 @@ report perturbed.
 
 from __future__ import annotations
 
+import argparse
 import copy
 import importlib.util
 import json
 import math
 import os
 import re
+import shlex
 import subprocess
 import sys
 import textwrap
@@ -25,11 +27,24 @@ from typing import Any
 
 import pytest
 
-from megatron.bridge.check import Layout, compare_reports, fit_layout, overlap_off_request
+from megatron.bridge.check import (
+    EXIT_DISAGREE,
+    EXIT_ERROR,
+    EXIT_OK,
+    Layout,
+    build_check_config,
+    build_parser,
+    compare_reports,
+    fit_layout,
+    overlap_off_request,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "launch_check.py"
 TORCHRUN_TIMEOUT_S = 300
+LAUNCHER = REPO / "examples" / "launch_gpt3_175b.py"
+#: torchrun's own exit code when a worker exits non-zero (its ChildFailedError).
+TORCHRUN_FAILED = 1
 
 
 @dataclass
@@ -41,8 +56,10 @@ class Launch:
     wall_s: float
 
 
-def _env() -> dict[str, str]:
+def _env(pythonpath: Path | None = None) -> dict[str, str]:
     env = dict(os.environ)
+    if pythonpath is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(pythonpath), env.get("PYTHONPATH")]))
     # A launch from inside another distributed job must not inherit its rank variables.
     for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(name, None)
@@ -50,8 +67,11 @@ def _env() -> dict[str, str]:
     return env
 
 
-def torchrun(nproc: int, *args: str, script: Path | None = None) -> Launch:
-    """Launch the check (or ``script``) on ``nproc`` local processes under torchrun."""
+def torchrun(
+    nproc: int, *args: str, script: Path | None = None, pythonpath: Path | None = None
+) -> Launch:
+    """Launch the check (or ``script``) on ``nproc`` local processes under torchrun;
+    ``pythonpath`` is put first on the workers' import path."""
     target = [str(script)] if script else ["-m", "megatron.bridge.check"]
     command = [
         sys.executable,
@@ -70,7 +90,7 @@ def torchrun(nproc: int, *args: str, script: Path | None = None) -> Launch:
         text=True,
         timeout=TORCHRUN_TIMEOUT_S,
         cwd=REPO,
-        env=_env(),
+        env=_env(pythonpath),
     )
     wall = time.perf_counter() - start
     print(f"torchrun {' '.join(args)}: {wall:.1f} s wall, exit {proc.returncode}")
@@ -132,7 +152,16 @@ def test_tp2_pp2_vpp2_all_ranks_agree_and_every_chunk_is_built(tp2_pp2_vpp2):
     assert [r["rank"] for r in reports] == [0, 1, 2, 3]
     assert compare_reports(reports) == []
     first = reports[0]
-    assert first["layout"] == {"tp": 2, "pp": 2, "vpp": 2, "cp": 1, "dp": 1, "world_size": 4}
+    assert first["layout"] == {
+        "tp": 2,
+        "pp": 2,
+        "vpp": 2,
+        "cp": 1,
+        "dp": 1,
+        "ep": 1,
+        "etp": None,
+        "world_size": 4,
+    }
     assert {(r["coords"]["tp"], r["coords"]["pp"]) for r in reports} == {
         (0, 0),
         (1, 0),
@@ -185,7 +214,16 @@ def test_tp2_dp2_all_ranks_agree(tp2_dp2):
     assert (doc["exit_code"], doc["agree"], doc["disagreements"]) == (0, True, [])
     reports = doc["reports"]
     first = reports[0]
-    assert first["layout"] == {"tp": 2, "pp": 1, "vpp": None, "cp": 1, "dp": 2, "world_size": 4}
+    assert first["layout"] == {
+        "tp": 2,
+        "pp": 1,
+        "vpp": None,
+        "cp": 1,
+        "dp": 2,
+        "ep": 1,
+        "etp": None,
+        "world_size": 4,
+    }
     assert {(r["coords"]["tp"], r["coords"]["dp"]) for r in reports} == {
         (0, 0),
         (1, 0),
@@ -262,21 +300,127 @@ def test_compare_reports_names_the_rank_that_disagrees(tp2_pp2_vpp2, perturb, ex
     assert re.search(expected, problems[0]), problems
 
 
+def _worker_exit_codes(stderr: str) -> dict[int, int]:
+    """Each worker's exit code, from torchrun's failure summary (rank -> code)."""
+    summary = re.findall(r"rank\s*: (\d+) \(local_rank.*\n\s*exitcode\s*: (-?\d+)", stderr)
+    return {int(rank): int(code) for rank, code in summary}
+
+
+def _exited_as_documented(launch: Launch, code: int, nproc: int = 4) -> None:
+    """The documented exit codes under torchrun: every worker exits with the check's code
+    (those torchrun stops first show -15, SIGTERM) and torchrun itself exits 1."""
+    assert launch.proc.returncode == TORCHRUN_FAILED, _explain(launch)
+    codes = _worker_exit_codes(launch.proc.stderr)
+    assert codes.keys() == set(range(nproc)), launch.proc.stderr[-3000:]
+    assert code in codes.values() and set(codes.values()) <= {code, -15}, codes
+
+
 def test_sizes_that_do_not_split_the_world_fail_fast_on_every_rank():
     launch = torchrun(4, "--recipe", "gpt3_175b", "--tiny", "--tp", "3", "--json")
-    assert launch.proc.returncode != 0
     assert launch.wall_s < 120, "an error must not leave ranks waiting"
+    _exited_as_documented(launch, EXIT_ERROR)
     doc = launch.document
-    assert (doc["exit_code"], doc["agree"], doc["reports"]) == (2, False, [])
+    assert (doc["exit_code"], doc["agree"], doc["reports"]) == (EXIT_ERROR, False, [])
     (error,) = doc["errors"]
     assert error.startswith("ranks 0-3: ValueError: world size 4 is not divisible by TP3")
-    # torchrun lists every worker: none exited 0 (those it stopped first show -15, SIGTERM).
-    summary = re.findall(
-        r"rank\s*: (\d+) \(local_rank.*\n\s*exitcode\s*: (-?\d+)", launch.proc.stderr
+
+
+def test_a_command_line_argparse_rejects_exits_2_on_every_rank():
+    launch = torchrun(2, "--recipe", "gpt3_175b", "--gpu", "tpu_v5")
+    _exited_as_documented(launch, EXIT_ERROR, nproc=2)
+    assert "argument --gpu: invalid choice: 'tpu_v5'" in launch.proc.stderr
+    assert launch.document is None
+
+
+MOE_LAYOUT_RECIPE = """
+    from megatron.bridge.recipes import recipe_spec
+
+    # GPT-3 175B's shape as an MoE with dense first layers, EP8, on a custom layout string.
+    MOE_LAYOUT = {
+        "model.num_moe_experts": 64,
+        "model.moe_router_topk": 4,
+        "model.moe_ffn_hidden_size": 2048,
+        "model.moe_layer_freq": (0,) * 2 + (1,) * 94,
+        "model.moe_token_dispatcher_type": "alltoall",
+        "model.expert_model_parallel_size": 8,
+        "model.expert_tensor_parallel_size": 1,
+        "model.add_bias_linear": False,
+        "model.bias_activation_fusion": False,
+        "model.virtual_pipeline_model_parallel_size": None,
+        "model.pipeline_model_parallel_layout": "Et*5|(t*6|)*14t*7L",
+    }
+
+
+    def moe_layout(**overrides):
+        return recipe_spec("gpt3_175b").changed(**MOE_LAYOUT).with_overrides(**overrides)
+"""
+
+
+def test_moe_on_a_custom_layout_builds_tiny_with_every_rank_agreeing(tmp_path):
+    (tmp_path / "moe_layout_recipe.py").write_text(textwrap.dedent(MOE_LAYOUT_RECIPE))
+    launch = torchrun(
+        4, "--recipe", "moe_layout_recipe:moe_layout", "--tiny", "--json", pythonpath=tmp_path
     )
-    codes = {int(rank): int(code) for rank, code in summary}
-    assert codes.keys() == {0, 1, 2, 3}, launch.proc.stderr[-3000:]
-    assert 2 in codes.values() and 0 not in codes.values(), codes
+    assert launch.proc.returncode == 0, _explain(launch)
+    doc = launch.document
+    assert (doc["exit_code"], doc["disagreements"]) == (EXIT_OK, [])
+    first = doc["reports"][0]
+    assert (first["layout"]["pp"], first["layout"]["vpp"], first["layout"]["ep"]) == (2, 2, 2)
+    # The layout string rebuilt on PP2 x VPP2: "Et|t|t|tL", one decoder per chunk.
+    assert first["model"]["num_layers"] == 4
+    assert all(c["layers"] == 1 for r in doc["reports"] for c in r["chunks"])
+    assert any(n.startswith("moe_token_dispatcher_type 'alltoall' turned") for n in first["notes"])
+
+
+PER_RANK_RECIPE = """
+    import os
+
+    from megatron.bridge.recipes import recipe_spec
+
+
+    def per_rank(**overrides):
+        # A recipe that reads a setting of its own process: rank 1 turns the DP overlap off.
+        spec = recipe_spec("gpt3_175b", **overrides)
+        if os.environ["RANK"] == "1":
+            spec = spec.changed(overlap=(("overlap_grad_reduce", False),))
+        return spec
+"""
+
+
+def test_ranks_that_disagree_exit_1_on_every_rank(tmp_path):
+    (tmp_path / "per_rank_recipe.py").write_text(textwrap.dedent(PER_RANK_RECIPE))
+    launch = torchrun(
+        4,
+        "--recipe",
+        "per_rank_recipe:per_rank",
+        "--tiny",
+        "--pp",
+        "1",
+        "--json",
+        pythonpath=tmp_path,
+    )
+    _exited_as_documented(launch, EXIT_DISAGREE)
+    doc = launch.document
+    assert (doc["exit_code"], doc["agree"], doc["errors"]) == (EXIT_DISAGREE, False, [])
+    assert any(
+        line.startswith("rank 1: plan differs") and "overlap_grad_reduce" in line
+        for line in doc["disagreements"]
+    ), doc["disagreements"]
+
+
+def test_the_documented_exit_codes_are_the_checks():
+    # The exit codes the command's help and the docs give are the ones the tests above see.
+    assert (EXIT_OK, EXIT_DISAGREE, EXIT_ERROR) == (0, 1, 2)
+    epilog = build_parser().epilog
+    assert "0 all ranks agree; 1 they disagree; 2 an error on any rank" in epilog
+    assert "torchrun itself exits 1" in epilog
+    docs = (REPO / "docs" / "training" / "communication-overlap.md").read_text()
+    for row in (
+        "| 0 | every rank agrees",
+        "| 1 | the ranks disagree",
+        "| 2 | an error on any rank",
+    ):
+        assert row in docs, row
 
 
 ONE_RANK_FAILS = """
@@ -398,6 +542,90 @@ def test_slurm_dry_run_of_the_example_prints_the_srun_line(tmp_path):
     srun = example.srun_line(sbatch)
     assert " torchrun " in srun and "--nnodes 2 --nproc-per-node 8" in srun
     assert srun.endswith("-m megatron.bridge.check --recipe gpt3_175b --tiny --json --pp 1")
+
+
+def _choices(parser: argparse.ArgumentParser, dest: str) -> list[str]:
+    (action,) = [a for a in parser._actions if a.dest == dest]
+    return list(action.choices)
+
+
+def test_gpu_and_precision_take_explains_choices():
+    from megatron.bridge.cli.parser import build_parser as explain_parser
+    from megatron.bridge.training.precisions import PRECISIONS
+
+    explain = explain_parser()
+    (sub,) = [a for a in explain._actions if isinstance(a, argparse._SubParsersAction)]
+    for dest in ("gpu", "precision"):
+        assert _choices(build_parser(), dest) == _choices(sub.choices["explain"], dest)
+    # Every precision of the table, so a new row is a new choice.
+    assert set(PRECISIONS) <= set(_choices(build_parser(), "precision"))
+
+
+def _check_config(*argv: str, world_size: int = 4):
+    args = build_parser().parse_args(["--recipe", "gpt3_175b", *argv])
+    return build_check_config(args, world_size=world_size, on_cuda=False)
+
+
+def test_the_checked_config_follows_gpu_and_precision():
+    cfg, _, notes = _check_config("--tiny", "--gpu", "b200", "--precision", "fp8_cs")
+    assert cfg.gpu == "b200"
+    assert (cfg.model.fp8, cfg.model.fp8_recipe) == ("hybrid", "tensorwise")
+    assert any(
+        n.startswith("no GPU visible: the plan and the launch environment are for b200")
+        for n in notes
+    )
+    # The aliases explain takes resolve the same way.
+    alias, _, _ = _check_config("--tiny", "--gpu", "b200", "--precision", "mxfp8")
+    assert alias.model.fp8_recipe == "mxfp8"
+    # Without the flags: the recipe's precision, and on a CPU no GPU.
+    plain, _, notes = _check_config("--tiny")
+    assert (plain.gpu, plain.model.fp8) == (None, None)
+    assert any(
+        n.startswith("no GPU visible: the launch environment is planned as for Hopper")
+        for n in notes
+    )
+
+
+def test_a_precision_the_gpu_cannot_train_in_is_refused_as_explain_refuses_it(capsys):
+    from megatron.bridge.cli import main as explain
+
+    with pytest.raises(ValueError, match="MXFP8") as refused:
+        _check_config("--tiny", "--gpu", "h100", "--precision", "fp8_mx")
+    argv = ["explain", "--recipe", "gpt3_175b", "--gpu", "h100", "--precision", "fp8_mx"]
+    assert explain(argv) == 2
+    assert str(refused.value) in capsys.readouterr().err
+
+
+def _load(path: Path) -> Any:
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(("gpu", "precision"), [("b200", "fp8_cs"), ("h100", None)])
+def test_the_launcher_checks_the_config_it_exports(tmp_path, gpu, precision):
+    launcher = _load(LAUNCHER)
+    sbatch = launcher.sbatch_for(gpu=gpu, precision=precision, job_dir=tmp_path, nsys=False)
+    exports = dict(
+        line.removeprefix("export ").split("=", 1)
+        for line in sbatch.splitlines()
+        if line.startswith("export ")
+    )
+    srun = next(line for line in sbatch.splitlines() if line.startswith("srun "))
+    argv = shlex.split(srun.partition(" -m megatron.bridge.check ")[2])
+    args = build_parser().parse_args(argv)
+    assert (args.gpu, args.precision) == (gpu, precision)
+    # The check, at the launch's size, builds the config whose environment the script exports.
+    num_gpus = launcher.gpt3_175b.SPEC.num_gpus
+    cfg, layout, _ = build_check_config(args, world_size=num_gpus, on_cuda=False)
+    assert (cfg.gpu, layout.dp) == (gpu, 32)
+    assert cfg.env_vars and all(exports.get(k) == v for k, v in cfg.env_vars.items()), (
+        cfg.env_vars,
+        exports,
+    )
+    connections = "32" if gpu == "b200" else "1"
+    assert exports["CUDA_DEVICE_MAX_CONNECTIONS"] == connections
 
 
 def test_check_cuda_branch():

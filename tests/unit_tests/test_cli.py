@@ -23,7 +23,7 @@ def test_default_explains_the_reference_layout(capsys):
     assert "128 x H100  TP4 PP4 VPP2 CP1 EP1 -> DP8" in out
     assert "userbuffers_bf16_h100_h12288_tp4_mbs1_seqlen2048" in out and "matches the model" in out
     assert "CUDA_DEVICE_MAX_CONNECTIONS=1" in out
-    assert "NVTE_FWD_LAYERNORM_SM_MARGIN=16" in out
+    assert "NVTE_FWD_LAYERNORM_SM_MARGIN=20" in out
 
 
 def test_json_document_has_stable_keys_and_the_resolved_values(capsys):

@@ -366,7 +366,10 @@ def test_flag_on_the_model_that_the_plan_replaces_is_reported(knob, cfg_kwargs, 
 
 
 @pytest.mark.parametrize(
-    ("gpu", "loses", "connections"), [("h100", True, "8"), ("b200", False, "32")]
+    # Hopper with EP overlap: 32, upstream's tuned value (qwen_vl/h100/qwen3_vl.py
+    # qwen3_vl_235b_a22b_pretrain_256gpu_h100_bf16_config, TP2 with EP overlap).
+    ("gpu", "loses", "connections"),
+    [("h100", True, "32"), ("b200", False, "32")],
 )
 def test_tp_overlap_loses_to_ep_overlap_on_hopper_only(gpu, loses, connections, te_available):
     cfg = _container(

@@ -11,9 +11,13 @@ environments and per-chunk parameter counts, and rank 0 prints the plan, a table
 rank's chunks and any disagreement. Without torchrun it runs as a one-process world.
 
 ``--tiny`` keeps the shape of the recipe's parallelism but fits it to the world: every split
-the recipe uses (TP, PP with VPP, CP) becomes 2 while the world has room for it, the rest is
-data parallel, and the model shrinks to one layer per pipeline chunk with small widths, so it
-builds on a laptop. ``--tp/--pp/--vpp/--cp`` set a size exactly.
+the recipe uses (TP, PP with VPP, CP, then EP) becomes 2 while the world has room for it, the
+rest is data parallel, and the model shrinks (``tiny``) to about one layer per pipeline chunk
+with small widths, its pipeline split (custom layout, first/last stage sizes, embedding and
+loss counted as layers), experts, MLA and hybrid pattern still valid on that layout, so it
+builds on a laptop. ``--tp/--pp/--vpp/--cp`` set a size exactly. ``--gpu`` and ``--precision``
+change the recipe as ``bridge-overlap explain``'s flags do (the same choices; its preset,
+precision and launch environment follow); without ``--gpu`` the visible GPU is used.
 
 Without a GPU the ranks talk over gloo and build on the CPU with megatron-core's local layer
 spec (Transformer Engine needs CUDA). That spec's torch norm layers support neither sequence
@@ -27,9 +31,12 @@ environment the report shows on the launcher (``PerfEnvPlugin`` does); the build
 live one differs.
 
 Exit codes, the same on every rank: 0 all ranks agree; 1 they disagree; 2 an error on any rank
-(each rank catches its own, the ranks all-gather their status, then all exit).
+(each rank catches its own, the ranks all-gather their status, then all exit; a command line
+argparse rejects exits 2 before any group is joined). torchrun exits 0 when every worker does
+and 1 otherwise; the check's code is the last line of rank 0's report (``exit_code`` with
+``--json``) and each worker's is in torchrun's failure summary.
 
-The parts, lowest first: ``layout`` (the layout fitted to the world, the tiny model's sizes),
+The parts, lowest first: ``layout`` (the layout fitted to the world), ``tiny`` (the tiny model),
 ``config`` (the recipe's config as the check runs it), ``compare`` (the ranks' reports compared),
 ``cuda`` (step timings against all overlap off), ``ranks`` (one rank's report, the all-gather),
 ``render`` (the report as text), ``cli`` (the command and its exit codes).
@@ -46,8 +53,9 @@ from megatron.bridge.check.cli import (
 from megatron.bridge.check.compare import SHARED_KEYS, compare_reports
 from megatron.bridge.check.config import build_check_config
 from megatron.bridge.check.cuda import CUDA_STEPS, OVERLAP_FIELDS, overlap_off_request
-from megatron.bridge.check.layout import Layout, check_overrides_fit, fit_layout, tiny_model_fields
+from megatron.bridge.check.layout import Layout, check_overrides_fit, fit_layout
 from megatron.bridge.check.ranks import CUDA_SEED, gather_outcomes
+from megatron.bridge.check.tiny import TINY_HEAD_DIM, TINY_VOCAB_SIZE, tiny_model
 
 __all__ = [
     "CUDA_SEED",
@@ -58,6 +66,8 @@ __all__ = [
     "JSON_SCHEMA_VERSION",
     "OVERLAP_FIELDS",
     "SHARED_KEYS",
+    "TINY_HEAD_DIM",
+    "TINY_VOCAB_SIZE",
     "Layout",
     "build_check_config",
     "build_parser",
@@ -67,5 +77,5 @@ __all__ = [
     "gather_outcomes",
     "main",
     "overlap_off_request",
-    "tiny_model_fields",
+    "tiny_model",
 ]

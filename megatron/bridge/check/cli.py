@@ -3,7 +3,10 @@
 :func:`main` joins the process group (NCCL with CUDA, gloo without; a world of one outside
 torchrun), has every rank build and report its chunks, gathers and compares the reports, times
 the plan on CUDA, and rank 0 prints the report (text or ``--json``). Exit codes, the same on
-every rank: :data:`EXIT_OK`, :data:`EXIT_DISAGREE`, :data:`EXIT_ERROR`.
+every rank: :data:`EXIT_OK`, :data:`EXIT_DISAGREE`, :data:`EXIT_ERROR`, and argparse's 2 for a
+command line it rejects. Under torchrun every worker exits with the code and torchrun itself
+exits 0 or 1 (its ``ChildFailedError``): the code is in rank 0's report and in torchrun's
+failure summary.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from megatron.bridge.check.compare import compare_reports
 from megatron.bridge.check.cuda import _cuda_timings
 from megatron.bridge.check.ranks import _check_rank, gather_outcomes
 from megatron.bridge.check.render import _error_lines, _render
+from megatron.bridge.cli.parser import add_gpu_and_precision
 from megatron.bridge.training.validators import positive_int_argument
 
 __all__ = ["EXIT_DISAGREE", "EXIT_ERROR", "EXIT_OK", "JSON_SCHEMA_VERSION", "build_parser", "main"]
@@ -39,7 +43,12 @@ def build_parser() -> argparse.ArgumentParser:
         prog="bridge-overlap-check",
         description="Check a recipe's overlap plan on a real multi-process world (run it "
         "under torchrun; without it, as a world of one).",
-        epilog="Exit codes: 0 all ranks agree; 1 they disagree; 2 an error on any rank.",
+        epilog=(
+            "Exit codes, the same on every rank: 0 all ranks agree; 1 they disagree; 2 an error "
+            "on any rank. Under torchrun each worker exits with it, and torchrun itself exits 1 "
+            "when any worker exits non-zero: rank 0's report ends with the code ('exit_code' "
+            "with --json), and torchrun's failure summary lists each worker's."
+        ),
     )
     parser.add_argument(
         "--recipe", required=True, help="recipe name (e.g. gpt3_175b) or 'module:function'"
@@ -55,6 +64,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--vpp", type=positive_int_argument, help="virtual pipeline size (1 = none)"
     )
     parser.add_argument("--cp", type=positive_int_argument, help="context-parallel size (exact)")
+    # The flags and choices of `bridge-overlap explain`: the recipe is changed the same way.
+    add_gpu_and_precision(
+        parser,
+        gpu_default="the visible GPU; on a CPU none, planned as for Hopper or older",
+        precision_default="the recipe's",
+    )
     parser.add_argument("--json", action="store_true", help="rank 0 prints one JSON document")
     parser.add_argument(
         "--timeout",
@@ -145,6 +160,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "schema_version": JSON_SCHEMA_VERSION,
                 "recipe": args.recipe,
                 "tiny": args.tiny,
+                "gpu": args.gpu,
+                "precision": args.precision,
                 "world_size": world,
                 "backend": backend,
                 "exit_code": code,

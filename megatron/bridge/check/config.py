@@ -2,7 +2,8 @@
 
 :func:`build_check_config` builds the recipe on the fitted layout (``--tiny``: with the tiny
 model), then turns off what this machine cannot run (megatron-core's local layer spec without
-Transformer Engine; tied embeddings across pipeline stages without CUDA), one note each. Also
+Transformer Engine; tied embeddings across pipeline stages and the all-to-all and flex MoE
+dispatchers without CUDA), one note each. Also
 owns what the live machine offers: the visible GPU (:func:`_live_gpu`) and whether the model
 builds with the local layer spec (:func:`_uses_local_spec`).
 """
@@ -16,10 +17,12 @@ import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from megatron.bridge.check.layout import Layout, fit_layout, tiny_model_fields
+from megatron.bridge.check.layout import Layout, fit_layout
+from megatron.bridge.check.tiny import tiny_model
 from megatron.bridge.recipes import get_recipe, recipe_spec
 from megatron.bridge.recipes.spec import RECIPE_KEYWORDS, RecipeSpec
 from megatron.bridge.training import comm_overlap, hardware
+from megatron.bridge.training.job import JobDescription
 
 if TYPE_CHECKING:
     from megatron.bridge.training.config import ConfigContainer
@@ -33,6 +36,7 @@ _LOCAL_SPEC_UNSUPPORTED = {
     "layernorm_zero_centered_gamma": "a zero-centred LayerNorm gamma",
     "persist_layer_norm": "the persistent LayerNorm kernel",
     "memory_efficient_layer_norm": "the memory-efficient LayerNorm",
+    "moe_grouped_gemm": "grouped expert GEMMs (its GroupedMLP needs the grouped_gemm kernels)",
 }
 
 _TINY_PRESET_NOTE = (
@@ -74,34 +78,37 @@ def _recipe_log_quiet(quiet: bool) -> Iterator[None]:
 
 
 def _build_spec(
-    spec: RecipeSpec,
-    changes: dict[str, Any],
-    tiny: dict[str, Any] | None,
-    notes: list[str],
+    spec: RecipeSpec, changes: dict[str, Any], tiny: bool, notes: list[str]
 ) -> ConfigContainer:
-    """The container of ``spec`` with ``changes`` (job-description names) and the tiny model."""
-    sized = spec.changed(**changes)
-    if tiny is not None:
-        # The preset the recipe picks for its full-size model at this layout; the tiny model
-        # builds without one.
-        if sized.preset_choice().preset is not None:
+    """The container of ``spec`` with ``changes`` (job-description names)."""
+    if tiny:
+        # The preset the recipe picks with its keywords' changes (what a container-only recipe
+        # is built with); the tiny model builds without one.
+        keyword_fields = set(RECIPE_KEYWORDS.values())
+        full_size = spec.changed(**{k: v for k, v in changes.items() if k in keyword_fields})
+        if full_size.preset_choice().preset is not None:
             notes.append(_TINY_PRESET_NOTE)
-        sized = sized.changed(preset="none", **{f"model.{k}": v for k, v in tiny.items()})
-    return sized.build()
+        changes = changes | {"preset": "none"}
+    return spec.changed(**changes).build()
 
 
 def _build_container(
-    name: str,
-    changes: dict[str, Any],
-    tiny: dict[str, Any] | None,
-    notes: list[str],
+    name: str, changes: dict[str, Any], tiny: bool, notes: list[str]
 ) -> ConfigContainer:
-    """The container of a recipe without a spec: its function called with the keywords."""
+    """The container of a recipe without a spec: its function called with the keywords, then
+    the other model fields written over its model config through its description."""
+    from megatron.bridge.training.job_configs import describe_model, write_model
+
     keywords = {key: changes[field] for key, field in RECIPE_KEYWORDS.items() if field in changes}
     cfg = get_recipe(name, **keywords)
-    if tiny is not None:
-        for field, value in tiny.items():
-            setattr(cfg.model, field, value)
+    model_changes = {
+        k.removeprefix("model."): v
+        for k, v in changes.items()
+        if k.startswith("model.") and k not in RECIPE_KEYWORDS.values()
+    }
+    if model_changes:
+        write_model(cfg.model, dataclasses.replace(describe_model(cfg.model), **model_changes))
+    if tiny:
         request = cfg.comm_overlap
         if request is not None and request.tp_comm_overlap_cfg is not None:
             cfg.comm_overlap = dataclasses.replace(request, tp_comm_overlap_cfg=None)
@@ -109,24 +116,38 @@ def _build_container(
     return cfg
 
 
+def _published_job(name: str) -> tuple[RecipeSpec | None, JobDescription]:
+    """The recipe's spec (None for a container-only recipe) and its job description."""
+    spec = recipe_spec(name)
+    if spec is not None:
+        return spec, spec.job
+    from megatron.bridge.training.job_configs import describe_model
+
+    return None, JobDescription(model=describe_model(get_recipe(name).model))
+
+
 def build_check_config(
     args: argparse.Namespace, *, world_size: int, on_cuda: bool
 ) -> tuple[ConfigContainer, Layout, list[str]]:
     """The recipe's config as this check runs it: its layout fitted, its notes.
 
-    A recipe with a torch-free spec (:func:`~megatron.bridge.recipes.recipe_spec`) is changed
-    by job-description field and built once; a container-only recipe is built by its function
-    with the layout as keyword overrides (``tp_size``, ...), the tiny model written over it.
+    ``--gpu`` and ``--precision`` change the recipe as ``bridge-overlap explain`` does (its
+    preset, precision fields and launch environment follow); without ``--gpu`` a visible GPU of
+    the catalogue is used. A recipe with a torch-free spec
+    (:func:`~megatron.bridge.recipes.recipe_spec`) is changed by job-description field and
+    built once; a container-only recipe is built by its function with the keywords it takes
+    (``tp_size``, ``gpu``, ...), and the other model fields (the tiny model's) are written over
+    its model config through its description.
     """
     overrides = {"tp": args.tp, "pp": args.pp, "vpp": args.vpp, "cp": args.cp}
-    spec = recipe_spec(args.recipe)
-    # The job description and megatron-core's model config share these field names.
-    published = spec.job.model if spec is not None else get_recipe(args.recipe).model
+    spec, published = _published_job(args.recipe)
     recipe_sizes = {
-        "tp": published.tensor_model_parallel_size,
-        "pp": published.pipeline_model_parallel_size,
-        "vpp": published.virtual_pipeline_model_parallel_size,
-        "cp": published.context_parallel_size,
+        "tp": published.tp_size,
+        "pp": published.pp_size,
+        "vpp": published.vpp_size,
+        "cp": published.cp_size,
+        "ep": published.ep_size,
+        "etp": published.model.expert_tensor_parallel_size,
     }
     layout, notes = fit_layout(
         world_size=world_size, recipe=recipe_sizes, overrides=overrides, tiny=args.tiny
@@ -137,24 +158,25 @@ def build_check_config(
         "model.virtual_pipeline_model_parallel_size": layout.vpp,
         "model.context_parallel_size": layout.cp,
     }
-    tiny = None
+    live_gpu = _live_gpu()[0] if on_cuda else None
+    gpu = args.gpu or live_gpu
+    if gpu is not None:
+        changes["gpu"] = gpu
+    if args.precision is not None:
+        changes["precision"] = args.precision
     if args.tiny:
-        tiny = tiny_model_fields(
-            layout, grouped_query_attention=published.num_query_groups is not None
-        )
+        fields, tiny_notes = tiny_model(published.model, layout)
+        notes += tiny_notes
+        changes |= {f"model.{k}": v for k, v in fields.items()}
         # Two micro-batches per pipeline stage: what the interleaved schedule needs at least.
-        changes |= {
-            "model.seq_length": tiny["seq_length"],
-            "micro_batch_size": 1,
-            "global_batch_size": layout.dp * 2 * layout.pp,
-        }
+        changes |= {"micro_batch_size": 1, "global_batch_size": layout.dp * 2 * layout.pp}
     # The layout goes in as a change of the recipe, not onto the built container, so sequence
     # parallelism and the preset follow it as they would in a real launch.
     with _recipe_log_quiet(args.tiny):
         if spec is not None:
-            cfg = _build_spec(spec, changes, tiny, notes)
+            cfg = _build_spec(spec, changes, args.tiny, notes)
         else:
-            cfg = _build_container(args.recipe, changes, tiny, notes)
+            cfg = _build_container(args.recipe, changes, args.tiny, notes)
     model = cfg.model
 
     if _uses_local_spec(model):
@@ -179,14 +201,24 @@ def build_check_config(
                 notes.append(note)
 
     if on_cuda:
-        cfg.gpu, _, _ = _live_gpu()
+        if args.gpu is not None and args.gpu != live_gpu:
+            notes.append(
+                f"--gpu {args.gpu}: the plan and the launch environment are for {args.gpu}, "
+                f"but this process runs on {_live_gpu()[2]}"
+            )
     else:
         model.use_cpu_initialization = True
-        cfg.gpu = None
-        notes.append(
-            "no GPU visible: the launch environment is planned as for Hopper or older "
-            "(gpu_sm100_or_newer=False)"
-        )
+        if args.gpu is None:
+            cfg.gpu = None
+            notes.append(
+                "no GPU visible: the launch environment is planned as for Hopper or older "
+                "(gpu_sm100_or_newer=False)"
+            )
+        else:
+            notes.append(
+                f"no GPU visible: the plan and the launch environment are for {args.gpu} "
+                "(--gpu); the model builds on the CPU"
+            )
         if layout.pp > 1 and model.share_embeddings_and_output_weights:
             model.share_embeddings_and_output_weights = False
             notes.append(
@@ -194,5 +226,14 @@ def build_check_config(
                 "copies the tied embedding to the last pipeline stage with a CUDA all-reduce "
                 "while building; the parameter counts are the same (the last stage holds its "
                 "own output weight either way)"
+            )
+        dispatcher = model.moe_token_dispatcher_type
+        if model.num_moe_experts and dispatcher != "allgather":
+            model.moe_token_dispatcher_type = "allgather"
+            notes.append(
+                f"moe_token_dispatcher_type {dispatcher!r} turned to 'allgather' on the CPU: "
+                "megatron-core's all-to-all and flex dispatchers create CUDA streams while "
+                "building; EP all-to-all overlap, which needs them, is therefore refused on "
+                "this run"
             )
     return cfg, layout, notes

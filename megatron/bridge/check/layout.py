@@ -1,9 +1,8 @@
 """The parallel layout one check runs with: the recipe's sizes fitted to the world.
 
 :func:`fit_layout` turns the recipe's sizes and the command line's into a :class:`Layout` that
-splits the world, with a note for each split of the recipe it had to drop;
-:func:`tiny_model_fields` gives the model sizes ``--tiny`` builds with on that layout. Plain
-values only: nothing here imports torch, megatron-core or a recipe.
+splits the world, with a note for each split of the recipe it had to drop (``check.tiny`` shrinks the model onto
+it). Plain values only: nothing here imports torch, megatron-core or a recipe.
 """
 
 from __future__ import annotations
@@ -11,9 +10,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
-__all__ = ["Layout", "check_overrides_fit", "fit_layout", "tiny_model_fields"]
+__all__ = ["Layout", "check_overrides_fit", "fit_layout"]
 
 #: Split sizes ``--tiny`` fills in, in this order (TP first: it is what TP overlap needs).
 _TINY_ORDER = ("tp", "pp", "cp")
@@ -33,6 +31,10 @@ class Layout:
     """Context-parallel size."""
     dp: int
     """Data-parallel size: what the world leaves after TP x PP x CP."""
+    ep: int = 1
+    """Expert-parallel size."""
+    etp: int | None = None
+    """Expert tensor-parallel size; None: the tensor-parallel size (megatron-core's default)."""
 
     @property
     def chunks(self) -> int:
@@ -40,9 +42,12 @@ class Layout:
         return self.vpp or 1
 
     def describe(self) -> str:
-        """``TP2 x PP2 (VPP2) x CP1 x DP1``."""
+        """``TP2 x PP2 (VPP2) x CP1 x DP1``, with `` x EP2 (ETP1)`` for expert parallelism."""
         vpp = f" (VPP{self.vpp})" if self.vpp else ""
-        return f"TP{self.tp} x PP{self.pp}{vpp} x CP{self.cp} x DP{self.dp}"
+        experts = ""
+        if self.ep > 1:
+            experts = f" x EP{self.ep}" + (f" (ETP{self.etp})" if self.etp is not None else "")
+        return f"TP{self.tp} x PP{self.pp}{vpp} x CP{self.cp} x DP{self.dp}{experts}"
 
 
 def _check_fits(world_size: int, tp: int, pp: int, cp: int) -> None:
@@ -69,11 +74,14 @@ def fit_layout(
 ) -> tuple[Layout, list[str]]:
     """The layout to check, and a note for each of the recipe's splits it had to drop.
 
-    ``recipe`` and ``overrides`` map ``tp``, ``pp``, ``vpp``, ``cp`` to sizes (None: not given).
-    An override is used as given. Without ``tiny`` the recipe's sizes are used as they are;
-    with it, each split the recipe uses becomes 2 while the world still divides, TP first, then
-    PP (with VPP 2 when the recipe interleaves), then CP; the rest of the world is data
-    parallel. ``ValueError`` when the sizes do not divide the world.
+    ``recipe`` maps ``tp``, ``pp``, ``vpp``, ``cp``, ``ep``, ``etp`` to sizes and ``overrides``
+    maps ``tp``, ``pp``, ``vpp``, ``cp`` (None: not given). An override is used as given.
+    Without ``tiny`` the recipe's sizes are used as they are; with it, each split the recipe
+    uses becomes 2 while the world still divides, TP first, then PP (with VPP 2 when the recipe
+    interleaves), then CP; the rest of the world is data parallel. The experts then split over
+    EP 2 when the recipe uses EP and the expert grid (ETP x EP x PP) still divides the world;
+    ETP stays 1 when the recipe's is 1 and follows TP otherwise. ``ValueError`` when the sizes
+    do not divide the world.
     """
     check_overrides_fit(world_size, overrides)
     sizes = {name: overrides[name] for name in _TINY_ORDER if overrides.get(name) is not None}
@@ -113,24 +121,38 @@ def fit_layout(
     vpp = None if vpp in (None, 1) else vpp
 
     _check_fits(world_size, tp, pp, cp)
-    layout = Layout(tp=tp, pp=pp, vpp=vpp, cp=cp, dp=world_size // (tp * pp * cp))
+    ep, etp = _fit_experts(world_size, recipe, tp=tp, pp=pp, tiny=tiny, notes=notes)
+    layout = Layout(tp=tp, pp=pp, vpp=vpp, cp=cp, dp=world_size // (tp * pp * cp), ep=ep, etp=etp)
     return layout, notes
 
 
-def tiny_model_fields(layout: Layout, *, grouped_query_attention: bool) -> dict[str, Any]:
-    """Model sizes small enough to build on a laptop, still valid for ``layout``.
-
-    One layer per pipeline chunk; two attention heads per TP rank (one query group per TP rank
-    for grouped-query attention) of width 16; a sequence that splits over CP (2 x CP pieces,
-    for load balancing) and over TP (sequence parallelism).
-    """
-    heads = 2 * layout.tp
-    return {
-        "num_layers": layout.pp * layout.chunks,
-        "hidden_size": 16 * heads,
-        "ffn_hidden_size": 64 * heads,
-        "num_attention_heads": heads,
-        "num_query_groups": layout.tp if grouped_query_attention else None,
-        "vocab_size": 1000,
-        "seq_length": 32 * layout.tp * layout.cp,
-    }
+def _fit_experts(
+    world_size: int,
+    recipe: Mapping[str, int | None],
+    *,
+    tp: int,
+    pp: int,
+    tiny: bool,
+    notes: list[str],
+) -> tuple[int, int | None]:
+    """(EP, ETP) on the fitted layout: the recipe's, or with ``tiny`` EP 2 where it fits."""
+    ep, etp = recipe.get("ep") or 1, recipe.get("etp")
+    if tiny:
+        etp = None if etp is None else (1 if etp == 1 else tp)
+        if ep > 1:
+            grid = (etp or tp) * pp
+            if world_size % (grid * 2) == 0:
+                ep = 2
+            else:
+                notes.append(
+                    f"EP{ep} of the recipe dropped: a world of {world_size} has no room for it "
+                    f"beside ETP x PP = {grid}"
+                )
+                ep = 1
+    grid = (etp or tp) * ep * pp
+    if world_size % grid:
+        raise ValueError(
+            f"world size {world_size} is not divisible by the expert grid ETP{etp or tp} x EP{ep} "
+            f"x PP{pp} = {grid}; change the expert sizes or --nproc-per-node so it divides."
+        )
+    return ep, etp

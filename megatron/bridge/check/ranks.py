@@ -123,6 +123,8 @@ def _check_rank(
         pipeline_model_parallel_size=layout.pp,
         virtual_pipeline_model_parallel_size=layout.vpp,
         context_parallel_size=layout.cp,
+        expert_model_parallel_size=layout.ep,
+        expert_tensor_parallel_size=layout.etp,
         distributed_timeout_minutes=max(1, math.ceil(args.timeout / 60)),
     )
     if on_cuda:
@@ -151,7 +153,13 @@ def _check_rank(
             "cp": parallel_state.get_context_parallel_rank(),
             "dp": parallel_state.get_data_parallel_rank(),
         },
-        "recipe": {"name": args.recipe, "tiny": args.tiny},
+        "recipe": {
+            "name": args.recipe,
+            "tiny": args.tiny,
+            # What the plan was made for (--gpu / --precision, or the recipe's).
+            "gpu": plan.job.gpu,
+            "precision": plan.job.compute_dtype,
+        },
         "layout": dataclasses.asdict(layout) | {"world_size": world_size},
         "model": {
             "num_layers": model.num_layers,

@@ -42,7 +42,8 @@ def _render(document: Mapping[str, Any], plan_text: str | None) -> str:
     layout = Layout(**{k: v for k, v in first["layout"].items() if k != "world_size"})
     model = first["model"]
     lines += [
-        f"layout: {layout.describe()} on {first['device']} ({document['backend']})",
+        f"layout: {layout.describe()} on {first['device']} ({document['backend']}); planned "
+        f"for {first['recipe']['gpu'] or 'no GPU'} in {first['recipe']['precision']}",
         f"model: {model['num_layers']} layer{'' if model['num_layers'] == 1 else 's'}, hidden "
         f"{model['hidden_size']}, "
         f"{model['num_attention_heads']} heads, seq {model['seq_length']}, vocab "

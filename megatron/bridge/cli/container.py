@@ -37,7 +37,8 @@ def _plan_container(args: argparse.Namespace) -> OverlapPlan:
     resolved = resolve_config(cfg, world_size=world, te=te_of(args))
     # The environment the job gets from the container (the launcher may add to it): a value
     # contradicting the layout warns, or is refused with --strict, as at model-build time.
-    env = {name: str(value) for name, value in cfg.env_vars.items()}
+    # The recipe's derived variables follow the GPU, precision and layout the overrides set.
+    env = {name: str(value) for name, value in resolved.env_vars.items()}
     problems = check_launch_environment(cfg, resolved, env=env)
     args._env_problems = [f"launch environment (cfg.env_vars): {p}" for p in problems]
     return resolved.plan

@@ -225,6 +225,29 @@ def _add_model_vocabulary(ex: argparse.ArgumentParser) -> None:
     )
 
 
+def add_gpu_and_precision(
+    parser: argparse.ArgumentParser, *, gpu_default: str, precision_default: str
+) -> None:
+    """The ``--gpu`` and ``--precision`` flags: the GPU catalogue's names and the precision
+    table's (its aliases included); the defaults are named in the help only.
+
+    ``bridge-overlap explain`` and ``bridge-overlap-check`` take them alike; what a GPU cannot
+    train in is refused by the spec they change (``RecipeSpec``), not here.
+    """
+    parser.add_argument(
+        "--gpu", choices=sorted(hardware.GPUS), help=f"GPU model (default {gpu_default})"
+    )
+    parser.add_argument(
+        "--precision",
+        choices=precision_choices(),
+        help=(
+            "training precision: bf16, fp16, fp8_ds (FP8 delayed scaling), fp8_cs (current "
+            "scaling), fp8_sc (sub-channel/blockwise), fp8_mx (MXFP8) or nvfp4; aliases fp8 "
+            f"(fp8_ds) and mxfp8 (fp8_mx). Default {precision_default}"
+        ),
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``bridge-overlap``."""
     parser = _Parser(prog="bridge-overlap", description=_DESCRIPTION)
@@ -274,16 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
         "request TP comm overlap; refused with a warning (exit 1 with --strict) where the "
         "layout cannot run it (default: on where it can: TP >= 2, sequence parallel, TE)",
     )
-    ex.add_argument("--gpu", choices=sorted(hardware.GPUS), help="GPU model (default h100)")
-    ex.add_argument(
-        "--precision",
-        choices=precision_choices(),
-        help=(
-            "training precision: bf16, fp16, fp8_ds (FP8 delayed scaling), fp8_cs (current "
-            "scaling), fp8_sc (sub-channel/blockwise), fp8_mx (MXFP8) or nvfp4; aliases fp8 "
-            "(fp8_ds) and mxfp8 (fp8_mx). Default bf16"
-        ),
-    )
+    add_gpu_and_precision(ex, gpu_default="h100", precision_default="bf16")
     ex.add_argument(
         "--seq-length", type=positive_int_argument, help="sequence length (default 2048)"
     )

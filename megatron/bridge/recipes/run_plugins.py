@@ -1,8 +1,8 @@
 """NeMo-Run plugins that prepare the launch of a training job.
 
 ``PerfEnvPlugin`` writes the launch-time environment (``CUDA_DEVICE_MAX_CONNECTIONS``,
-LayerNorm SM margins, NCCL P2P chunk size) onto an executor and passes manual-GC overrides
-to ``run.Script`` tasks. It decides nothing itself: the rules live in
+LayerNorm SM margins, NCCL P2P chunk size, HybridEP's NVLink topology) onto an executor and
+passes manual-GC overrides to ``run.Script`` tasks. It decides nothing itself: the rules live in
 ``megatron.bridge.training.launch_env`` and this module only applies that plan.
 
 ``NsysPlugin`` turns on Nsight Systems profiling for a window of training steps on chosen
@@ -96,10 +96,6 @@ class NsysPluginScriptArgs:
 ScriptArgs = PerfEnvPluginScriptArgs | NsysPluginScriptArgs
 ScriptArgsConverter = Callable[[Any], list[str]]
 """Takes the plugin's ``*ScriptArgs`` dataclass, returns the script arguments to append."""
-
-# An explicit CUDA_DEVICE_MAX_CONNECTIONS on the executor is kept (user's value wins, as for
-# every variable), but it is the one that silently costs overlap, so a mismatch warns.
-_WARN_IF_USER_DIFFERS = frozenset({launch_env.CUDA_DEVICE_MAX_CONNECTIONS})
 
 
 def _format_override_value(value: Any) -> str:
@@ -222,12 +218,37 @@ def _check_converter(owner: str, value: object) -> None:
         )
 
 
+def _warn_other_gpu(cfg: Any, resolved: Any) -> None:
+    # A plugin planned for another GPU than cfg.gpu exports that GPU's environment, while the job
+    # resolves cfg.gpu at model build (its preset, its launch check): said, with the fix.
+    if cfg.gpu is None or resolved.job.gpu is None or gpu_spec(cfg.gpu).name == resolved.job.gpu:
+        return
+    moved = {
+        name: (cfg.env_vars[name], value)
+        for name, value in resolved.env_vars.items()
+        if name in cfg.env_vars and str(cfg.env_vars[name]) != str(value)
+    }
+    logger.warning(
+        "PerfEnvPlugin: planned for gpu %r, but cfg.gpu is %r%s. The job resolves cfg.gpu at "
+        "model build: set cfg.gpu = %r (or build the recipe with gpu=%r) so both agree.",
+        resolved.job.gpu,
+        cfg.gpu,
+        "; the recipe's derived environment follows the plugin's GPU: "
+        + ", ".join(f"{n} {old} -> {new}" for n, (old, new) in moved.items())
+        if moved
+        else "",
+        resolved.job.gpu,
+        resolved.job.gpu,
+    )
+
+
 @dataclasses.dataclass(kw_only=True)
 class PerfEnvPlugin(run.Plugin):
     """Set the launch-time performance environment on a NeMo-Run executor.
 
-    Values already on ``executor.env_vars`` win over the plan (a differing
-    ``CUDA_DEVICE_MAX_CONNECTIONS`` is kept but warned about). Build it from a
+    Values already on ``executor.env_vars`` win over the plan: a tuned value other than the
+    plan's is kept quietly, one that breaks what the layout requires
+    (``launch_env.check_live_environment``) is kept with a warning. Build it from a
     ``ConfigContainer`` with :meth:`from_config` so the parallel sizes are written once.
     """
 
@@ -239,8 +260,12 @@ class PerfEnvPlugin(run.Plugin):
     """Raise the GPU boost slider on every node (SlurmExecutor only; needs sudo on nodes)."""
     nccl_pp_comm_chunksize: int | None = None
     """NCCL_P2P_NET_CHUNKSIZE in bytes, exported when PP > 1; None keeps NCCL's default."""
-    gpu_sm100_or_newer: bool = False
-    """True for Blackwell (SM100+) GPUs, False for Hopper and older."""
+    gpu: str | None = None
+    """GPU catalogue name (``"h100"``, ``"gb200"``, ...): the generation and the NVLink domain.
+    Without it HybridEP's topology is left to HybridEP's own detection."""
+    gpu_sm100_or_newer: bool | None = None
+    """True for Blackwell (SM100+) GPUs, False for Hopper and older; None: from ``gpu``, else
+    Hopper."""
     enable_manual_gc: bool = True
     """Pass manual garbage-collection overrides to run.Script tasks."""
     manual_gc_interval: int = 100
@@ -251,6 +276,10 @@ class PerfEnvPlugin(run.Plugin):
     """Context-parallel size."""
     pp_size: int = 1
     """Pipeline-parallel size."""
+    ep_size: int = 1
+    """Expert-parallel size (HybridEP's ranks per NVLink domain)."""
+    etp_size: int = 1
+    """Expert tensor-parallel size (EP ranks are this many ranks apart)."""
     num_gpus: int = 8
     """Total GPUs of the job; DP size is num_gpus // (tp_size * cp_size * pp_size)."""
     moe_flex_dispatcher_backend: str | None = None
@@ -268,11 +297,15 @@ class PerfEnvPlugin(run.Plugin):
         for name in (
             "enable_layernorm_sm_margin",
             "enable_vboost",
-            "gpu_sm100_or_newer",
             "enable_manual_gc",
             "a2a_overlap",
         ):
             check_bool(owner, name, getattr(self, name))
+        check_optional_bool(
+            owner, "gpu_sm100_or_newer", self.gpu_sm100_or_newer, none_means="from gpu, else Hopper"
+        )
+        if self.gpu is not None:
+            gpu_spec(self.gpu)
         launch_env.validate_layernorm_sm_margin(
             self.layernorm_sm_margin, name=f"{owner}.layernorm_sm_margin"
         )
@@ -287,6 +320,7 @@ class PerfEnvPlugin(run.Plugin):
         )
         _check_converter(owner, self.script_args_converter_fn)
         self.dp_size  # noqa: B018 - validates sizes and divisibility
+        self.launch_env_plan()  # the rules validate the rest (EP sizes, gpu vs generation)
 
     @property
     def dp_size(self) -> int:
@@ -319,6 +353,7 @@ class PerfEnvPlugin(run.Plugin):
         from megatron.bridge.training.resolve import resolve_config
 
         resolved = resolve_config(cfg, world_size=num_gpus, te=te_status("assume"), gpu=gpu)
+        _warn_other_gpu(cfg, resolved)
         return cls._from_job(
             resolved.job, a2a_overlap=resolved.a2a_overlap, num_gpus=num_gpus, **overrides
         )
@@ -366,17 +401,18 @@ class PerfEnvPlugin(run.Plugin):
         cls, job: JobDescription, *, a2a_overlap: bool, num_gpus: int, **overrides: Any
     ) -> PerfEnvPlugin:
         """The plugin for a resolved job: what both constructors from a plan share."""
-        if job.gpu is not None:
-            if "gpu_sm100_or_newer" in overrides:
-                raise TypeError(
-                    f"PerfEnvPlugin derives gpu_sm100_or_newer from gpu={job.gpu!r}; pass the "
-                    "GPU name only."
-                )
-            overrides["gpu_sm100_or_newer"] = gpu_spec(job.gpu).sm100_or_newer
+        if job.gpu is not None and "gpu_sm100_or_newer" in overrides:
+            raise TypeError(
+                f"PerfEnvPlugin derives gpu_sm100_or_newer from gpu={job.gpu!r}; pass the "
+                "GPU name only."
+            )
         return cls(
+            gpu=job.gpu,
             tp_size=job.tp_size,
             cp_size=job.cp_size,
             pp_size=job.pp_size,
+            ep_size=job.ep_size,
+            etp_size=job.etp_size,
             moe_flex_dispatcher_backend=job.model.flex_backend,
             a2a_overlap=a2a_overlap,
             num_gpus=num_gpus,
@@ -385,7 +421,16 @@ class PerfEnvPlugin(run.Plugin):
 
     @staticmethod
     def _refuse_layout_overrides(source: str, overrides: Mapping[str, Any]) -> None:
-        derived = ("tp_size", "cp_size", "pp_size", "moe_flex_dispatcher_backend", "a2a_overlap")
+        derived = (
+            "gpu",
+            "tp_size",
+            "cp_size",
+            "pp_size",
+            "ep_size",
+            "etp_size",
+            "moe_flex_dispatcher_backend",
+            "a2a_overlap",
+        )
         clashing = sorted(set(overrides) & set(derived))
         if clashing:
             raise TypeError(
@@ -396,18 +441,29 @@ class PerfEnvPlugin(run.Plugin):
 
     def launch_env_plan(self) -> launch_env.LaunchEnvPlan:
         """The environment plan this plugin applies (same code as the runtime check)."""
+        generation = self.gpu_sm100_or_newer
+        if generation is None and self.gpu is None:
+            generation = False
         return launch_env.plan_launch_env(
-            gpu_sm100_or_newer=self.gpu_sm100_or_newer,
-            tp_size=self.tp_size,
-            cp_size=self.cp_size,
-            dp_size=self.dp_size,
-            pp_size=self.pp_size,
+            gpu_sm100_or_newer=generation,
+            gpu=self.gpu,
+            **self._layout(),
             moe_flex_dispatcher_backend=self.moe_flex_dispatcher_backend,
             a2a_overlap=self.a2a_overlap,
             enable_layernorm_sm_margin=self.enable_layernorm_sm_margin,
             layernorm_sm_margin=self.layernorm_sm_margin,
             nccl_pp_comm_chunksize=self.nccl_pp_comm_chunksize,
         )
+
+    def _layout(self) -> dict[str, int]:
+        return {
+            "tp_size": self.tp_size,
+            "cp_size": self.cp_size,
+            "dp_size": self.dp_size,
+            "pp_size": self.pp_size,
+            "ep_size": self.ep_size,
+            "etp_size": self.etp_size,
+        }
 
     def script_args(self) -> PerfEnvPluginScriptArgs:
         """What ``setup`` hands the converter for a ``run.Script`` task."""
@@ -423,7 +479,8 @@ class PerfEnvPlugin(run.Plugin):
         self._apply_vboost(executor)
 
     def _apply_env(self, executor: Executor) -> None:
-        for entry in self.launch_env_plan().entries:
+        plan = self.launch_env_plan()
+        for entry in plan.entries:
             current = executor.env_vars.get(entry.name)
             if entry.value is None:
                 logger.info("PerfEnvPlugin: %s not set: %s.", entry.name, entry.reason)
@@ -432,22 +489,27 @@ class PerfEnvPlugin(run.Plugin):
                 logger.info("PerfEnvPlugin: %s=%s (%s).", entry.name, entry.value, entry.reason)
             elif str(current) == entry.value:
                 logger.info("PerfEnvPlugin: %s=%s already on the executor.", entry.name, current)
-            elif entry.name in _WARN_IF_USER_DIFFERS:
-                logger.warning(
-                    "PerfEnvPlugin: keeping %s=%s from the executor, but this layout needs %s "
-                    "(%s). Remove it from executor.env_vars to use the planned value.",
+            else:
+                logger.info(
+                    "PerfEnvPlugin: keeping %s=%s from the executor (plan: %s, %s).",
                     entry.name,
                     current,
                     entry.value,
                     entry.reason,
                 )
-            else:
-                logger.info(
-                    "PerfEnvPlugin: keeping %s=%s from the executor (plan: %s).",
-                    entry.name,
-                    current,
-                    entry.value,
-                )
+        # What the job will launch with, executor values included: warn only where a value
+        # breaks what the layout requires; a tuned value other than the plan's is accepted.
+        problems = launch_env.check_live_environment(
+            **self._layout(),
+            moe_flex_dispatcher_backend=self.moe_flex_dispatcher_backend,
+            a2a_overlap=self.a2a_overlap,
+            env={name: str(value) for name, value in executor.env_vars.items()},
+        )
+        for problem in problems:
+            logger.warning(
+                "PerfEnvPlugin: %s Remove it from executor.env_vars to use the planned value.",
+                problem,
+            )
 
     def _apply_manual_gc(self, task: run.Partial | run.Script) -> None:
         if not self.enable_manual_gc:

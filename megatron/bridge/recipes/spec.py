@@ -38,6 +38,7 @@ from megatron.bridge.training.comm_overlap import (
     te_status,
 )
 from megatron.bridge.training.comm_overlap.rules.tp import tp_overlap_blockers
+from megatron.bridge.training.env_vars import DerivedEnv
 from megatron.bridge.training.job import JobDescription, ModelDescription
 from megatron.bridge.training.job_configs import write_model
 from megatron.bridge.training.precisions import (
@@ -46,7 +47,12 @@ from megatron.bridge.training.precisions import (
     PrecisionSetting,
     canonical_precision,
 )
-from megatron.bridge.training.userbuffers import PresetChoice, choose_userbuffers_preset
+from megatron.bridge.training.userbuffers import (
+    PresetChoice,
+    choose_userbuffers_preset,
+    preset_fits_model,
+    preset_names_of,
+)
 
 if TYPE_CHECKING:
     from megatron.bridge.training.config import ConfigContainer
@@ -178,7 +184,10 @@ class RecipeSpec:
             changes["model.sequence_parallel"] = isinstance(tp, int) and tp > 1
         own = {k: v for k, v in changes.items() if k in spec_fields}
         job = {k: v for k, v in changes.items() if k not in spec_fields}
-        return dataclasses.replace(self, job=self.job.replace(**job) if job else self.job, **own)
+        new = dataclasses.replace(self, job=self.job.replace(**job) if job else self.job, **own)
+        if "preset" not in changes:
+            _check_named_preset_follows(self, new)
+        return new
 
     def with_overrides(self, **overrides: Any) -> RecipeSpec:
         """This spec with a recipe's keyword overrides (:data:`RECIPE_KEYWORDS`) applied."""
@@ -309,7 +318,7 @@ class RecipeSpec:
         write_model(model, self.job.model)
         _log_preset_choice(self.preset_choice(), tp_comm_overlap=self._tp_overlap_wanted())
         dist_opt = self.job.use_distributed_optimizer
-        return ConfigContainer(
+        cfg = ConfigContainer(
             model=model,
             train=TrainingConfig(
                 micro_batch_size=self.job.micro_batch_size,
@@ -326,6 +335,10 @@ class RecipeSpec:
             gpu=self.job.gpu,
             env_vars=self._env_vars(),
         )
+        cfg._derived_env = DerivedEnv(
+            gpu=self.job.gpu, precision=self.job.precision, env=dict(cfg.env_vars)
+        )
+        return cfg
 
     def _env_vars(self) -> dict[str, str]:
         # The recipe's launch environment at its published GPU count. A request the rules refuse
@@ -341,6 +354,27 @@ class RecipeSpec:
                 exc,
             )
             return {}
+
+
+def _check_named_preset_follows(before: RecipeSpec, after: RecipeSpec) -> None:
+    # A preset named on the spec was the user's choice for its GPU and precision; a change of
+    # either that it no longer fits is refused ("auto" chooses again, "none" has nothing to fit).
+    name = before.preset
+    if name in ("auto", "none") or not after._tp_overlap_wanted():
+        return
+    old, new = before.job, after.job
+    if (old.gpu, old.precision) == (new.gpu, new.precision):
+        return
+    names = preset_names_of(PUBLISHED_PRESETS[name])
+    shape = dict(hidden_size=new.model.hidden_size, tp_size=new.tp_size)
+    if preset_fits_model(names, **shape, gpu=old.gpu, precision=old.precision) is False:
+        return
+    if preset_fits_model(names, **shape, gpu=new.gpu, precision=new.precision) is False:
+        raise ValueError(
+            f"recipe {after.name}: preset {name!r} was named for {old.gpu} {old.precision}; on "
+            f"{new.gpu} {new.precision} it does not fit. Name a preset for {new.gpu} "
+            f"{new.precision}, or use preset='auto' to let the recipe choose."
+        )
 
 
 def _log_preset_choice(choice: PresetChoice, *, tp_comm_overlap: bool) -> None:

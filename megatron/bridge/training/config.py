@@ -19,7 +19,12 @@ from megatron.core.optimizer import OptimizerConfig
 
 from megatron.bridge.models.gpt_provider import GPTModelProvider
 from megatron.bridge.training.comm_overlap import CommOverlapConfig, OverlapPlan
-from megatron.bridge.training.env_vars import AppliedEnvVars, EnvValue, check_env_vars
+from megatron.bridge.training.env_vars import (
+    AppliedEnvVars,
+    DerivedEnv,
+    EnvValue,
+    check_env_vars,
+)
 from megatron.bridge.training.mixed_precision import (
     MixedPrecisionConfig,
     get_mixed_precision_config,
@@ -130,6 +135,8 @@ class ConfigContainer:
     _applied_env_vars: AppliedEnvVars | None = field(
         default=None, init=False, repr=False, compare=False
     )
+    _derived_env: DerivedEnv | None = field(default=None, init=False, repr=False, compare=False)
+    """What the recipe derived into ``env_vars`` (``RecipeSpec.build``); resolving follows it."""
 
     def __post_init__(self) -> None:
         if isinstance(self.mixed_precision, str):

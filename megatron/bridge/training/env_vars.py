@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -19,10 +20,13 @@ from megatron.bridge.training.value_types import ConfigValueError
 
 __all__ = [
     "AppliedEnvVars",
+    "DerivedEnv",
     "EnvValue",
     "check_env_vars",
     "env_var_text",
     "export_env_vars",
+    "forget_exports",
+    "launcher_environment",
     "plan_env_vars",
 ]
 
@@ -147,6 +151,53 @@ class AppliedEnvVars:
         }
 
 
+@dataclass(frozen=True, kw_only=True)
+class DerivedEnv:
+    """What a recipe derived into ``cfg.env_vars`` when it built the container, and from what.
+
+    A variable whose value is still the derived one follows the job it is resolved for (another
+    GPU, precision or layout derives it again); one the user changed is the user's.
+    """
+
+    gpu: str | None
+    """The GPU the recipe derived for."""
+    precision: str
+    """The training precision the recipe derived for (bf16, fp16, fp8)."""
+    env: dict[str, str]
+    """The variables derived, as exported strings."""
+
+
+#: Variables this process exported itself (``export_env_vars``), name -> value.
+_EXPORTED: dict[str, str] = {}
+
+
+def _cuda_started() -> bool:
+    # A variable CUDA reads is fixed once CUDA started in this process; without torch imported
+    # nothing started it.
+    torch = sys.modules.get("torch")
+    return bool(torch is not None and torch.cuda.is_initialized())
+
+
+def launcher_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` without the values this process exported itself and may still replace.
+
+    A launcher's or shell's value wins over a recipe's; a value an earlier
+    ``runtime_config_update`` of this process exported (still unchanged, and CUDA not started
+    since) is not the launcher's: planning a second job in one session replaces it.
+    """
+    if _cuda_started():
+        return dict(environ)
+    return {n: v for n, v in environ.items() if _EXPORTED.get(n) != v}
+
+
+def forget_exports() -> None:
+    """Forget which variables this process exported: from now on every value is the launcher's.
+
+    For a caller that put ``os.environ`` back as it was before the exports.
+    """
+    _EXPORTED.clear()
+
+
 def plan_env_vars(env_vars: object, environ: Mapping[str, str]) -> AppliedEnvVars:
     """Check ``env_vars`` (:func:`check_env_vars`) and split it against ``environ``.
 
@@ -161,9 +212,12 @@ def plan_env_vars(env_vars: object, environ: Mapping[str, str]) -> AppliedEnvVar
 
 
 def export_env_vars(applied: AppliedEnvVars) -> None:
-    """Export ``applied.from_recipe`` where ``os.environ`` lacks it; log set and kept at INFO."""
+    """Export ``applied.from_recipe`` where ``os.environ`` lacks it (or holds this process's own
+    earlier export, see :func:`launcher_environment`); log set and kept at INFO."""
     for name, value in applied.from_recipe.items():
-        os.environ.setdefault(name, value)
+        if name not in os.environ or _EXPORTED.get(name) == os.environ[name]:
+            os.environ[name] = value
+            _EXPORTED[name] = value
     if not applied.recipe_values:
         return
     kept = ", ".join(

@@ -338,6 +338,9 @@ class JobDescription:
     """The distributed optimizer shards optimizer state over data-parallel ranks."""
     megatron_ddp: bool = True
     """DDP is megatron-core's DistributedDataParallel (the DP knobs are written only then)."""
+    use_megatron_fsdp: bool = False
+    """The DDP config's ``use_megatron_fsdp``: megatron-core wraps the model in Megatron-FSDP,
+    which reads the DP knobs its own way (the plan says which do nothing there)."""
     num_buckets: int | None = None
     """DDP bucket count set on the DDP config (exclusive with bucket_size in megatron-core)."""
     grad_reduce_in_fp32: bool = False

@@ -1,26 +1,36 @@
 """Launch-time environment rules: the one place that knows them.
 
 Some settings only take effect when they are in the process environment before CUDA (or
-Transformer Engine, or NCCL) initializes; setting ``os.environ`` from inside the training
+Transformer Engine, NCCL, HybridEP) initializes; setting ``os.environ`` from inside the training
 job is too late. This module decides what those variables should be, *and why*, from plain
-inputs. It is pure (standard library only) so three thin consumers can share it:
+inputs. It is pure (standard library only) so its consumers share it:
 
 - ``megatron.bridge.recipes.run_plugins.PerfEnvPlugin`` writes the plan onto a NeMo-Run
-  executor,
-- an "explain" command prints ``LaunchEnvPlan.explain()``,
-- model-build code calls :func:`check_live_environment` to compare ``os.environ`` with
-  what the resolved layout needs.
+  executor and warns about executor values that break a requirement,
+- ``RecipeSpec.build`` puts the plan in ``cfg.env_vars``; ``bridge-overlap explain`` prints
+  ``LaunchEnvPlan.explain()``,
+- model-build code calls :func:`check_live_environment` to compare ``os.environ`` with what
+  the resolved layout *requires*.
 
-``CUDA_DEVICE_MAX_CONNECTIONS`` precedence (first match wins):
+Two kinds of value live here, kept apart:
 
-1. MoE flex dispatcher backend ``deepep`` or ``hybridep``: 32. These backends drive their
-   own communication streams and need many hardware queues whatever the GPU generation.
-2. Blackwell (SM100+), (TP > 1 or CP > 1) and (DP > 1 or PP > 1): 32, so TP/CP and DP/PP
-   communication kernels do not serialize behind each other.
-3. Hopper or older, (TP > 1 or CP > 1) and EP all-to-all overlap off: 1. One hardware
-   queue makes kernels start in launch order, so the TP/CP communication kernel is queued
-   before the GEMM it overlaps with. EP A2A overlap needs concurrent streams, so it keeps 8.
-4. Otherwise 8 (CUDA's own default).
+- **Required**: a value outside it breaks an enabled feature (:func:`check_live_environment`
+  holds every such rule and is the only one that warns). ``CUDA_DEVICE_MAX_CONNECTIONS`` must be
+  above 1 when EP all-to-all overlap runs: megatron-core issues the all-to-alls on their own
+  stream (``pipeline_parallel/utils.set_streams``) to overlap them with another micro-batch's
+  compute, and one hardware queue runs the two streams' kernels one after the other.
+  HybridEP's ``NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN`` must divide the EP size (its
+  ``HybridEPBuffer`` asserts it when the buffer is built).
+- **Tuned**: a value that works either way and that upstream Megatron-Bridge's performance
+  recipes measured to be fastest; the plan exports it and accepts any other value a recipe or a
+  user sets. ``CUDA_DEVICE_MAX_CONNECTIONS`` (:func:`cuda_device_max_connections`): 32 on
+  Blackwell (SM100) and newer, 1 on Hopper and older with TP or CP split and EP all-to-all
+  overlap off (kernels start in launch order, so each TP/CP comm kernel is queued before the
+  GEMM it overlaps), else 32. The LayerNorm SM margins: 20
+  (:data:`DEFAULT_LAYERNORM_SM_MARGIN`).
+
+HybridEP's topology variables (:func:`hybrid_ep_environment`) are derived from the EP layout and
+the GPU catalogue's NVLink domain.
 """
 
 from __future__ import annotations
@@ -39,11 +49,14 @@ if TYPE_CHECKING:
 __all__ = [
     "CUDA_DEFAULT_MAX_CONNECTIONS",
     "DEFAULT_LAYERNORM_SM_MARGIN",
+    "HGX_NVLINK_DOMAIN",
+    "HYBRID_EP_ENV_NAMES",
     "LaunchEnvEntry",
     "LaunchEnvPlan",
     "MoeFlexDispatcherBackend",
     "check_live_environment",
     "cuda_device_max_connections",
+    "hybrid_ep_environment",
     "launch_layout",
     "plan_launch_env",
     "plan_launch_env_for",
@@ -56,20 +69,43 @@ __all__ = [
 MoeFlexDispatcherBackend = Literal["deepep", "hybridep", "ncclep"]
 """Backends megatron-core 0.19 accepts for ``TransformerConfig.moe_flex_dispatcher_backend``."""
 
-_MANY_QUEUE_FLEX_BACKENDS: frozenset[str] = frozenset({"deepep", "hybridep"})
-# ncclep goes through TE's NCCL EP API on regular streams; only deepep and hybridep drive
-# their own communication streams, so ncclep falls through to the generation rules.
-
 CUDA_DEFAULT_MAX_CONNECTIONS = 8
 """What CUDA uses when ``CUDA_DEVICE_MAX_CONNECTIONS`` is unset."""
 
-DEFAULT_LAYERNORM_SM_MARGIN = 16
-"""SMs LayerNorm kernels leave free so DP collectives can run beside them."""
+DEFAULT_LAYERNORM_SM_MARGIN = 20
+"""SMs LayerNorm kernels leave free so DP collectives can run beside them (tuned, not required).
+
+Upstream Megatron-Bridge's performance recipes (``perf_recipes/*/<system>/*.py``) set 20 on
+every system; nothing breaks at another value, the overlapped collectives only get more or
+fewer SMs.
+"""
+
+HGX_NVLINK_DOMAIN = 8
+"""GPUs one NVLink domain joins when the GPU catalogue names no larger one: an HGX/DGX board."""
 
 CUDA_DEVICE_MAX_CONNECTIONS = "CUDA_DEVICE_MAX_CONNECTIONS"
 NVTE_FWD_LAYERNORM_SM_MARGIN = "NVTE_FWD_LAYERNORM_SM_MARGIN"
 NVTE_BWD_LAYERNORM_SM_MARGIN = "NVTE_BWD_LAYERNORM_SM_MARGIN"
 NCCL_P2P_NET_CHUNKSIZE = "NCCL_P2P_NET_CHUNKSIZE"
+NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN = "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN"
+NVLINK_DOMAIN_SIZE = "NVLINK_DOMAIN_SIZE"
+USE_MNNVL = "USE_MNNVL"
+
+HYBRID_EP_ENV_NAMES: tuple[str, ...] = (
+    NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN,
+    NVLINK_DOMAIN_SIZE,
+    USE_MNNVL,
+)
+"""The HybridEP topology variables, read by DeepEP's ``HybridEPBuffer`` (hybrid-ep branch) when
+megatron-core builds it for ``moe_flex_dispatcher_backend="hybridep"``; megatron-core reads none
+of them itself. ``NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN``: EP ranks per NVLink domain (the
+buffer's ``num_of_ranks_per_node``; without it HybridEP detects the ranks it can reach and
+warns when the variable differs). ``NVLINK_DOMAIN_SIZE``: GPUs of one physical NVLink domain
+(earlier HybridEP releases derive the ranks per domain from it, default 8). ``USE_MNNVL``:
+1 makes HybridEP share buffers through fabric (multi-node NVLink) memory handles, needed when
+a domain spans nodes (earlier releases read it, default 0). DeepEP's own ``Buffer`` (backend
+``deepep``) reads no launch variable: it sets the ``NVSHMEM_*`` variables it needs itself before
+NVSHMEM starts."""
 
 
 # --------------------------------------------------------------------------- validation
@@ -153,41 +189,101 @@ def cuda_device_max_connections(
     gpu_sm100_or_newer: bool,
     tp_size: int,
     cp_size: int,
-    dp_size: int,
-    pp_size: int,
-    moe_flex_dispatcher_backend: str | None,
     a2a_overlap: bool,
 ) -> tuple[int, str]:
-    """Return ``CUDA_DEVICE_MAX_CONNECTIONS`` for a layout and a one-line reason.
+    """Return the tuned ``CUDA_DEVICE_MAX_CONNECTIONS`` for a layout and a one-line reason.
 
-    Precedence is documented in the module docstring: flex backend, then GPU generation,
-    then CUDA's default of 8.
+    The values upstream Megatron-Bridge's performance recipes set (``perf_recipes/*/<system>/
+    *.py``, ``cfg.env_vars``): 32 on Blackwell (SM100) and newer whatever the layout; on Hopper
+    and older 1 with a TP or CP split and EP all-to-all overlap off, else 32. A value is
+    *required* only where :func:`check_live_environment` says so.
     """
-    backend = _validated_layout(tp_size, cp_size, dp_size, pp_size, moe_flex_dispatcher_backend)
+    for name, value in (("tp_size", tp_size), ("cp_size", cp_size)):
+        validate_parallel_size(name, value)
     check_bool("", "gpu_sm100_or_newer", gpu_sm100_or_newer)
     check_bool("", "a2a_overlap", a2a_overlap)
 
-    model_split = tp_size > 1 or cp_size > 1
-    if backend in _MANY_QUEUE_FLEX_BACKENDS:
-        return 32, f"MoE flex dispatcher backend {backend!r} needs many concurrent hardware queues"
     if gpu_sm100_or_newer:
-        if model_split and (dp_size > 1 or pp_size > 1):
-            return 32, (
-                f"Blackwell (SM100+) with TP={tp_size}/CP={cp_size} and DP={dp_size}/PP={pp_size}: "
-                "TP/CP and DP/PP communication need separate hardware queues"
-            )
-        return 8, "Blackwell (SM100+) without both TP/CP and DP/PP splits: CUDA default"
-    if model_split:
-        if a2a_overlap:
-            return 8, (
-                f"Hopper or older with TP={tp_size}/CP={cp_size} but EP all-to-all overlap on: "
-                "it needs concurrent streams, so keep the CUDA default"
-            )
-        return 1, (
-            f"Hopper or older with TP={tp_size}/CP={cp_size}: one hardware queue makes kernels "
-            "start in launch order, so the TP/CP comm kernel is queued before the GEMM"
+        return 32, (
+            "Blackwell (SM100+): many hardware queues so TP/CP, DP/PP and EP communication "
+            "kernels run beside compute (upstream's tuned value on every Blackwell recipe)"
         )
-    return 8, "no TP/CP split: CUDA default"
+    if (tp_size > 1 or cp_size > 1) and not a2a_overlap:
+        return 1, (
+            f"Hopper or older with TP={tp_size}/CP={cp_size}: one hardware queue starts kernels "
+            "in launch order, so each TP/CP comm kernel is queued before the GEMM it overlaps"
+        )
+    if a2a_overlap:
+        return 32, (
+            "Hopper or older with EP all-to-all overlap: its stream needs its own hardware "
+            "queues (required: more than 1; 32 is upstream's tuned value)"
+        )
+    return 32, "Hopper or older without a TP/CP split: upstream's tuned value"
+
+
+def hybrid_ep_environment(
+    *, ep_size: int, etp_size: int = 1, gpu: str | None
+) -> tuple[LaunchEnvEntry, ...]:
+    """HybridEP's topology variables (:data:`HYBRID_EP_ENV_NAMES`) for an EP layout on a GPU.
+
+    The NVLink domain is the catalogue's ``nvlink_domain`` (a domain spanning nodes, e.g. 72 on
+    GB200 NVL72: ``USE_MNNVL=1``), else one HGX/DGX board of :data:`HGX_NVLINK_DOMAIN` GPUs
+    (``USE_MNNVL=0``). megatron-core lays expert-tensor-parallel ranks innermost, so one domain
+    holds ``domain // etp_size`` ranks of an EP group: the EP ranks per domain are the EP size
+    when it fits, else that count when it divides the EP size (HybridEP asserts EP % ranks == 0).
+    Otherwise, or without a GPU, the variable is left unset and HybridEP detects the ranks it
+    can reach (upstream refuses EP groups above a 72-GPU domain). Placement is assumed to fill
+    domains in EP-aligned blocks (e.g. 64 ranks of a 72-GPU rack), as upstream's recipes do.
+    """
+    validate_parallel_size("ep_size", ep_size)
+    validate_parallel_size("etp_size", etp_size)
+    if gpu is None:
+        reason = (
+            "no GPU named: HybridEP detects the NVLink domain itself (name the gpu to export "
+            "upstream's topology values)"
+        )
+        return tuple(LaunchEnvEntry(name=n, value=None, reason=reason) for n in HYBRID_EP_ENV_NAMES)
+    spec = gpu_spec(gpu)
+    multi_node = spec.nvlink_domain is not None
+    domain = spec.nvlink_domain if multi_node else HGX_NVLINK_DOMAIN
+    where = (
+        f"{spec.name}: one {domain}-GPU NVLink domain across nodes"
+        if multi_node
+        else f"{spec.name}: NVLink joins the {domain} GPUs of a board"
+    )
+    reach = max(domain // etp_size, 1)
+    if ep_size <= reach:
+        ranks: int | None = ep_size
+        ranks_why = f"EP={ep_size} fits in one NVLink domain ({where})"
+    elif ep_size % reach == 0:
+        ranks = reach
+        ranks_why = (
+            f"EP={ep_size} spans {ep_size // reach} NVLink domains of {reach} EP ranks ({where}, "
+            f"ETP={etp_size})"
+        )
+    else:
+        ranks = None
+        ranks_why = (
+            f"EP={ep_size} does not split into NVLink domains of {reach} EP ranks ({where}, "
+            f"ETP={etp_size}): not set, HybridEP detects the ranks it reaches"
+        )
+    return (
+        LaunchEnvEntry(
+            name=NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN,
+            value=None if ranks is None else str(ranks),
+            reason=ranks_why,
+        ),
+        LaunchEnvEntry(name=NVLINK_DOMAIN_SIZE, value=str(domain), reason=where),
+        LaunchEnvEntry(
+            name=USE_MNNVL,
+            value="1" if multi_node else "0",
+            reason=(
+                "the NVLink domain spans nodes: HybridEP shares buffers through fabric memory"
+                if multi_node
+                else "the NVLink domain is one node: no fabric memory handles"
+            ),
+        ),
+    )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -230,36 +326,60 @@ class LaunchEnvPlan:
         return lines
 
 
+def _generation(gpu: str | None, gpu_sm100_or_newer: bool | None) -> bool:
+    """The GPU generation from a catalogue name, else from the flag (one of them must say)."""
+    if gpu is not None:
+        generation = gpu_spec(gpu).sm100_or_newer
+        if gpu_sm100_or_newer is not None and gpu_sm100_or_newer != generation:
+            raise ValueError(
+                f"gpu_sm100_or_newer={gpu_sm100_or_newer} contradicts the layout's gpu "
+                f"{gpu!r}; pass one of them."
+            )
+        return generation
+    if gpu_sm100_or_newer is None:
+        raise ValueError(
+            "The GPU generation is unknown: name the gpu in the layout (e.g. gpu='h100') or pass "
+            "gpu_sm100_or_newer."
+        )
+    return gpu_sm100_or_newer
+
+
 def plan_launch_env(
     *,
-    gpu_sm100_or_newer: bool,
+    gpu_sm100_or_newer: bool | None = None,
+    gpu: str | None = None,
     tp_size: int = 1,
     cp_size: int = 1,
     dp_size: int = 1,
     pp_size: int = 1,
+    ep_size: int = 1,
+    etp_size: int = 1,
     moe_flex_dispatcher_backend: str | None = None,
     a2a_overlap: bool = False,
     enable_layernorm_sm_margin: bool = True,
     layernorm_sm_margin: int = DEFAULT_LAYERNORM_SM_MARGIN,
     nccl_pp_comm_chunksize: int | None = None,
 ) -> LaunchEnvPlan:
-    """Decide the launch environment for a layout; pure, validates every input."""
+    """Decide the launch environment for a layout; pure, validates every input.
+
+    The GPU generation comes from ``gpu`` (a catalogue name) when given, else from
+    ``gpu_sm100_or_newer``; HybridEP's topology (backend ``hybridep`` only) needs ``gpu``.
+    """
+    generation = _generation(gpu, gpu_sm100_or_newer)
+    backend = _validated_layout(tp_size, cp_size, dp_size, pp_size, moe_flex_dispatcher_backend)
     check_bool("", "enable_layernorm_sm_margin", enable_layernorm_sm_margin)
     margin = validate_layernorm_sm_margin(layernorm_sm_margin)
     chunk = validate_nccl_pp_comm_chunksize(nccl_pp_comm_chunksize)
     connections, why = cuda_device_max_connections(
-        gpu_sm100_or_newer=gpu_sm100_or_newer,
+        gpu_sm100_or_newer=generation,
         tp_size=tp_size,
         cp_size=cp_size,
-        dp_size=dp_size,
-        pp_size=pp_size,
-        moe_flex_dispatcher_backend=moe_flex_dispatcher_backend,
         a2a_overlap=a2a_overlap,
     )
     if enable_layernorm_sm_margin:
         margin_setting = (
             str(margin),
-            f"LayerNorm kernels leave {margin} SMs free for overlapped DP collectives",
+            f"LayerNorm kernels leave {margin} SMs free for overlapped DP collectives (tuned)",
         )
     else:
         margin_setting = (None, "enable_layernorm_sm_margin=False: TE default")
@@ -281,80 +401,88 @@ def plan_launch_env(
         (NVTE_BWD_LAYERNORM_SM_MARGIN, margin_setting),
         (NCCL_P2P_NET_CHUNKSIZE, chunk_setting),
     )
-    return LaunchEnvPlan(
-        entries=tuple(
-            LaunchEnvEntry(name=name, value=value, reason=reason)
-            for name, (value, reason) in settings
-        )
+    entries = tuple(
+        LaunchEnvEntry(name=name, value=value, reason=reason) for name, (value, reason) in settings
     )
+    if backend == "hybridep":
+        entries += hybrid_ep_environment(ep_size=ep_size, etp_size=etp_size, gpu=gpu)
+    return LaunchEnvPlan(entries=entries)
 
 
 # --------------------------------------------------------------------------- runtime check
 
 
+def _live_int(env: Mapping[str, str], name: str) -> int | str | None:
+    """The integer ``env[name]`` holds, None when unset, the raw text when it is no integer."""
+    raw = env.get(name)
+    if raw is None:
+        return None
+    try:
+        return int(str(raw).strip())
+    except ValueError:
+        return str(raw)
+
+
 def check_live_environment(
     *,
-    tp_comm_overlap: bool,
     tp_size: int,
     cp_size: int,
     dp_size: int,
     pp_size: int,
+    ep_size: int = 1,
+    etp_size: int = 1,
     a2a_overlap: bool,
     moe_flex_dispatcher_backend: str | None,
-    gpu_sm100_or_newer: bool | None,
     env: Mapping[str, str],
 ) -> list[str]:
-    """Compare a live environment with what the layout needs; return readable problems.
+    """Compare an environment with what the layout *requires*; return readable problems.
 
-    ``env`` is usually ``os.environ``. ``gpu_sm100_or_newer=None`` means the GPU generation
-    is unknown (e.g. no GPU visible): generation-specific rules are then not checked, only
-    the flex-backend rule, which holds on every generation. An empty list means no problem.
-    The caller decides whether to warn or raise.
+    ``env`` is usually ``os.environ`` (or the environment a launcher will give). Only values
+    that break an enabled feature are problems; a tuned value other than the plan's (a recipe's
+    ``CUDA_DEVICE_MAX_CONNECTIONS=8`` where the plan says 32, a LayerNorm margin of 16) is
+    accepted. The requirements:
+
+    - EP all-to-all overlap: ``CUDA_DEVICE_MAX_CONNECTIONS`` above 1 (unset means CUDA's 8):
+      the all-to-all stream and the compute stream must run side by side.
+    - HybridEP backend: ``NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN``, when set, an integer that
+      divides the EP size (``HybridEPBuffer`` asserts it).
+
+    An empty list means no problem. The caller decides whether to warn or raise.
     """
     backend = _validated_layout(tp_size, cp_size, dp_size, pp_size, moe_flex_dispatcher_backend)
+    validate_parallel_size("ep_size", ep_size)
+    validate_parallel_size("etp_size", etp_size)
+    check_bool("", "a2a_overlap", a2a_overlap)
+    problems = []
 
-    raw = env.get(CUDA_DEVICE_MAX_CONNECTIONS)
-    if raw is None:
-        live, shown = CUDA_DEFAULT_MAX_CONNECTIONS, "unset (CUDA default 8)"
-    else:
-        try:
-            live = int(raw.strip())
-        except ValueError:
-            return [
-                f"{CUDA_DEVICE_MAX_CONNECTIONS}={raw!r} is not an integer; CUDA ignores it. "
-                "Set it at launch time (e.g. with PerfEnvPlugin)."
-            ]
-        shown = str(live)
-
-    if gpu_sm100_or_newer is None:
-        if backend not in _MANY_QUEUE_FLEX_BACKENDS:
-            return []
-        # The flex-backend rule ranks above the generation rules, so it is safe to check.
-        generation = False
-    else:
-        generation = gpu_sm100_or_newer
-
-    expected, why = cuda_device_max_connections(
-        gpu_sm100_or_newer=generation,
-        tp_size=tp_size,
-        cp_size=cp_size,
-        dp_size=dp_size,
-        pp_size=pp_size,
-        moe_flex_dispatcher_backend=backend,
-        a2a_overlap=a2a_overlap,
-    )
-    if live == expected:
-        return []
-    message = (
-        f"{CUDA_DEVICE_MAX_CONNECTIONS} is {shown} but this layout needs {expected} ({why}). "
-        "It must be set before CUDA starts: put it on the launcher (PerfEnvPlugin does)."
-    )
-    if tp_comm_overlap and expected == 1:
-        message = (
-            "TP communication overlap is on, but the comm kernels will not be ordered before "
-            "the GEMMs: " + message
+    live = _live_int(env, CUDA_DEVICE_MAX_CONNECTIONS)
+    if isinstance(live, str):
+        problems.append(
+            f"{CUDA_DEVICE_MAX_CONNECTIONS}={live!r} is not an integer; CUDA ignores it. "
+            "Set it at launch time (e.g. with PerfEnvPlugin)."
         )
-    return [message]
+    elif a2a_overlap and live == 1:
+        problems.append(
+            f"EP all-to-all overlap is on, but {CUDA_DEVICE_MAX_CONNECTIONS}=1 gives CUDA one "
+            "hardware queue, so the all-to-all stream and the compute stream run one after the "
+            "other and nothing overlaps. It must be above 1 (upstream's tuned value: 32) and "
+            "set before CUDA starts: put it on the launcher (PerfEnvPlugin does)."
+        )
+
+    if backend == "hybridep":
+        ranks = _live_int(env, NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN)
+        if isinstance(ranks, str) or (isinstance(ranks, int) and ranks < 1):
+            problems.append(
+                f"{NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN}={ranks!r} is not a positive "
+                "integer; HybridEP reads it with int() when it builds its buffer."
+            )
+        elif isinstance(ranks, int) and ep_size % ranks:
+            problems.append(
+                f"{NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN}={ranks} does not divide EP="
+                f"{ep_size}; HybridEP asserts that the EP group splits into whole NVLink "
+                "domains. Use a divisor of the EP size, or unset it to let HybridEP detect it."
+            )
+    return problems
 
 
 # --------------------------------------------------------------------------- from a plan
@@ -367,6 +495,8 @@ def launch_layout(job: JobDescription) -> dict[str, Any]:
         "cp_size": job.cp_size,
         "dp_size": job.dp_size,
         "pp_size": job.pp_size,
+        "ep_size": job.ep_size,
+        "etp_size": job.etp_size,
         "moe_flex_dispatcher_backend": job.model.flex_backend,
     }
 
@@ -383,25 +513,12 @@ def plan_launch_env_for(
     """The launch environment a resolved layout needs: what every consumer exports and checks.
 
     ``job`` is a resolved plan's (``plan.job``) and ``a2a_overlap`` whether EP all-to-all
-    overlap survived in it. The GPU generation comes from the job's GPU when it names one,
-    else from ``gpu_sm100_or_newer`` (which must then be given).
+    overlap survived in it. The GPU generation and NVLink domain come from the job's GPU when it
+    names one, else the generation from ``gpu_sm100_or_newer`` (which must then be given).
     """
-    if job.gpu is not None:
-        generation = gpu_spec(job.gpu).sm100_or_newer
-        if gpu_sm100_or_newer is not None and gpu_sm100_or_newer != generation:
-            raise ValueError(
-                f"gpu_sm100_or_newer={gpu_sm100_or_newer} contradicts the layout's gpu "
-                f"{job.gpu!r}; pass one of them."
-            )
-    elif gpu_sm100_or_newer is None:
-        raise ValueError(
-            "The GPU generation is unknown: name the gpu in the layout (e.g. gpu='h100') or pass "
-            "gpu_sm100_or_newer."
-        )
-    else:
-        generation = gpu_sm100_or_newer
     return plan_launch_env(
-        gpu_sm100_or_newer=generation,
+        gpu_sm100_or_newer=gpu_sm100_or_newer,
+        gpu=job.gpu,
         **launch_layout(job),
         a2a_overlap=a2a_overlap,
         enable_layernorm_sm_margin=enable_layernorm_sm_margin,

@@ -21,6 +21,7 @@ back. :func:`resolve_config` runs the same steps without writing (:class:`Resolv
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import os
 from collections.abc import Mapping
@@ -43,7 +44,14 @@ from megatron.bridge.training.comm_overlap.megatron_io import (
     write_distributed_optimizer,
 )
 from megatron.bridge.training.config import ConfigContainer, check_config_types
-from megatron.bridge.training.env_vars import export_env_vars, plan_env_vars
+from megatron.bridge.training.env_vars import (
+    DerivedEnv,
+    EnvValue,
+    env_var_text,
+    export_env_vars,
+    launcher_environment,
+    plan_env_vars,
+)
 from megatron.bridge.training.hardware import live_gpu_sm100_or_newer as gpu_sm100_or_newer
 from megatron.bridge.training.job import JobDescription
 from megatron.bridge.training.mixed_precision import (
@@ -52,6 +60,7 @@ from megatron.bridge.training.mixed_precision import (
 )
 from megatron.bridge.training.parallel_layout import data_parallel_size
 from megatron.bridge.training.transaction import Staged, working_copies
+from megatron.bridge.training.userbuffers import preset_fits_model, preset_names_of
 from megatron.bridge.training.validators import check_int
 
 __all__ = [
@@ -136,6 +145,11 @@ class ResolvedConfig:
     """Data-parallel size derived from the world size."""
     mixed_precision: MixedPrecisionConfig | None
     """The mixed precision settings applied (a preset name resolved)."""
+    env_vars: dict[str, EnvValue] = field(default_factory=dict)
+    """``cfg.env_vars`` for this job: what the recipe derived is derived again for this job's
+    GPU, precision and layout (:func:`follow_derived_env`); the user's own values as set."""
+    derived_env: DerivedEnv | None = None
+    """What the recipe's derivation gives for this job (None for a container no recipe built)."""
     _staged: Any = field(default=None, repr=False, compare=False)
     """The resolved copies and what committing them needs (private)."""
 
@@ -179,6 +193,8 @@ class ResolvedConfig:
         and the mixed precision applied.
         """
         self._staged.commit(cfg)
+        cfg.env_vars = dict(self.env_vars)
+        cfg._derived_env = self.derived_env
         cfg._resolved_mixed_precision = self.mixed_precision
         cfg._data_parallel_size = self.data_parallel_size
         cfg._overlap_plan = self.plan
@@ -191,24 +207,17 @@ class ResolvedConfig:
 def check_launch_environment(
     cfg: ConfigContainer, resolved: ResolvedConfig, *, env: Mapping[str, str] | None = None
 ) -> list[str]:
-    """Compare the live environment (``env``, default ``os.environ``) with what the layout needs.
+    """Compare the live environment (``env``, default ``os.environ``) with what the layout requires.
 
-    ``CUDA_DEVICE_MAX_CONNECTIONS`` must be set before CUDA starts, so a wrong value can only be
-    reported here, not fixed: each problem is logged as a warning, or raised as
-    :class:`OverlapRefusedError` when ``cfg.comm_overlap.strict``. The GPU generation is the
-    visible GPU's, else the one ``cfg.gpu`` names, else unknown (generation rules skipped).
-    Returns the problems.
+    ``CUDA_DEVICE_MAX_CONNECTIONS`` and HybridEP's topology must be set before CUDA starts, so a
+    value that breaks an enabled feature can only be reported here, not fixed
+    (``launch_env.check_live_environment`` holds the requirements; a recipe's tuned value passes):
+    each problem is logged as a warning, or raised as :class:`OverlapRefusedError` when
+    ``cfg.comm_overlap.strict``. Returns the problems.
     """
-    f = resolved.job
-    live = gpu_sm100_or_newer()
-    if live is None and f.gpu is not None:
-        live = hardware.gpu_spec(f.gpu).sm100_or_newer
-    plan = resolved.plan
-    problems = launch_env.check_live_environment(
-        tp_comm_overlap=bool(plan is not None and plan.value("tp_comm_overlap")),
-        **launch_env.launch_layout(f),
+    problems = _environment_problems(
+        resolved.job,
         a2a_overlap=resolved.a2a_overlap,
-        gpu_sm100_or_newer=live,
         env=os.environ if env is None else env,
     )
     if problems and cfg.comm_overlap is not None and cfg.comm_overlap.strict:
@@ -216,6 +225,110 @@ def check_launch_environment(
     for problem in problems:
         logger.warning("launch environment: %s", problem)
     return problems
+
+
+def _environment_problems(
+    job: JobDescription, *, a2a_overlap: bool, env: Mapping[str, str]
+) -> list[str]:
+    """What ``env`` breaks of what the job's layout requires (``launch_env.check_live_environment``)."""
+    return launch_env.check_live_environment(
+        **launch_env.launch_layout(job), a2a_overlap=a2a_overlap, env=env
+    )
+
+
+def follow_derived_env(
+    env_vars: Mapping[str, EnvValue],
+    derived: DerivedEnv | None,
+    job: JobDescription,
+    plan: OverlapPlan | None,
+    *,
+    a2a_overlap: bool,
+) -> tuple[dict[str, EnvValue], DerivedEnv | None]:
+    """``env_vars`` for ``job``: the recipe's derived variables derived again, the user's kept.
+
+    ``derived`` is what the recipe derived when it built the container (``RecipeSpec.build``).
+    A variable still holding its derived value follows the job (another GPU, precision or
+    layout derives it again; one the job no longer needs is dropped); one the user changed,
+    added or removed stays as the user left it. A value the user set that no longer fits, after
+    the GPU or precision changed from the recipe's, is a ``ValueError`` naming it, the change
+    and the fix. Returns the variables and the new derivation (``derived`` when the job's GPU
+    is unknown: nothing is derived without it).
+    """
+    env = dict(env_vars)
+    if derived is None or job.gpu is None:
+        return env, derived
+    fresh = launch_env.plan_launch_env_for(job, a2a_overlap=a2a_overlap).env
+    before, now = f"{derived.gpu} {derived.precision}", f"{job.gpu} {job.precision}"
+    owned: dict[str, str] = {}
+    for name in sorted({*derived.env, *fresh}):
+        was = derived.env.get(name)
+        if name in env and env_var_text(env[name]) != was:
+            _check_users_value(
+                name, env[name], fresh.get(name), before, now, job, plan, a2a_overlap
+            )
+            continue
+        if name not in env and was is not None:
+            continue  # the user removed it
+        if name in fresh:
+            env[name] = owned[name] = fresh[name]
+        else:
+            env.pop(name, None)
+    return env, DerivedEnv(gpu=job.gpu, precision=job.precision, env=owned)
+
+
+def _check_users_value(
+    name: str,
+    value: EnvValue,
+    needed: str | None,
+    before: str,
+    now: str,
+    job: JobDescription,
+    plan: OverlapPlan | None,
+    a2a_overlap: bool,
+) -> None:
+    # A value of the user's is theirs to keep; it is refused only where the GPU or precision
+    # changed from the recipe's and the value breaks what the new job's layout needs.
+    if before == now or needed is None:
+        return
+    problems = _environment_problems(
+        job, a2a_overlap=a2a_overlap, env={name: env_var_text(value)}
+    )
+    if problems and name == launch_env.CUDA_DEVICE_MAX_CONNECTIONS:
+        raise ValueError(
+            f"cfg.env_vars[{name!r}]={value!r} was set by you, and the job changed from the "
+            f"recipe's {before} to {now}: {problems[0]} Set env_vars.{name}={needed}, or remove "
+            "it from cfg.env_vars so the recipe derives it for this job."
+        )
+
+
+def _check_named_preset(
+    overlap: CommOverlapConfig, derived: DerivedEnv, job: JobDescription
+) -> None:
+    """Refuse a preset the user named that no longer fits once the GPU or precision changed.
+
+    A preset the recipe chose automatically is chosen again by the plan; one the user named
+    (``preset_chosen_by`` does not name it) stays theirs, and a change of GPU or precision away
+    from the one it fitted is an error naming the preset, the change and the fix.
+    """
+    preset = overlap.tp_comm_overlap_cfg
+    if not overlap.tp_comm_overlap or preset is None or isinstance(preset, str | dict):
+        return
+    names = preset_names_of(preset)
+    chosen_by = overlap.preset_chosen_by or ""
+    if not names or any(n in chosen_by for n in names):
+        return
+    if (derived.gpu, derived.precision) == (job.gpu, job.precision):
+        return
+    shape = dict(hidden_size=job.model.hidden_size, tp_size=job.tp_size)
+    fitted = preset_fits_model(names, **shape, precision=derived.precision, gpu=derived.gpu)
+    fits = preset_fits_model(names, **shape, precision=job.precision, gpu=job.gpu)
+    if fitted is not False and fits is False:
+        raise ValueError(
+            f"cfg.comm_overlap.tp_comm_overlap_cfg is the preset you named ({', '.join(names)}), "
+            f"tuned for {derived.gpu} {derived.precision}; the job now trains in {job.precision} "
+            f"on {job.gpu}, which it does not fit. Name a preset for {job.gpu} {job.precision} "
+            "(find_userbuffers_preset(...)), or let the recipe choose (preset 'auto')."
+        )
 
 
 def resolve_config(
@@ -311,13 +424,19 @@ def resolve_config(
 
     staged.model.finalize()
     _validate_precision_consistency(staged)
-    return ResolvedConfig(
+    if cfg._derived_env is not None and overlap is not None:
+        _check_named_preset(overlap, cfg._derived_env, job)
+    resolved = ResolvedConfig(
         job=job,
         plan=plan,
         data_parallel_size=dp,
         mixed_precision=mixed,
         _staged=Staged(work=work, memo=memo, overlap=overlap),
     )
+    env_vars, derived = follow_derived_env(
+        cfg.env_vars, cfg._derived_env, job, plan, a2a_overlap=resolved.a2a_overlap
+    )
+    return dataclasses.replace(resolved, env_vars=env_vars, derived_env=derived)
 
 
 def runtime_config_update(
@@ -359,9 +478,12 @@ def runtime_config_update(
     """
     # The environment this job will have: the live one, plus the recipe's defaults where it has
     # none. Computed and checked first, exported only once every step succeeded.
-    env_plan = plan_env_vars(cfg.env_vars, os.environ)
+    # A variable this process exported for an earlier job is not the launcher's: it is replaced.
+    environ = launcher_environment(os.environ)
+    plan_env_vars(cfg.env_vars, environ)  # the names and values are checked before anything runs
     resolved = resolve_config(cfg, world_size=world_size, te=te)
-    check_launch_environment(cfg, resolved, env={**os.environ, **env_plan.from_recipe})
+    env_plan = plan_env_vars(resolved.env_vars, environ)
+    check_launch_environment(cfg, resolved, env={**environ, **env_plan.from_recipe})
 
     # Every step succeeded: from here on nothing raises.
     export_env_vars(env_plan)

@@ -15,8 +15,10 @@ import traceback
 
 __all__ = ["megatron_core_rejection"]
 
-#: The exception types megatron-core's config validation raises.
-_REJECTION_TYPES = (AssertionError, ValueError, TypeError, RuntimeError)
+#: The exception types megatron-core's config validation raises. ZeroDivisionError is a size the
+#: user set to 0 reaching megatron-core's arithmetic (``num_layers=0`` in
+#: ``TransformerConfig.__post_init__``'s ``scaled_init_method_normal``).
+_REJECTION_TYPES = (AssertionError, ValueError, TypeError, RuntimeError, ZeroDivisionError)
 
 
 def _is_megatron_core(module: str) -> bool:
@@ -26,8 +28,8 @@ def _is_megatron_core(module: str) -> bool:
 def megatron_core_rejection(exc: BaseException) -> str | None:
     """megatron-core's message when ``exc`` is megatron-core refusing a configuration, else None.
 
-    ``exc`` counts as such when it is an ``AssertionError``, ``ValueError``, ``TypeError`` or
-    ``RuntimeError`` raised by code in a ``megatron.core`` module (the innermost frame of its
+    ``exc`` counts as such when it is an ``AssertionError``, ``ValueError``, ``TypeError``,
+    ``RuntimeError`` or ``ZeroDivisionError`` raised by code in a ``megatron.core`` module (the innermost frame of its
     traceback). The text is megatron-core's message followed by the exception type and the
     module; a bare ``assert`` without a message is quoted by its source line instead.
     """

@@ -435,9 +435,11 @@ def test_example_launcher_dry_run(tmp_path):
     lines = example.sbatch_for(gpu="h100", job_dir=tmp_path, nsys=True).splitlines()
     assert "#SBATCH --nodes=128" in lines
     assert "export CUDA_DEVICE_MAX_CONNECTIONS=1" in lines
-    assert "export NVTE_BWD_LAYERNORM_SM_MARGIN=16" in lines
+    assert "export NVTE_BWD_LAYERNORM_SM_MARGIN=20" in lines
     srun = next(line for line in lines if line.startswith("srun --output"))
     assert " nsys profile " in srun
     # The job runs this repository's own entry point, not a script outside it.
-    assert srun.rstrip().endswith("python -m megatron.bridge.check --recipe gpt3_175b --json")
+    assert srun.rstrip().endswith(
+        "python -m megatron.bridge.check --recipe gpt3_175b --gpu h100 --json"
+    )
     assert "/opt/" not in srun and "train.manual_gc" not in srun

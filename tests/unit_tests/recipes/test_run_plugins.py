@@ -79,7 +79,7 @@ def test_every_value_is_logged_once_with_its_reason(caplog):
     messages = [r.getMessage() for r in caplog.records if r.name == LOGGER]
     cdmc = [m for m in messages if "CUDA_DEVICE_MAX_CONNECTIONS=1" in m]
     assert len(cdmc) == 1 and "launch order" in cdmc[0]
-    assert len([m for m in messages if "NVTE_FWD_LAYERNORM_SM_MARGIN=16" in m]) == 1
+    assert len([m for m in messages if "NVTE_FWD_LAYERNORM_SM_MARGIN=20" in m]) == 1
     assert any("train.manual_gc=true added" in m for m in messages)
 
 
@@ -98,13 +98,26 @@ def test_margin_already_on_executor_wins(caplog):
     )
 
 
-def test_user_connection_count_is_kept_but_warned(caplog):
+def test_user_tuned_connection_count_is_kept_quietly(caplog):
+    # Hopper TP4 plans 1, but 8 breaks nothing (TE orders the comm kernels either way): a
+    # recipe's tuned value is kept without a warning, and the log says what the plan had.
     caplog.set_level(logging.INFO, logger=LOGGER)
     executor = run.LocalExecutor(env_vars={"CUDA_DEVICE_MAX_CONNECTIONS": "8"})
     PerfEnvPlugin(tp_size=4, num_gpus=8).setup(_script(), executor)
     assert executor.env_vars["CUDA_DEVICE_MAX_CONNECTIONS"] == "8"
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+    infos = [r.getMessage() for r in caplog.records if r.name == LOGGER]
+    assert any("keeping CUDA_DEVICE_MAX_CONNECTIONS=8" in m and "plan: 1" in m for m in infos)
+
+
+def test_user_connection_count_that_breaks_a2a_overlap_is_kept_but_warned(caplog):
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    executor = run.LocalExecutor(env_vars={"CUDA_DEVICE_MAX_CONNECTIONS": "1"})
+    PerfEnvPlugin(tp_size=2, num_gpus=8, a2a_overlap=True).setup(_script(), executor)
+    assert executor.env_vars["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert any("CUDA_DEVICE_MAX_CONNECTIONS=8" in w and "needs 1" in w for w in warnings)
+    assert len(warnings) == 1
+    assert "EP all-to-all overlap is on" in warnings[0] and "must be above 1" in warnings[0]
 
 
 def test_margins_disabled():
@@ -112,7 +125,7 @@ def test_margins_disabled():
     PerfEnvPlugin(enable_layernorm_sm_margin=False).setup(_script(), executor)
     assert "NVTE_FWD_LAYERNORM_SM_MARGIN" not in executor.env_vars
     assert "NVTE_BWD_LAYERNORM_SM_MARGIN" not in executor.env_vars
-    assert executor.env_vars["CUDA_DEVICE_MAX_CONNECTIONS"] == "8"
+    assert executor.env_vars["CUDA_DEVICE_MAX_CONNECTIONS"] == "32"
 
 
 @pytest.mark.parametrize(("pp", "expected"), [(2, "2097152"), (1, None)])
@@ -155,7 +168,7 @@ def test_no_chunk_size_by_default_even_with_pipeline():
         (
             {"gpu_sm100_or_newer": "yes"},
             TypeError,
-            r"PerfEnvPlugin\.gpu_sm100_or_newer must be True or False",
+            r"PerfEnvPlugin\.gpu_sm100_or_newer must be True, False or None",
         ),
         ({"script_args_converter_fn": "hydra"}, TypeError, "script_args_converter_fn"),
     ],
@@ -338,7 +351,13 @@ def test_from_config_flex_backend():
     )
     plugin = PerfEnvPlugin.from_config(cfg, num_gpus=8)
     assert plugin.moe_flex_dispatcher_backend == "hybridep"
-    assert plugin.launch_env_plan().env["CUDA_DEVICE_MAX_CONNECTIONS"] == "32"
+    plan = plugin.launch_env_plan()
+    # Hopper (the default without a GPU), TP2, no EP overlap: upstream's tuned 1 whatever the
+    # backend (glm_moe_dsa/h100/glm5.py glm51_sft_416gpu_h100_bf16_config, deepep at CP32).
+    assert plan.env["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"
+    # No GPU named: HybridEP's topology is left to its own detection, and the plan says so.
+    assert plan.entry("NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN").value is None
+    assert "no GPU named" in plan.entry("USE_MNNVL").reason
 
 
 @pytest.mark.parametrize(
@@ -369,7 +388,9 @@ def test_from_config_a2a_overlap_follows_the_plan(model_flag, request_flag, expe
     )
     plugin = PerfEnvPlugin.from_config(cfg, num_gpus=8)
     assert plugin.a2a_overlap is expected
-    assert plugin.launch_env_plan().env["CUDA_DEVICE_MAX_CONNECTIONS"] == ("8" if expected else "1")
+    assert plugin.launch_env_plan().env["CUDA_DEVICE_MAX_CONNECTIONS"] == (
+        "32" if expected else "1"
+    )
     if request is not None:
         plan = resolve_config(cfg, world_size=8, te=te_status("assume")).plan
         assert plan.value("overlap_moe_expert_parallel_comm") is expected
@@ -393,7 +414,7 @@ def test_from_config_takes_the_generation_from_the_gpu():
     cfg = _container(tensor_model_parallel_size=2)
     cfg.gpu = "b200"
     plugin = PerfEnvPlugin.from_config(cfg, num_gpus=16)
-    assert plugin.gpu_sm100_or_newer is True
+    assert plugin.gpu == "b200" and plugin.gpu_sm100_or_newer is None
     assert plugin.launch_env_plan().env["CUDA_DEVICE_MAX_CONNECTIONS"] == "32"
     with pytest.raises(TypeError, match="pass the GPU name only"):
         PerfEnvPlugin.from_config(cfg, num_gpus=16, gpu_sm100_or_newer=False)
@@ -558,7 +579,7 @@ def test_slurm_dry_run_sbatch_exports(tmp_path, devnull_stdin):
     sbatch = _dry_run_sbatch(tmp_path, _script(), executor, [plugin])
     lines = sbatch.splitlines()
     assert "export CUDA_DEVICE_MAX_CONNECTIONS=1" in lines
-    assert "export NVTE_FWD_LAYERNORM_SM_MARGIN=16" in lines
+    assert "export NVTE_FWD_LAYERNORM_SM_MARGIN=20" in lines
     assert "export NVTE_BWD_LAYERNORM_SM_MARGIN=24" in lines
     assert "export NCCL_P2P_NET_CHUNKSIZE=2097152" in lines
     assert VBOOST_SETUP_LINE in lines

@@ -206,12 +206,13 @@ def test_failing_update_after_a_good_one_keeps_the_good_one(te_available, break_
 def test_strict_launch_environment_refusal_changes_nothing(te_available, monkeypatch):
     # The launch-environment check runs after everything else succeeded: the last moment an
     # update could half-apply. Pretend the GPU is a Hopper (there is none on this machine).
-    monkeypatch.setenv("CUDA_DEVICE_MAX_CONNECTIONS", "8")
+    # A launch value CUDA ignores (not an integer) is a problem on every GPU.
+    monkeypatch.setenv("CUDA_DEVICE_MAX_CONNECTIONS", "one")
     cfg = _cfg(CommOverlapConfig(tp_comm_overlap=True, strict=True))
     before = _state(cfg)
     with (
         mock.patch.object(resolve, "gpu_sm100_or_newer", return_value=False),
-        pytest.raises(OverlapRefusedError, match="CUDA_DEVICE_MAX_CONNECTIONS is 8"),
+        pytest.raises(OverlapRefusedError, match="CUDA_DEVICE_MAX_CONNECTIONS='one' is not an"),
     ):
         runtime_config_update(cfg, world_size=WORLD)
     _assert_unchanged(cfg, before)

@@ -71,8 +71,8 @@ def test_runtime_update_exports_recipe_values_and_keeps_the_environment(monkeypa
         "MY_FLAG",
     }
     assert applied.kept_from_environment == {"NVTE_FWD_LAYERNORM_SM_MARGIN": "8"}
-    assert applied.overridden() == {"NVTE_FWD_LAYERNORM_SM_MARGIN": ("8", "16")}
-    assert "kept from the environment: NVTE_FWD_LAYERNORM_SM_MARGIN=8 (recipe: 16)" in caplog.text
+    assert applied.overridden() == {"NVTE_FWD_LAYERNORM_SM_MARGIN": ("8", "20")}
+    assert "kept from the environment: NVTE_FWD_LAYERNORM_SM_MARGIN=8 (recipe: 20)" in caplog.text
 
 
 def test_a_failed_update_exports_nothing():
@@ -83,23 +83,46 @@ def test_a_failed_update_exports_nothing():
     assert cfg.applied_env_vars is None
 
 
-def test_a_recipe_value_contradicting_the_plan_warns_naming_the_rule(caplog):
-    cfg = get_recipe("gpt3_175b")  # H100, TP4 + TP overlap: needs 1
-    cfg.env_vars["CUDA_DEVICE_MAX_CONNECTIONS"] = 8
-    with caplog.at_level(logging.WARNING):
-        runtime_config_update(cfg, 1024, te="assume")
-    assert (
-        "CUDA_DEVICE_MAX_CONNECTIONS is 8 but this layout needs 1 (Hopper or older" in caplog.text
-    )
-
-
-def test_strict_refuses_the_contradiction_before_exporting_anything():
+def test_a_recipe_tuned_value_other_than_the_plans_is_exported_quietly(caplog):
+    # H100, TP4 + TP overlap: the plan says 1, but 8 breaks nothing (TE orders the comm kernels
+    # with a launch-completion event), so a recipe's tuned 8 is kept without a warning.
     cfg = get_recipe("gpt3_175b")
     cfg.env_vars["CUDA_DEVICE_MAX_CONNECTIONS"] = 8
     cfg.comm_overlap.strict = True
-    with pytest.raises(OverlapRefusedError, match="needs 1"):
+    with caplog.at_level(logging.WARNING):
         runtime_config_update(cfg, 1024, te="assume")
+    assert "launch environment" not in caplog.text
+    assert os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] == "8"
+
+
+def test_strict_refuses_a_required_value_before_exporting_anything():
+    from megatron.bridge.models import GPTModelProvider
+    from megatron.bridge.training.comm_overlap import CommOverlapConfig
+    from tests.unit_tests.conftest import bf16_container
+
+    model = GPTModelProvider(
+        num_layers=4,
+        hidden_size=512,
+        num_attention_heads=8,
+        seq_length=1024,
+        vocab_size=1000,
+        num_moe_experts=8,
+        moe_router_topk=2,
+        moe_token_dispatcher_type="flex",
+        moe_flex_dispatcher_backend="hybridep",
+        moe_router_dtype="fp32",
+    )
+    model.expert_model_parallel_size = 4
+    cfg = bf16_container(model, comm_overlap=CommOverlapConfig(tp_comm_overlap=False, strict=True))
+    # HybridEP asserts that its ranks per NVLink domain divide the EP size.
+    cfg.env_vars = {
+        "CUDA_DEVICE_MAX_CONNECTIONS": 32,
+        "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN": 3,
+    }
+    with pytest.raises(OverlapRefusedError, match="=3 does not divide EP=4"):
+        runtime_config_update(cfg, 8, te="assume")
     assert not any(name in os.environ for name in LAUNCH_VARS)
+    assert "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN" not in os.environ
 
 
 @pytest.mark.parametrize("name", sorted(RECIPES))

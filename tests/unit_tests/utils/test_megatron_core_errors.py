@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from megatron.core.transformer.transformer_config import TransformerConfig
 
+from megatron.bridge.cli import main
 from megatron.bridge.utils.megatron_core_errors import megatron_core_rejection
 
 SMALL = {"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4}
@@ -32,6 +33,20 @@ def test_a_bare_assert_of_megatron_core_is_quoted_by_its_source_line():
         "failed check `assert self.offload_modules is not None and len(self.offload_modules) > 0` "
         "(AssertionError in megatron.core.transformer.transformer_config)"
     )
+
+
+def test_a_zero_size_dividing_in_megatron_core_is_a_rejection():
+    # megatron-core's post-init scales the output init by the layer count.
+    exc = _raised(TransformerConfig, **{**SMALL, "num_layers": 0})
+    assert isinstance(exc, ZeroDivisionError)
+    assert megatron_core_rejection(exc) == (
+        "float division by zero (ZeroDivisionError in megatron.core.utils)"
+    )
+
+
+def test_the_cli_reports_it_as_invalid_input(capsys):
+    assert main(["explain", "--recipe", "gpt3_175b", "model.num_layers=0"]) == 2
+    assert "ZeroDivisionError in megatron.core.utils" in capsys.readouterr().err
 
 
 def _ours() -> None:

@@ -177,6 +177,9 @@ def describe_configs(
         global_batch_size=global_batch_size,
         use_distributed_optimizer=ddp_flag or opt_flag,
         megatron_ddp=megatron_ddp,
+        use_megatron_fsdp=(
+            _users_flag(ddp_config, "ddp", "use_megatron_fsdp") if megatron_ddp else False
+        ),
         num_buckets=ddp_config.num_buckets if megatron_ddp else None,
         grad_reduce_in_fp32=bool(getattr(ddp_config, "grad_reduce_in_fp32", False)),
         te_available=te.available,

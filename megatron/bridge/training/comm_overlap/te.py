@@ -38,6 +38,9 @@ TE_REQUIREMENTS: Mapping[str, tuple[int, int]] = MappingProxyType(
         "delay_wgrad_compute with cuda_graph_impl='transformer_engine'": (2, 10),
         # Capturing the delayed wgrad inside a per-layer graph scope (attn, moe_router).
         "delay_wgrad_compute with a CUDA graph scope holding delayed weights": (2, 12),
+        # Megatron-FSDP accumulating wgrads into its main-grad buffer through TE's fused path
+        # (megatron-core's FullyShardedDataParallel.__init__ checks it).
+        "Megatron-FSDP with gradient_accumulation_fusion": (2, 10),
     }
 )
 

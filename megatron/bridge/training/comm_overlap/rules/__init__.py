@@ -12,6 +12,9 @@ One file per part:
   notes, and the user's settings (in ``CommOverlapConfig`` or straight on a megatron-core config);
 - ``tp``, ``pp``, ``dp``, ``ep``, ``wgrad``: one area's rules each (``ep`` also holds delayed
   wgrad compute and its CUDA-graph limits; ``wgrad`` the embedding wgrad deferral);
+- ``fsdp``: what the DP knobs mean under Megatron-FSDP (``cfg.ddp.use_megatron_fsdp``), and what
+  it refuses;
+- ``cuda_graphs``: what CUDA graphs mean for each overlap that megatron-core runs with them;
 - ``hardware_notes``: notes and cautions from the expert grid and the GPU generation;
 - ``layout``: :func:`check_layout`, the layout errors megatron-core would hit at cluster start;
 - ``resolve``: :func:`plan_comm_overlap`, which runs the areas in order.

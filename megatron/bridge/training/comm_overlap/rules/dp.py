@@ -51,7 +51,7 @@ def decide_dp(planner: Planner) -> None:
         )
     grad = planner.value("overlap_grad_reduce")
 
-    if gather and not dist_opt:
+    if gather and not dist_opt and not f.use_megatron_fsdp:
         # megatron-core's bucket all-gather without the distributed optimizer takes the
         # layer-wise optimizer's path, whose per-rank sizes only that optimizer sets: it fails at
         # the first step (param_and_grad_buffer._ParamAndGradBucketGroup.start_param_sync).
@@ -98,8 +98,15 @@ def decide_dp(planner: Planner) -> None:
     align, where = planner.user_value("align_param_gather")
     if align is not None:
         planner.set("align_param_gather", align, "user", where)
-        if align:
+        if align and not f.use_megatron_fsdp:
             _note_align_without_interleaving(planner, where)
+    elif f.use_megatron_fsdp:
+        planner.set(
+            "align_param_gather",
+            False,
+            "derived",
+            "Megatron-FSDP does not read it (only megatron-core's DistributedDataParallel does)",
+        )
     elif gather and f.interleaved:
         planner.set(
             "align_param_gather",
@@ -149,7 +156,11 @@ def decide_dp(planner: Planner) -> None:
     if step:
         _check_param_gather_with_optimizer_step(planner)
         planner.set(
-            "overlap_param_gather_with_optimizer_step", True, "user", "set in CommOverlapConfig"
+            "overlap_param_gather_with_optimizer_step",
+            True,
+            "user",
+            "set in CommOverlapConfig: the first model chunk's all-gather starts in the optimizer "
+            "step (megatron-core's ChainedOptimizer._step)",
         )
         planner.cautions.append(
             "overlap_param_gather_with_optimizer_step=True is known to break checkpointing; "
@@ -233,6 +244,8 @@ def _check_param_gather_with_optimizer_step(planner: Planner) -> None:
             "without it the first step fails. Set cfg.ddp.use_distributed_optimizer=True (and "
             "cfg.optimizer.use_distributed_optimizer=True), or drop it."
         )
+    if f.use_megatron_fsdp:
+        return  # said by the Megatron-FSDP rules (fsdp.note_megatron_fsdp)
     if not planner.value("overlap_param_gather"):
         planner.warnings.append(
             "overlap_param_gather_with_optimizer_step=True has no effect with "

@@ -1,7 +1,8 @@
 """The resolution entry point: :func:`plan_comm_overlap` runs every area's rules in a fixed order.
 
 The order is part of the contract: later areas read earlier decisions (EP reads
-``overlap_grad_reduce``, the hardware notes read TP and EP), and the plan's warnings and notes
+``overlap_grad_reduce``, the Megatron-FSDP and CUDA-graph rules read the DP and EP decisions, the
+hardware notes read TP and EP), and the plan's warnings and notes
 appear in the order the areas add them.
 """
 
@@ -10,8 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 from megatron.bridge.training.comm_overlap.plan import OverlapPlan, OverlapRefusedError
+from megatron.bridge.training.comm_overlap.rules.cuda_graphs import note_cuda_graphs
 from megatron.bridge.training.comm_overlap.rules.dp import decide_dp
 from megatron.bridge.training.comm_overlap.rules.ep import decide_ep
+from megatron.bridge.training.comm_overlap.rules.fsdp import note_megatron_fsdp
 from megatron.bridge.training.comm_overlap.rules.hardware_notes import note_hardware
 from megatron.bridge.training.comm_overlap.rules.layout import check_job
 from megatron.bridge.training.comm_overlap.rules.planner import Planner
@@ -39,6 +42,8 @@ def plan_comm_overlap(user: Any, job: JobDescription) -> OverlapPlan:
     decide_dp(planner)
     decide_ep(planner)
     decide_wgrad_deferral(planner)
+    note_megatron_fsdp(planner)
+    note_cuda_graphs(planner)
     planner.report_direct_settings()
     note_hardware(planner)
     plan = planner.result()
