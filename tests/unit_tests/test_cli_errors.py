@@ -392,6 +392,10 @@ def _argument(action: argparse.Action, plot_dir: str) -> st.SearchStrategy[list[
         values = st.sampled_from(
             ["M*M-", "M-M-|M*M-", "M*-/*-/*-", "MEME", "M*X", "M-/*/-", "", "M*" * 48]
         )
+    elif action.dest == "pipeline_model_parallel_layout":
+        values = st.sampled_from(
+            ["Et*4|(t*4|)*14tmL", "Et|t|t|tL", "E|t*48|L", "Et*3", "(t|", "Ex|L", "", "|"]
+        )
     elif action.dest == "plot":
         names = ["step.png", "step.svg", "step.pdf", "missing/step.png", ""]
         values = st.sampled_from([os.path.join(plot_dir, name) for name in names])

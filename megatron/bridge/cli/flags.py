@@ -82,6 +82,11 @@ FLAG_FIELDS: dict[str, str] = {
     "mamba_head_dim": "model.mamba_head_dim",
     "mamba_num_groups": "model.mamba_num_groups",
     "mamba_num_heads": "model.mamba_num_heads",
+    "moe_router_score_function": "model.moe_router_score_function",
+    "moe_router_load_balancing_type": "model.moe_router_load_balancing_type",
+    "moe_grouped_gemm": "model.moe_grouped_gemm",
+    "pipeline_model_parallel_layout": "model.pipeline_model_parallel_layout",
+    "use_megatron_fsdp": "use_megatron_fsdp",
 }
 
 
@@ -93,6 +98,9 @@ def flag_changes(args: argparse.Namespace) -> dict[str, Any]:
         for flag, field in FLAG_FIELDS.items()
         if getattr(args, flag, None) is not None
     }
+    if changes.get("model.virtual_pipeline_model_parallel_size") == 1:
+        # --vpp 1 says "no interleaving", which the description holds as None.
+        changes["model.virtual_pipeline_model_parallel_size"] = None
     if args.swiglu is not None:
         # Megatron-LM's --swiglu: a gated MLP with SiLU (gelu otherwise).
         changes["model.activation_func"] = "silu" if args.swiglu else "gelu"
@@ -132,6 +140,10 @@ def flags_spec(args: argparse.Namespace, base: RecipeSpec | None = None) -> Reci
             )
     elif base is None:
         base = REFERENCE
+    picks = {k: getattr(args, k) for k in ("gpu", "precision") if getattr(args, k) is not None}
+    if args.recipe and picks:
+        # The recipe's published run for that GPU and precision is what the other flags change.
+        base = base.with_overrides(**picks)
     changes = flag_changes(args)
     changes["overlap"] = tuple({**dict(base.overlap), **dict(changes["overlap"])}.items())
     spec = base.changed(**changes)

@@ -15,6 +15,7 @@ from megatron.bridge.training import hardware, launch_env
 from megatron.bridge.training.comm_overlap.te import ASSUMED_TE_VERSION
 from megatron.bridge.training.estimate.model_cost import parse_hybrid_pattern
 from megatron.bridge.training.job import PositionEmbeddingType
+from megatron.bridge.training.pipeline_layout import parse_layout
 from megatron.bridge.training.precisions import precision_choices
 from megatron.bridge.training.validators import positive_int_argument
 
@@ -152,6 +153,44 @@ def _hybrid_layer_pattern(text: str) -> str:
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return text
+
+
+def _pipeline_layout(text: str) -> str:
+    try:
+        parse_layout(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _add_moe_router_and_layout(ex: argparse.ArgumentParser) -> None:
+    """The router, expert-GEMM, pipeline-layout and Megatron-FSDP flags, as Megatron-LM spells them."""
+    ex.add_argument(
+        "--moe-router-score-function",
+        # megatron-core's TransformerConfig.moe_router_score_function Literal.
+        choices=["softmax", "sigmoid", "sqrtsoftplus"],
+        help="MoE router scores (default softmax)",
+    )
+    ex.add_argument(
+        "--moe-router-load-balancing-type",
+        # The single-type options of megatron-core's TransformerConfig.moe_router_load_balancing_type.
+        choices=[
+            "aux_loss",
+            "seq_aux_loss",
+            "global_aux_loss",
+            "sinkhorn",
+            "quantile_balancing",
+            "none",
+        ],
+        help="MoE load balancing (default aux_loss)",
+    )
+    _add_switch(ex, "--moe-grouped-gemm", "run the local experts as one grouped GEMM")
+    ex.add_argument(
+        "--pipeline-model-parallel-layout",
+        type=_pipeline_layout,
+        help="custom placement of layers on (virtual) pipeline stages, e.g. 'Et*4|(t*4|)*14tmL'",
+    )
+    _add_switch(ex, "--use-megatron-fsdp", "Megatron-FSDP instead of megatron-core's DDP")
 
 
 def _add_model_vocabulary(ex: argparse.ArgumentParser) -> None:
@@ -343,6 +382,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="MoE flex dispatcher backend (affects CUDA_DEVICE_MAX_CONNECTIONS)",
     )
     _add_model_vocabulary(ex)
+    _add_moe_router_and_layout(ex)
     ex.add_argument("--ep-overlap", action="store_true", help="request EP all-to-all overlap")
     ex.add_argument(
         "--preset",

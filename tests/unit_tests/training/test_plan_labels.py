@@ -102,5 +102,9 @@ def test_an_automatic_preset_follows_a_changed_gpu_and_precision():
 def test_perf_env_plugin_from_recipe_takes_the_gpu():
     from megatron.bridge.recipes.run_plugins import PerfEnvPlugin
 
-    assert PerfEnvPlugin.from_recipe("llama3_70b", gpu="b200").gpu_sm100_or_newer is True
-    assert PerfEnvPlugin.from_recipe("llama3_70b").gpu_sm100_or_newer is False
+    on_b200 = PerfEnvPlugin.from_recipe("llama3_70b", gpu="b200")
+    on_h100 = PerfEnvPlugin.from_recipe("llama3_70b")
+    assert (on_b200.gpu, on_h100.gpu) == ("b200", "h100")
+    # The generation follows the GPU: Blackwell's 32 connections, Hopper's 1 at TP4.
+    assert on_b200.launch_env_plan().env["CUDA_DEVICE_MAX_CONNECTIONS"] == "32"
+    assert on_h100.launch_env_plan().env["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"

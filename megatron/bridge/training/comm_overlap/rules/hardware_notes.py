@@ -28,10 +28,12 @@ def note_hardware(planner: Planner) -> None:
         and planner.value("tp_comm_overlap")
         and planner.value("overlap_moe_expert_parallel_comm")
     ):
-        planner.cautions.append(
+        planner.notes.append(
             f"TP overlap and EP all-to-all overlap are both on, on {spec.name} (Hopper or "
-            "older): EP overlap needs concurrent streams, so CUDA_DEVICE_MAX_CONNECTIONS stays "
-            "8 instead of 1 and TP overlap loses: its comm kernels are no longer guaranteed "
-            "to start before the GEMMs they overlap. Keep the one that hides more (profile "
-            "with NsysPlugin), or move to Blackwell where both get their queues."
+            "older): EP overlap needs concurrent streams, so CUDA_DEVICE_MAX_CONNECTIONS is "
+            "32 rather than the 1 Hopper TP overlap is tuned with. TP overlap keeps its order: "
+            "Transformer Engine's userbuffers start each communication kernel before the GEMM "
+            "it overlaps with a launch-completion event when connections exceed 1 "
+            "(transformer_engine/common/comm_gemm_overlap/comm_gemm_overlap.cpp, CUDA 12.3 or "
+            "newer); profile with NsysPlugin if TP overlap hides less than on a TP-only layout."
         )
