@@ -16,7 +16,7 @@ import pytest
 
 from megatron.bridge.cli import main
 from megatron.bridge.cli.errors import EXIT_OK, EXIT_REFUSED
-from megatron.bridge.recipes import get_recipe, plan_recipe, recipe_spec
+from megatron.bridge.recipes import RECIPES, get_recipe, plan_recipe, recipe_spec
 from megatron.bridge.training.comm_overlap import (
     PUBLISHED_PRESETS,
     CommOverlapConfig,
@@ -113,13 +113,19 @@ def test_tp4_without_sequence_parallel_and_no_flag_is_not_requested(capsys):
 # --- recipe, flags and container routes ---------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["gpt3_175b", "llama3_70b", "llama31_405b"])
-def test_recipes_ask_auto_and_plan_tp_overlap_at_their_published_tp(name):
-    assert recipe_spec(name).tp_comm_overlap == "auto"
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_each_recipe_asks_auto_and_plans_tp_overlap_where_its_layout_runs_it(capsys, name):
+    spec = recipe_spec(name)
+    assert spec.tp_comm_overlap == "auto"
     plan = plan_recipe(name)
     decision = plan.decision("tp_comm_overlap")
-    assert (decision.value, decision.source) == (True, "derived")
-    assert plan.preset_name is not None
+    runs = spec.job.tp_size > 1 and spec.job.sequence_parallel
+    assert (decision.value, decision.source) == (runs, "derived")
+    assert not any("TP comm overlap" in w or "tp_comm_overlap" in w for w in plan.warnings)
+    if spec.job.tp_size == 1:
+        assert decision.reason.startswith(NOT_REQUESTED)
+        assert main(["explain", "--recipe", name, "--strict"]) == EXIT_OK
+        capsys.readouterr()
 
 
 @pytest.mark.parametrize("name", ["gpt3_175b", "llama3_70b"])
