@@ -172,9 +172,11 @@ def test_tp2_pp2_vpp2_all_ranks_agree_and_every_chunk_is_built(tp2_pp2_vpp2):
     # SP was on in the recipe; the local layer spec cannot run it, and the report says so.
     model = first["model"]
     assert (model["sequence_parallel"], model["layer_spec"]) == (False, "local")
-    assert "TP comm overlap" in _sp_off_note(first) and "refused" in _sp_off_note(first)
+    # The recipe asks for TP overlap where the layout can run it ("auto"): this run cannot.
+    assert "TP comm overlap" in _sp_off_note(first) and "not planned" in _sp_off_note(first)
     tp_overlap = next(d for d in first["plan"]["decisions"] if d["knob"] == "tp_comm_overlap")
-    assert (tp_overlap["value"], tp_overlap["source"]) == (False, "refused")
+    assert (tp_overlap["value"], tp_overlap["source"]) == (False, "derived")
+    assert "not requested" in tp_overlap["reason"]
     assert "sequence_parallel is False" in tp_overlap["reason"]
     # The interleaved pipeline's own overlap is derived from the live layout.
     p2p = next(d for d in first["plan"]["decisions"] if d["knob"] == "overlap_p2p_comm")
@@ -528,7 +530,7 @@ def test_overlap_off_request_leaves_no_overlap_on():
     still_on = {d.knob for d in plan.decisions if d.value is True}
     # Batching pipeline sends overlaps nothing; the rules turn it on once p2p overlap is off.
     assert still_on <= {"batch_p2p_comm"}, still_on
-    assert cfg.comm_overlap.tp_comm_overlap is True, "the recipe's own request is left as it was"
+    assert cfg.comm_overlap.tp_comm_overlap == "auto", "the recipe's own request is left as it was"
 
 
 def test_slurm_dry_run_of_the_example_prints_the_srun_line(tmp_path):

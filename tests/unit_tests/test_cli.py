@@ -58,11 +58,13 @@ def test_blackwell_layout_gets_32_connections_and_b200_preset(capsys):
 
 
 def test_refusal_is_reported_and_strict_exits_one(capsys):
-    doc = _json(capsys, "--no-sequence-parallel")
+    doc = _json(capsys, "--no-sequence-parallel", "--tp-comm-overlap")
     assert any("sequence_parallel is False" in w for w in doc["warnings"])
     refused = [d for d in doc["overlap"]["decisions"] if d["source"] == "refused"]
     assert [d["knob"] for d in refused] == ["tp_comm_overlap"]
-    assert main(["explain", "--no-sequence-parallel", "--strict"]) == EXIT_REFUSED
+    assert (
+        main(["explain", "--no-sequence-parallel", "--tp-comm-overlap", "--strict"]) == EXIT_REFUSED
+    )
     assert "refused" in capsys.readouterr().err
 
 
@@ -93,9 +95,18 @@ def test_no_preset_for_shape_falls_back_to_te_defaults_with_a_note(capsys):
 
 
 def test_te_detect_reports_this_machine():
-    # No GPU machine here can import TE; detect must say so and refuse TP overlap.
+    # No GPU machine here can import TE; detect must say so and refuse the TP overlap requested.
     out = subprocess.run(
-        [sys.executable, "-m", "megatron.bridge.cli", "explain", "--te", "detect", "--json"],
+        [
+            sys.executable,
+            "-m",
+            "megatron.bridge.cli",
+            "explain",
+            "--te",
+            "detect",
+            "--tp-comm-overlap",
+            "--json",
+        ],
         capture_output=True,
         text=True,
         check=True,

@@ -100,7 +100,8 @@ def test_a100_bf16_recipe_runs_without_a_preset_and_fp8_does_not(capsys):
 
 
 def test_strict_refusal_is_a_json_error_with_exit_code_one(capsys):
-    assert main(["explain", "--json", "--no-sequence-parallel", "--strict"]) == EXIT_REFUSED
+    argv = ["explain", "--json", "--no-sequence-parallel", "--tp-comm-overlap", "--strict"]
+    assert main(argv) == EXIT_REFUSED
     doc = json.loads(capsys.readouterr().out)
     assert set(doc) == {"error", "exit_code"}
     assert doc["exit_code"] == EXIT_REFUSED
@@ -140,7 +141,11 @@ MOE_LAYOUT = [
         *(pytest.param(["--recipe", name], EXIT_OK, id=name) for name in sorted(RECIPES)),
         pytest.param(MOE_LAYOUT, EXIT_OK, id="moe-layout"),
         pytest.param(["--ep", "8"], EXIT_INVALID, id="error-document"),
-        pytest.param(["--no-sequence-parallel", "--strict"], EXIT_REFUSED, id="strict-error"),
+        pytest.param(
+            ["--no-sequence-parallel", "--tp-comm-overlap", "--strict"],
+            EXIT_REFUSED,
+            id="strict-error",
+        ),
     ],
 )
 def test_json_output_validates_against_the_schema(argv, code, validator, capsys):

@@ -228,11 +228,13 @@ def build_check_config(
                     f"support {what}"
                 )
                 if name == "sequence_parallel":
-                    requested = cfg.comm_overlap is not None and cfg.comm_overlap.tp_comm_overlap
+                    asked = None if cfg.comm_overlap is None else cfg.comm_overlap.tp_comm_overlap
+                    # A request (True) is refused; "auto" is not asked for where it cannot run.
+                    outcome = {True: "refused", "auto": "not planned"}.get(asked)
                     note += (
                         "; TP comm overlap, which needs sequence parallelism, is therefore "
-                        "refused on this run"
-                        if requested
+                        f"{outcome} on this run"
+                        if outcome
                         else ""
                     )
                 notes.append(note)

@@ -330,7 +330,12 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--world-size", type=positive_int_argument, help="number of GPUs (default 128)")
     _add_switch(ex, "--sequence-parallel", "sequence parallelism (default: on when TP > 1)")
     _add_switch(ex, "--distributed-optimizer", "distributed optimizer (default: on)")
-    _add_switch(ex, "--tp-comm-overlap", "request TP comm overlap (default: on)")
+    _add_switch(
+        ex,
+        "--tp-comm-overlap",
+        "request TP comm overlap; refused with a warning (exit 1 with --strict) where the "
+        "layout cannot run it (default: on where it can: TP >= 2, sequence parallel, TE)",
+    )
     add_gpu_and_precision(ex, gpu_default="h100", precision_default="bf16")
     ex.add_argument(
         "--seq-length", type=positive_int_argument, help="sequence length (default 2048)"

@@ -25,7 +25,7 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from megatron.bridge.recipes.published import PublishedRun
 from megatron.bridge.training import hardware, launch_env
@@ -38,6 +38,7 @@ from megatron.bridge.training.comm_overlap import (
     plan_comm_overlap,
     te_status,
 )
+from megatron.bridge.training.comm_overlap.rules.tp import tp_overlap_blockers
 from megatron.bridge.training.env_vars import DerivedEnv
 from megatron.bridge.training.job import JobDescription, ModelDescription
 from megatron.bridge.training.job_configs import write_model
@@ -116,8 +117,10 @@ class RecipeSpec:
     """The job: model, published GPU count and GPU, batch sizes, optimizer sharding."""
     precision: Precision = "bf16"
     """Training precision (a compute dtype; an alias given is stored resolved)."""
-    tp_comm_overlap: bool = True
-    """Request TP communication overlap."""
+    tp_comm_overlap: bool | Literal["auto"] = "auto"
+    """TP communication overlap: "auto" (on where the layout can run it: TP >= 2, sequence
+    parallelism, Transformer Engine; otherwise off without a warning), or True (a request,
+    refused with a warning where the layout cannot run it) or False."""
     preset: str = "auto"
     """Userbuffers preset: "auto" (the published one for the shape), a published name, or "none"."""
     overlap: tuple[tuple[str, Any], ...] = ()
@@ -234,7 +237,7 @@ class RecipeSpec:
         job = self.job
         if self.preset == "auto":
             return choose_userbuffers_preset(
-                tp_comm_overlap=self.tp_comm_overlap,
+                tp_comm_overlap=self._tp_overlap_wanted(),
                 precision=job.precision,
                 gpu=job.gpu,
                 hidden_size=job.model.hidden_size,
@@ -248,6 +251,13 @@ class RecipeSpec:
         return PresetChoice(
             name=self.preset, preset=PUBLISHED_PRESETS[self.preset], detail="named preset"
         )
+
+    def _tp_overlap_wanted(self) -> bool:
+        """Whether the request asks for TP overlap on the published job, with TE assumed where
+        it runs: "auto" asks where :func:`tp_overlap_blockers` finds nothing."""
+        if self.tp_comm_overlap == "auto":
+            return not tp_overlap_blockers(self.job)
+        return bool(self.tp_comm_overlap)
 
     def request(self) -> CommOverlapConfig:
         """The comm-overlap request this recipe makes; an automatic preset choice says so."""
@@ -337,7 +347,7 @@ class RecipeSpec:
         provider = getattr(importlib.import_module(module_name), function_name)
         model = provider(**dict(self.provider_options))
         write_model(model, self.job.model)
-        _log_preset_choice(self.preset_choice(), tp_comm_overlap=self.tp_comm_overlap)
+        _log_preset_choice(self.preset_choice(), tp_comm_overlap=self._tp_overlap_wanted())
         dist_opt = self.job.use_distributed_optimizer
         cfg = ConfigContainer(
             model=model,
@@ -381,7 +391,7 @@ def _check_named_preset_follows(before: RecipeSpec, after: RecipeSpec) -> None:
     # A preset named on the spec was the user's choice for its GPU and precision; a change of
     # either that it no longer fits is refused ("auto" chooses again, "none" has nothing to fit).
     name = before.preset
-    if name in ("auto", "none") or not after.tp_comm_overlap:
+    if name in ("auto", "none") or not after._tp_overlap_wanted():
         return
     old, new = before.job, after.job
     if (old.gpu, old.precision) == (new.gpu, new.precision):

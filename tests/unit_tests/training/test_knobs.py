@@ -105,7 +105,7 @@ def test_schema_names_the_configs_a_direct_setting_can_be_on():
 @pytest.mark.parametrize("knob", [k for k, spec in KNOBS.items() if spec.switch])
 def test_a_switch_is_a_flag_the_check_baseline_turns_off(knob):
     # overlap_off_request sets every switch False: only a bool knob can take that.
-    assert KNOBS[knob].kind in ("flag", "optional_flag")
+    assert KNOBS[knob].kind in ("auto_flag", "optional_flag")
     off = overlap_off_request(CommOverlapConfig(**{"tp_comm_overlap": True, knob: True}))
     assert getattr(off, knob) is False
 

@@ -27,9 +27,10 @@ DEFAULT_BUCKET_SIZE = 128 * 1024 * 1024
 Area = Literal["tp", "pp", "dp", "ep", "wgrad"]
 """Which parallelism a knob overlaps."""
 
-KnobKind = Literal["flag", "optional_flag", "preset", "backend", "count", "limit"]
-"""How a request value is checked: a required bool, a bool or None, a userbuffers preset, the
-bootstrap backend, a positive int or None, an int >= -1 or None."""
+KnobKind = Literal["auto_flag", "optional_flag", "preset", "backend", "count", "limit"]
+"""How a request value is checked: a required bool or ``"auto"`` (on where the layout can run it),
+a bool or None, a userbuffers preset, the bootstrap backend, a positive int or None, an int >= -1
+or None."""
 
 DirectUse = Literal["honoured", "reported"]
 """What a value written straight onto a megatron-core config (not through CommOverlapConfig)
@@ -76,7 +77,7 @@ def _overlap_switch(
 #: Every knob, in plan order.
 KNOBS: Mapping[str, Knob] = MappingProxyType(
     {
-        "tp_comm_overlap": _overlap_switch("tp", ("model",), "reported", kind="flag"),
+        "tp_comm_overlap": _overlap_switch("tp", ("model",), "reported", kind="auto_flag"),
         # A preset written onto a GPT provider counts as the user's (it is where Megatron-LM
         # users put their YAML path).
         "tp_comm_overlap_cfg": Knob(

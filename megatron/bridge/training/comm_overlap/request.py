@@ -42,8 +42,11 @@ class CommOverlapConfig:
     megatron-core's configs.
     """
 
-    tp_comm_overlap: bool
-    """Ask for Transformer Engine userbuffer overlap of TP collectives with GEMMs."""
+    tp_comm_overlap: bool | Literal["auto"]
+    """Ask for Transformer Engine userbuffer overlap of TP collectives with GEMMs: True is a
+    request (refused with a warning, or an error with ``strict``, where the layout cannot run
+    it); "auto" turns it on only where the layout can run it (TP >= 2, sequence parallelism,
+    Transformer Engine), what recipes and ``bridge-overlap explain`` ask by default."""
     tp_comm_overlap_cfg: PresetSource | None = None
     """Per-GEMM userbuffer config: a preset, a mapping or a YAML path; None uses TE's defaults."""
     tp_comm_bootstrap_backend: BootstrapBackend = "nccl"
@@ -94,8 +97,8 @@ class CommOverlapConfig:
         """
         for name, knob in KNOBS.items():
             value = getattr(self, name)
-            if knob.kind == "flag":
-                check_bool(_OWNER, name, value)
+            if knob.kind == "auto_flag":
+                _check_auto_flag(name, value)
             elif knob.kind == "optional_flag":
                 check_optional_bool(_OWNER, name, value, none_means="let the rules decide")
             elif knob.kind == "backend":
@@ -181,4 +184,13 @@ class CommOverlapConfig:
             "The data-parallel size is unknown: pass setup(..., data_parallel_size=N), set "
             "CommOverlapConfig.data_parallel_size, or build through runtime_config_update(cfg), "
             "which derives it from the world size."
+        )
+
+
+def _check_auto_flag(name: str, value: object) -> None:
+    """``value`` must be True, False or "auto" (``TypeError`` naming the field otherwise)."""
+    if type(value) is not bool and not (isinstance(value, str) and value == "auto"):
+        raise TypeError(
+            f"{_OWNER}.{name} must be True or False, or 'auto' (on where the layout can run "
+            f"it), got {value!r} ({type(value).__name__})."
         )

@@ -1,14 +1,18 @@
 """TP overlap rules: TE userbuffers overlap, its preset and bootstrap backend, and the buffer rows.
 
-:func:`decide_tp` turns ``tp_comm_overlap`` on only with TP >= 2, sequence parallelism and
-Transformer Engine (otherwise a warning names every failed condition), checks the token count
-divides into TE's userbuffers (:func:`tp_overlap_buffer_rows`) and that a preset fits the model.
+:func:`tp_overlap_blockers` names what keeps a layout from running TP overlap (TP below 2,
+sequence parallelism off, no Transformer Engine). :func:`decide_tp` turns ``tp_comm_overlap`` on
+when nothing blocks it: a request (``True``) that is blocked is refused with a warning naming every
+blocker; ``"auto"`` asks only for what the layout can run, so a blocked layout is planned without
+TP overlap and without a warning. Either way, the token count must divide into TE's userbuffers
+(:func:`tp_overlap_buffer_rows`) and a preset should fit the model.
 """
 
 from __future__ import annotations
 
 from megatron.bridge.training.comm_overlap.plan import Source
 from megatron.bridge.training.comm_overlap.rules.planner import Planner
+from megatron.bridge.training.job import JobDescription
 from megatron.bridge.training.userbuffers import (
     TransformerLayerTPOverlapCfg,
     choose_userbuffers_preset,
@@ -20,21 +24,47 @@ from megatron.bridge.training.userbuffers import (
 )
 from megatron.bridge.training.userbuffers_file import load_preset
 
-__all__ = ["decide_tp", "tp_overlap_buffer_rows"]
+__all__ = ["decide_tp", "tp_overlap_blockers", "tp_overlap_buffer_rows"]
+
+
+def tp_overlap_blockers(job: JobDescription) -> tuple[str, ...]:
+    """Why TP overlap cannot run on ``job``'s layout, one reason per blocker; empty when it can.
+
+    TE's userbuffers overlap the sequence-parallel all-gather/reduce-scatter of a TP group, so
+    they need TP >= 2, sequence parallelism and Transformer Engine. Each reason names the field
+    and the fix.
+    """
+    blockers: list[str] = []
+    if job.tp_size < 2:
+        blockers.append(
+            f"tensor_model_parallel_size is {job.tp_size}; TP overlap needs >= 2 "
+            "(raise tensor_model_parallel_size or set tp_comm_overlap=False)"
+        )
+    if not job.sequence_parallel:
+        blockers.append(
+            "sequence_parallel is False; TE userbuffers overlap the sequence-parallel "
+            "all-gather/reduce-scatter (set cfg.model.sequence_parallel=True)"
+        )
+    if not job.te_available:
+        blockers.append(
+            "Transformer Engine is not available: "
+            + (job.te_reason or "not importable (install the 'te' extra where the job runs)")
+        )
+    return tuple(blockers)
 
 
 def decide_tp(planner: Planner) -> None:
-    """Decide TP overlap, its preset and bootstrap backend; a refusal is a warning naming why."""
+    """Decide TP overlap, its preset and bootstrap backend.
+
+    ``tp_comm_overlap=True`` that the layout cannot run is refused with a warning naming why;
+    ``"auto"`` turns it on exactly when :func:`tp_overlap_blockers` finds nothing (and TE's
+    userbuffers rows divide), and otherwise says why it was not requested.
+    """
     f, user = planner.job, planner.user
     preset, where = _preset(planner)
-    backend = user.tp_comm_bootstrap_backend
-    backend_source: Source = "default" if backend == "nccl" else "user"
+    auto = user.tp_comm_overlap == "auto"
     if not user.tp_comm_overlap:
-        planner.set("tp_comm_overlap", False, "user", "tp_comm_overlap=False in CommOverlapConfig")
-        planner.set("tp_comm_overlap_cfg", None, "default", "TP overlap is off")
-        planner.set(
-            "tp_comm_bootstrap_backend", backend, backend_source, "unused: TP overlap is off"
-        )
+        _tp_off(planner, "user", "tp_comm_overlap=False in CommOverlapConfig")
         if preset is not None:
             planner.warnings.append(
                 "tp_comm_overlap_cfg is set but tp_comm_overlap=False, so the preset is "
@@ -42,44 +72,39 @@ def decide_tp(planner: Planner) -> None:
             )
         return
 
-    failed: list[str] = []
-    if f.tp_size < 2:
-        failed.append(
-            f"tensor_model_parallel_size is {f.tp_size}; TP overlap needs >= 2 "
-            "(raise tensor_model_parallel_size or set tp_comm_overlap=False)"
-        )
-    if not f.sequence_parallel:
-        failed.append(
-            "sequence_parallel is False; TE userbuffers overlap the sequence-parallel "
-            "all-gather/reduce-scatter (set cfg.model.sequence_parallel=True)"
-        )
-    if not f.te_available:
-        failed.append(
-            "Transformer Engine is not available: "
-            + (f.te_reason or "not importable (install the 'te' extra where the job runs)")
-        )
+    failed = tp_overlap_blockers(f)
+    if failed and auto:
+        _not_requested(planner, preset, "; ".join(failed))
+        return
     if failed:
         reason = "requested but refused: " + "; ".join(failed)
-        planner.set("tp_comm_overlap", False, "refused", reason)
-        planner.set("tp_comm_overlap_cfg", None, "default", "TP overlap is off")
-        planner.set(
-            "tp_comm_bootstrap_backend", backend, backend_source, "unused: TP overlap is off"
-        )
+        _tp_off(planner, "refused", reason)
         planner.warnings.append(f"TP comm overlap turned OFF: {'; '.join(failed)}.")
         return
 
-    _check_tp_token_divisibility(planner)
+    if auto:
+        try:
+            _check_tp_token_divisibility(planner)
+        except ValueError as exc:
+            _not_requested(planner, preset, str(exc))
+            return
+    else:
+        _check_tp_token_divisibility(planner)
     if f.model.mtp_num_layers:
         planner.warnings.append(
             f"TP overlap {mtp_userbuffers_pitfall(f.model.mtp_num_layers)}; build_model "
             "checks the config after the build and reports such a flip."
         )
-    planner.set(
-        "tp_comm_overlap",
-        True,
-        "user",
-        f"requested, and TP={f.tp_size} >= 2, sequence parallel on, Transformer Engine available",
-    )
+    facts = f"TP={f.tp_size} >= 2, sequence parallel on, Transformer Engine available"
+    if auto:
+        planner.set(
+            "tp_comm_overlap",
+            True,
+            "derived",
+            f"tp_comm_overlap='auto' and the layout runs it: {facts}",
+        )
+    else:
+        planner.set("tp_comm_overlap", True, "user", f"requested, and {facts}")
     chosen_by = _automatic_choice(planner)
     if chosen_by is not None:
         preset, chosen_by = _rechosen(planner, preset, chosen_by)
@@ -113,12 +138,47 @@ def decide_tp(planner: Planner) -> None:
         else:
             planner.set("tp_comm_overlap_cfg", preset.to_ub_cfgs(), "user", f"{where}: {label}")
         _check_preset_shape(planner, preset)
+    backend, backend_source = _backend(planner)
     planner.set(
         "tp_comm_bootstrap_backend",
         backend,
         backend_source,
         "bootstraps the userbuffers communicator" + (" (default)" if backend == "nccl" else ""),
     )
+
+
+def _backend(planner: Planner) -> tuple[str, Source]:
+    """The bootstrap backend asked for, and whether it is the default (nccl) or the user's."""
+    backend = planner.user.tp_comm_bootstrap_backend
+    return backend, "default" if backend == "nccl" else "user"
+
+
+def _tp_off(planner: Planner, source: Source, reason: str) -> None:
+    """Record TP overlap off (and its preset and backend unused) for ``reason``."""
+    backend, backend_source = _backend(planner)
+    planner.set("tp_comm_overlap", False, source, reason)
+    planner.set("tp_comm_overlap_cfg", None, "default", "TP overlap is off")
+    planner.set("tp_comm_bootstrap_backend", backend, backend_source, "unused: TP overlap is off")
+
+
+def _not_requested(planner: Planner, preset: TransformerLayerTPOverlapCfg | None, why: str) -> None:
+    """``tp_comm_overlap='auto'`` on a layout that cannot run it: off, said as derived.
+
+    A preset the user gave is ignored, which a warning says; one chosen automatically goes
+    unused without one.
+    """
+    _tp_off(
+        planner,
+        "derived",
+        f"not requested: the layout cannot run it (TP={planner.job.tp_size}): {why} "
+        "(tp_comm_overlap='auto' asks only for what the layout can run)",
+    )
+    if preset is not None and _automatic_choice(planner) is None:
+        planner.warnings.append(
+            "tp_comm_overlap_cfg is set but the layout cannot run TP overlap "
+            f"(tp_comm_overlap='auto': {why}), so the preset is ignored; change the layout or "
+            "drop the preset."
+        )
 
 
 def _preset(planner: Planner) -> tuple[TransformerLayerTPOverlapCfg | None, str]:
