@@ -93,6 +93,9 @@ def flag_changes(args: argparse.Namespace) -> dict[str, Any]:
         for flag, field in FLAG_FIELDS.items()
         if getattr(args, flag, None) is not None
     }
+    if changes.get("model.virtual_pipeline_model_parallel_size") == 1:
+        # --vpp 1 says "no interleaving", which the description holds as None.
+        changes["model.virtual_pipeline_model_parallel_size"] = None
     if args.swiglu is not None:
         # Megatron-LM's --swiglu: a gated MLP with SiLU (gelu otherwise).
         changes["model.activation_func"] = "silu" if args.swiglu else "gelu"
@@ -132,6 +135,10 @@ def flags_spec(args: argparse.Namespace, base: RecipeSpec | None = None) -> Reci
             )
     elif base is None:
         base = REFERENCE
+    picks = {k: getattr(args, k) for k in ("gpu", "precision") if getattr(args, k) is not None}
+    if args.recipe and picks:
+        # The recipe's published run for that GPU and precision is what the other flags change.
+        base = base.with_overrides(**picks)
     changes = flag_changes(args)
     changes["overlap"] = tuple({**dict(base.overlap), **dict(changes["overlap"])}.items())
     spec = base.changed(**changes)

@@ -1,5 +1,5 @@
-"""``bridge-overlap recipes``: every available recipe with its published layout, as rows
-(:func:`list_recipes`) and as text."""
+"""``bridge-overlap recipes``: every available recipe with its default layout and the systems
+and precisions it has published runs for, as rows (:func:`list_recipes`) and as text."""
 
 from __future__ import annotations
 
@@ -11,14 +11,22 @@ from megatron.bridge.utils.megatron_core_errors import megatron_core_rejection
 
 
 def list_recipes() -> list[dict[str, Any]]:
-    """Every available recipe with its target and, when it has a spec, its published layout.
+    """Every available recipe with its target and, when it has a spec, its default layout and
+    ``published``: the (GPU, precision) pairs of its published runs (``gpu=``/``precision=``
+    pick them), each with its GPU count.
 
     A recipe that cannot be used (its module does not import, it fails or returns the wrong
     type) is listed with ``error`` set to why; the others have ``error`` None.
     """
     rows = []
     for name, target in sorted(available_recipes().items()):
-        row: dict[str, Any] = {"name": name, "target": target, "layout": None, "error": None}
+        row: dict[str, Any] = {
+            "name": name,
+            "target": target,
+            "layout": None,
+            "published": [],
+            "error": None,
+        }
         try:
             spec = recipe_spec(name)
         except Exception as exc:
@@ -43,6 +51,14 @@ def list_recipes() -> list[dict[str, Any]]:
                 "hidden_size": job.model.hidden_size,
                 "seq_length": job.model.seq_length,
             }
+            row["published"] = [
+                {
+                    "gpu": run.gpu,
+                    "precision": run.precision,
+                    "world_size": run.changes["world_size"],
+                }
+                for run in spec.published
+            ]
         rows.append(row)
     return rows
 
@@ -62,4 +78,9 @@ def _render_recipes(rows: list[dict[str, Any]]) -> str:
                 f"{lay['num_layers']} layers, hidden {lay['hidden_size']}, seq {lay['seq_length']}"
             )
         lines.append(f"{row['name']:<16} {shape}  [{row['target']}]")
+        if row.get("published"):
+            runs = ", ".join(
+                f"{r['gpu']} {r['precision']} ({r['world_size']})" for r in row["published"]
+            )
+            lines.append(f"{'':<16} published runs (gpu= precision=): {runs}")
     return "\n".join(lines)

@@ -62,9 +62,19 @@ __all__ = [
 #: Shipped recipe name -> ``"module:function"`` of the function that builds its container.
 RECIPES: Mapping[str, str] = MappingProxyType(
     {
+        "deepseek_v3": "megatron.bridge.recipes.deepseek_v3:deepseek_v3",
         "gpt3_175b": "megatron.bridge.recipes.gpt3_175b:gpt3_175b",
+        "gpt_oss_120b": "megatron.bridge.recipes.gpt_oss_120b:gpt_oss_120b",
+        "kimi_k2": "megatron.bridge.recipes.kimi_k2:kimi_k2",
+        "llama3_8b": "megatron.bridge.recipes.llama3_8b:llama3_8b",
         "llama3_70b": "megatron.bridge.recipes.llama3_70b:llama3_70b",
         "llama31_405b": "megatron.bridge.recipes.llama31_405b:llama31_405b",
+        "nemotron_3_5_lightning": (
+            "megatron.bridge.recipes.nemotron_3_5_lightning:nemotron_3_5_lightning"
+        ),
+        "nemotron_3_nano": "megatron.bridge.recipes.nemotron_3_nano:nemotron_3_nano",
+        "qwen3_235b_a22b": "megatron.bridge.recipes.qwen3_235b_a22b:qwen3_235b_a22b",
+        "qwen3_30b_a3b": "megatron.bridge.recipes.qwen3_30b_a3b:qwen3_30b_a3b",
     }
 )
 

@@ -11,6 +11,13 @@ embedding and one transformer layer, the last one transformer layer and the loss
 
 Preset: ``userbuffers_bf16_h100_h16384_tp8_cp2_mbs1_seqlen8192`` (exact lookup, CP included).
 
+Published Blackwell and FP8 layouts (``gpu=`` / ``precision=`` pick them; Megatron-Bridge
+``docs/performance-summary-archive.md`` 26.06, the most recent release with Llama-3.1 405B
+rows, and ``perf_recipes/llama/<system>/llama31.py``), global batch 1536, micro-batch 1: on
+256 GB300 GPUs FP8 current scaling and NVFP4 at TP4 x PP8 (VPP4), MXFP8 at TP2 x PP8 (VPP4) x
+CP2; on 256 GB200 GPUs FP8 current scaling at TP4 x PP16 (VPP4), MXFP8 and NVFP4 at TP4 x PP16
+(VPP8); on 1024 H100 GPUs FP8 current scaling at TP8 x PP8 (VPP8) x CP2.
+
 Importing this module loads no torch: :data:`SPEC` plans the recipe anywhere,
 :func:`llama31_405b` builds its ``ConfigContainer``.
 """
@@ -18,10 +25,16 @@ Importing this module loads no torch: :data:`SPEC` plans the recipe anywhere,
 from __future__ import annotations
 
 from megatron.bridge.recipes.llama import LLAMA3_ARCHITECTURE, LLAMA3_PROVIDER
+from megatron.bridge.recipes.published import run
 from megatron.bridge.recipes.spec import recipe_functions, spec_of
 from megatron.bridge.training.job import ModelDescription
 
 __all__ = ["SPEC", "llama31_405b", "spec"]
+
+_SOURCE = (
+    "Megatron-Bridge docs/performance-summary-archive.md 26.06; "
+    "perf_recipes/llama/{0}/llama31.py llama31_405b_pretrain_{1}gpu_{0}_{2}_config"
+)
 
 SPEC = spec_of(
     "llama31_405b",
@@ -49,6 +62,80 @@ SPEC = spec_of(
     global_batch_size=512,
     lr=8e-5,
     min_lr=8e-6,
+    published=(
+        run(
+            "gb300",
+            "fp8_cs",
+            gpus=256,
+            gbs=1536,
+            tp=4,
+            pp=8,
+            vp=4,
+            source=_SOURCE.format("gb300", "256", "fp8cs"),
+        ),
+        run(
+            "gb300",
+            "fp8_mx",
+            gpus=256,
+            gbs=1536,
+            tp=2,
+            pp=8,
+            vp=4,
+            cp=2,
+            source=_SOURCE.format("gb300", "256", "fp8mx"),
+        ),
+        run(
+            "gb300",
+            "nvfp4",
+            gpus=256,
+            gbs=1536,
+            tp=4,
+            pp=8,
+            vp=4,
+            source=_SOURCE.format("gb300", "256", "nvfp4"),
+        ),
+        run(
+            "gb200",
+            "fp8_cs",
+            gpus=256,
+            gbs=1536,
+            tp=4,
+            pp=16,
+            vp=4,
+            source=_SOURCE.format("gb200", "256", "fp8cs"),
+        ),
+        run(
+            "gb200",
+            "fp8_mx",
+            gpus=256,
+            gbs=1536,
+            tp=4,
+            pp=16,
+            vp=8,
+            source=_SOURCE.format("gb200", "256", "fp8mx"),
+        ),
+        run(
+            "gb200",
+            "nvfp4",
+            gpus=256,
+            gbs=1536,
+            tp=4,
+            pp=16,
+            vp=8,
+            source=_SOURCE.format("gb200", "256", "nvfp4"),
+        ),
+        run(
+            "h100",
+            "fp8_cs",
+            gpus=1024,
+            gbs=1536,
+            tp=8,
+            pp=8,
+            vp=8,
+            cp=2,
+            source=_SOURCE.format("h100", "1024", "fp8cs"),
+        ),
+    ),
 )
 """The recipe in plain values: 1024 H100 GPUs, TP8 x PP8 (VPP8) x CP2 -> DP 8."""
 

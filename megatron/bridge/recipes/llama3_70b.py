@@ -9,6 +9,16 @@ Preset: ``userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192``. Its name has no ``_
 although the layout is CP2; NVIDIA's recipe uses it at CP2 all the same, and so does the preset
 choice here (exact CP first, then the CP-less name, for every recipe and the CLI alike).
 
+Published Blackwell and FP8 layouts (``gpu=`` / ``precision=`` pick them; Megatron-Bridge
+``docs/performance-summary-archive.md`` 26.04.01, the most recent release with Llama-3 70B
+rows, and ``perf_recipes/llama/<system>/llama3.py``), global batch 256 on 64 GPUs: GB300 FP8
+current scaling TP1 with micro-batch 2 (Megatron-FSDP in the published run: the job
+description has no Megatron-FSDP field, so it is planned as data parallelism with the
+distributed optimizer), MXFP8 and NVFP4 TP1 x PP4 (VPP5); GB200 FP8 current scaling as on
+GB300, MXFP8 and NVFP4 TP2 x PP4 (VPP5); H100 FP8 current scaling TP4 x PP8 (VPP5); and B200
+BF16 TP2 x PP4 (VPP5) x CP2 with the ``userbuffers_bf16_b200_h8192_tp2_mbs1_seqlen8192``
+preset (``llama3_70b_pretrain_64gpu_b200_bf16_config``).
+
 Importing this module loads no torch: :data:`SPEC` plans the recipe anywhere,
 :func:`llama3_70b` builds its ``ConfigContainer``.
 """
@@ -16,10 +26,16 @@ Importing this module loads no torch: :data:`SPEC` plans the recipe anywhere,
 from __future__ import annotations
 
 from megatron.bridge.recipes.llama import LLAMA3_ARCHITECTURE, LLAMA3_PROVIDER
+from megatron.bridge.recipes.published import run
 from megatron.bridge.recipes.spec import recipe_functions, spec_of
 from megatron.bridge.training.job import ModelDescription
 
 __all__ = ["SPEC", "llama3_70b", "spec"]
+
+_SOURCE = (
+    "Megatron-Bridge docs/performance-summary-archive.md 26.04.01; "
+    "perf_recipes/llama/{0}/llama3.py llama3_70b_pretrain_64gpu_{0}_{1}_config"
+)
 
 SPEC = spec_of(
     "llama3_70b",
@@ -40,6 +56,59 @@ SPEC = spec_of(
     world_size=64,
     gpu="h100",
     global_batch_size=128,
+    published=(
+        *(
+            run(gpu, "fp8_cs", gpus=64, gbs=256, mbs=2, source=_SOURCE.format(gpu, "fp8cs"))
+            for gpu in ("gb300", "gb200")
+        ),
+        *(
+            run(
+                "gb300",
+                precision,
+                gpus=64,
+                gbs=256,
+                pp=4,
+                vp=5,
+                source=_SOURCE.format("gb300", name),
+            )
+            for precision, name in (("fp8_mx", "fp8mx"), ("nvfp4", "nvfp4"))
+        ),
+        *(
+            run(
+                "gb200",
+                precision,
+                gpus=64,
+                gbs=256,
+                tp=2,
+                pp=4,
+                vp=5,
+                source=_SOURCE.format("gb200", name),
+            )
+            for precision, name in (("fp8_mx", "fp8mx"), ("nvfp4", "nvfp4"))
+        ),
+        run(
+            "h100",
+            "fp8_cs",
+            gpus=64,
+            gbs=256,
+            tp=4,
+            pp=8,
+            vp=5,
+            source=_SOURCE.format("h100", "fp8cs"),
+        ),
+        run(
+            "b200",
+            "bf16",
+            gpus=64,
+            gbs=256,
+            tp=2,
+            pp=4,
+            vp=5,
+            cp=2,
+            source="Megatron-Bridge perf_recipes/llama/b200/llama3.py "
+            "llama3_70b_pretrain_64gpu_b200_bf16_config",
+        ),
+    ),
 )
 """The recipe in plain values: 64 H100 GPUs, TP4 x PP4 (VPP5) x CP2 -> DP 2."""
 

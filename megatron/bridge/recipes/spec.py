@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from megatron.bridge.recipes.published import PublishedRun
 from megatron.bridge.training import hardware, launch_env
 from megatron.bridge.training.comm_overlap import (
     PUBLISHED_PRESETS,
@@ -63,6 +64,7 @@ __all__ = [
     "PrecisionSetting",
     "RecipeFunctions",
     "RecipeSpec",
+    "published_spec",
     "recipe_functions",
     "spec_of",
 ]
@@ -124,6 +126,9 @@ class RecipeSpec:
     """Peak learning rate."""
     min_lr: float = 3e-5
     """Final learning rate."""
+    published: tuple[PublishedRun, ...] = ()
+    """The recipe's published runs, one per (GPU, precision): asking for a GPU or a precision
+    starts from that pair's run (:meth:`with_overrides`)."""
 
     def __post_init__(self) -> None:
         precision = canonical_precision(self.precision)
@@ -186,15 +191,41 @@ class RecipeSpec:
             _check_named_preset_follows(self, new)
         return new
 
+    def published_run(self, gpu: str | None, precision: str | None) -> PublishedRun | None:
+        """The published run for ``gpu`` and ``precision`` (None: this spec's own), or None.
+
+        Names are resolved as the catalogue and the precision table resolve them (``GB200``,
+        ``mxfp8``); ``ValueError`` for a name neither knows.
+        """
+        gpu = self.gpu if gpu is None else hardware.gpu_spec(gpu).name
+        precision = self.precision if precision is None else canonical_precision(precision)
+        return next((r for r in self.published if r.key == (gpu, precision)), None)
+
+    @property
+    def published_pairs(self) -> tuple[tuple[str, str], ...]:
+        """The (GPU, precision) pairs of the published runs, in the order the recipe lists them."""
+        return tuple(r.key for r in self.published)
+
     def with_overrides(self, **overrides: Any) -> RecipeSpec:
-        """This spec with a recipe's keyword overrides (:data:`RECIPE_KEYWORDS`) applied."""
+        """This spec with a recipe's keyword overrides (:data:`RECIPE_KEYWORDS`) applied.
+
+        Given ``gpu`` or ``precision``, the layout starts from the published run for that GPU
+        and precision (the one not given stays this spec's); the other keywords change it. A
+        pair with no published run keeps this spec's layout.
+        """
         unknown = sorted(set(overrides) - set(RECIPE_KEYWORDS))
         if unknown:
             raise TypeError(
                 f"recipe {self.name} got unexpected keyword(s) {unknown}; it takes "
                 f"{list(RECIPE_KEYWORDS)}."
             )
-        return self.changed(**{RECIPE_KEYWORDS[k]: v for k, v in overrides.items()})
+        changes: dict[str, Any] = {}
+        if overrides.get("gpu") is not None or overrides.get("precision") is not None:
+            published = self.published_run(overrides.get("gpu"), overrides.get("precision"))
+            if published is not None:
+                changes.update(published.changes)
+        changes.update({RECIPE_KEYWORDS[k]: v for k, v in overrides.items()})
+        return self.changed(**changes)
 
     # --- the torch-free route ----------------------------------------------------------------
 
@@ -411,6 +442,36 @@ def spec_of(
     )
     # The tensor-parallel size, given as a change, brings sequence parallelism with it.
     return spec.changed(**{"model.tensor_model_parallel_size": model.tensor_model_parallel_size})
+
+
+def published_spec(
+    name: str,
+    *,
+    provider: str,
+    model: ModelDescription,
+    runs: tuple[PublishedRun, ...],
+    use_distributed_optimizer: bool = True,
+    **spec_fields: Any,
+) -> RecipeSpec:
+    """A recipe's spec from its architecture and its published runs; the first run is its
+    default layout (GPU, precision, GPU count, batch sizes, parallel sizes).
+
+    ``model`` holds the architecture (megatron-core's field names); ``spec_fields`` are the
+    other :class:`RecipeSpec` fields.
+    """
+    first = runs[0]
+    spec = spec_of(
+        name,
+        provider=provider,
+        model=model,
+        world_size=first.changes["world_size"],
+        gpu=first.gpu,
+        precision=first.precision,
+        use_distributed_optimizer=use_distributed_optimizer,
+        published=runs,
+        **spec_fields,
+    )
+    return spec.changed(**first.changes)
 
 
 class RecipeFunctions(NamedTuple):

@@ -200,12 +200,8 @@ def test_llama31_405b_rejects_a_vpp_the_layers_do_not_split_into():
         ),
         ("gpt3_175b", {"gpu": "h200"}, 1024, "userbuffers_bf16_h100_h12288_tp4_mbs1_seqlen2048"),
         ("llama3_70b", {"precision": "fp8"}, 64, "userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192"),
-        (
-            "llama3_70b",
-            {"gpu": "b200", "tp_size": 2},
-            64,
-            "userbuffers_bf16_b200_h8192_tp2_mbs1_seqlen8192",
-        ),
+        # The published B200 run: TP2 x PP4 (VPP5) x CP2.
+        ("llama3_70b", {"gpu": "b200"}, 64, "userbuffers_bf16_b200_h8192_tp2_mbs1_seqlen8192"),
         ("llama3_70b", {"cp_size": 1}, 64, "userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192"),
         (
             "llama31_405b",
@@ -251,7 +247,7 @@ def test_llama3_70b_uses_the_cp_less_preset_at_cp2_and_says_so(caplog):
     ("name", "overrides", "num_gpus"),
     [
         ("llama31_405b", {"gpu": "b200"}, 1024),  # B200 presets for h16384 are TP4, not TP8
-        ("llama3_70b", {"gpu": "b200"}, 64),  # B200 presets for h8192 are TP2, not TP4
+        ("llama3_70b", {"gpu": "b200", "tp_size": 4}, 64),  # B200 presets for h8192 are TP2
         ("gpt3_175b", {"seq_length": 4096}, 1024),
         ("gpt3_175b", {"micro_batch_size": 2}, 1024),
         ("gpt3_175b", {"gpu": "a100"}, 1024),  # no presets are published for A100
@@ -322,14 +318,26 @@ def test_each_call_returns_independent_objects():
 
 
 def test_unknown_recipe_lists_the_names():
-    with pytest.raises(ValueError, match="gpt3_175b, llama31_405b, llama3_70b"):
+    with pytest.raises(ValueError, match="deepseek_v3, gpt3_175b, gpt_oss_120b, kimi_k2"):
         get_recipe("gpt4")
     with pytest.raises(ValueError, match="known recipes"):
         recipe_layout("llama2_70b")
 
 
 def test_registry_entries_are_importable_recipes():
-    assert set(RECIPES) == {"gpt3_175b", "llama3_70b", "llama31_405b"}
+    assert set(RECIPES) == {
+        "deepseek_v3",
+        "gpt3_175b",
+        "gpt_oss_120b",
+        "kimi_k2",
+        "llama3_8b",
+        "llama3_70b",
+        "llama31_405b",
+        "nemotron_3_5_lightning",
+        "nemotron_3_nano",
+        "qwen3_235b_a22b",
+        "qwen3_30b_a3b",
+    }
     for name in RECIPES:
         assert callable(recipe_function(name))
         module = recipe_module(name)

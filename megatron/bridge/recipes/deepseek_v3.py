@@ -1,0 +1,96 @@
+"""DeepSeek-V3 (671B, 37B active) pre-training recipe, in the layouts NVIDIA publishes.
+
+Model (Hugging Face ``deepseek-ai/DeepSeek-V3`` ``config.json``, which Megatron-Bridge's
+``deepseek_v3_bridge`` reads): 61 layers, hidden 7168, 128 heads with multi-latent attention
+(query rank 1536, key/value rank 512, head dims 128 + 64 rotary, value 128), dense MLP 18432 in
+the first 3 layers, then 58 MoE layers of 256 routed experts (width 2048, top-8) and one shared
+expert (2048), one multi-token-prediction layer, a 129280-token vocabulary, sequence 4096.
+
+Published layouts (Megatron-Bridge ``docs/performance-summary.md``, 26.08, and
+``perf_recipes/deepseek/<system>/deepseek_v3.py``): TP1 with 61 + 1 MTP layers on a custom
+pipeline layout ``Et*4|(t*4|)*14tmL`` (the embedding and 4 layers, 14 stages of 4, then the
+last layer, the MTP layer and the loss): PP2 x VPP8 x EP32 on 256 GB300 GPUs, PP4 x VPP4 x EP64
+on 256 GB200 GPUs, global batch 4096, micro-batch 1, MXFP8.
+
+Importing this module loads no torch: :data:`SPEC` plans the recipe anywhere. :func:`deepseek_v3`
+builds a ``ConfigContainer`` with the description written over a ``GPTModelProvider`` (see
+:mod:`megatron.bridge.recipes.architectures` for what that model build needs).
+"""
+
+from __future__ import annotations
+
+from megatron.bridge.recipes.architectures import MODEL_PROVIDER, MOE_TRANSFORMER
+from megatron.bridge.recipes.published import run
+from megatron.bridge.recipes.spec import published_spec, recipe_functions
+from megatron.bridge.training.job import ModelDescription
+
+__all__ = ["DEEPSEEK_V3_LAYOUT", "SPEC", "deepseek_v3", "spec"]
+
+DEEPSEEK_V3_LAYOUT = "Et*4|(t*4|)*14tmL"
+"""The pipeline layout of the published runs: 16 virtual stages (PP x VPP), the MTP layer with
+the loss (Megatron-Bridge ``recipes/deepseek/h100/deepseek_v3.py``
+``_get_deepseek_v3_pipeline_layout``, (4, 4) and (2, 8) alike; ``perf_recipes/deepseek/gb300/
+deepseek_v3.py`` sets it as this string)."""
+
+_SOURCE = (
+    "Megatron-Bridge docs/performance-summary.md 26.08; perf_recipes/deepseek/{}/deepseek_v3.py {}"
+)
+
+SPEC = published_spec(
+    "deepseek_v3",
+    provider=MODEL_PROVIDER,
+    model=ModelDescription(
+        **MOE_TRANSFORMER,
+        num_layers=61,
+        hidden_size=7168,
+        num_attention_heads=128,
+        ffn_hidden_size=18432,
+        vocab_size=129280,
+        seq_length=4096,
+        multi_latent_attention=True,
+        q_lora_rank=1536,
+        kv_lora_rank=512,
+        qk_head_dim=128,
+        qk_pos_emb_head_dim=64,
+        v_head_dim=128,
+        num_moe_experts=256,
+        moe_router_topk=8,
+        moe_ffn_hidden_size=2048,
+        moe_shared_expert_intermediate_size=2048,
+        moe_layer_freq=(0,) * 3 + (1,) * 58,
+        moe_router_score_function="sigmoid",
+        moe_router_load_balancing_type="seq_aux_loss",
+        mtp_num_layers=1,
+    ),
+    runs=(
+        run(
+            "gb300",
+            "fp8_mx",
+            gpus=256,
+            gbs=4096,
+            mbs=1,
+            pp=2,
+            vp=8,
+            ep=32,
+            etp=1,
+            layout=DEEPSEEK_V3_LAYOUT,
+            source=_SOURCE.format("gb300", "deepseek_v3_pretrain_256gpu_gb300_fp8mx_config"),
+        ),
+        run(
+            "gb200",
+            "fp8_mx",
+            gpus=256,
+            gbs=4096,
+            mbs=1,
+            pp=4,
+            vp=4,
+            ep=64,
+            etp=1,
+            layout=DEEPSEEK_V3_LAYOUT,
+            source=_SOURCE.format("gb200", "deepseek_v3_pretrain_256gpu_gb200_fp8mx_config"),
+        ),
+    ),
+)
+"""The recipe in plain values: 256 GB300 GPUs, MXFP8, TP1 x PP2 (VPP8) x EP32 -> DP 128."""
+
+spec, deepseek_v3 = recipe_functions(SPEC, "DeepSeek-V3", __name__)

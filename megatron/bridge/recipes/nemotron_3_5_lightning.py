@@ -1,0 +1,50 @@
+"""Nemotron 3.5 Lightning pre-training recipe, in the layout NVIDIA publishes.
+
+Model (Megatron-Bridge ``perf_recipes/nemotronh/gb200/nemotronh.py``
+``nemotron_3_5_lightning_pretrain_8gpu_gb200_bf16_config`` and
+``recipes/nemotronh/h100/nemotron_3_nano.py`` ``nemotron_3_5_lightning_pretrain_config``):
+Nemotron 3 Nano's architecture (:mod:`megatron.bridge.recipes.nemotron_3_nano`) with two
+multi-token-prediction depths, each an attention layer and an MoE layer (MTP pattern ``*E``,
+one layer repeated for both depths).
+
+Published layout (Megatron-Bridge ``docs/performance-summary.md``, 26.08): 8 GB200 GPUs,
+MXFP8, TP1 x EP8, global batch 512, micro-batch 2, sequence 8192.
+
+Importing this module loads no torch: :data:`SPEC` plans the recipe anywhere,
+:func:`nemotron_3_5_lightning` builds its ``ConfigContainer`` (as Nemotron 3 Nano's).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from megatron.bridge.recipes.architectures import MODEL_PROVIDER
+from megatron.bridge.recipes.nemotron_3_nano import NANO_MODEL, NANO_PATTERN
+from megatron.bridge.recipes.published import run
+from megatron.bridge.recipes.spec import published_spec, recipe_functions
+
+__all__ = ["SPEC", "nemotron_3_5_lightning", "spec"]
+
+SPEC = published_spec(
+    "nemotron_3_5_lightning",
+    provider=MODEL_PROVIDER,
+    model=dataclasses.replace(
+        NANO_MODEL, hybrid_layer_pattern=NANO_PATTERN + "/*E/*E", mtp_num_layers=2
+    ),
+    runs=(
+        run(
+            "gb200",
+            "fp8_mx",
+            gpus=8,
+            gbs=512,
+            mbs=2,
+            ep=8,
+            etp=1,
+            source="Megatron-Bridge docs/performance-summary.md 26.08; perf_recipes/nemotronh/"
+            "gb200/nemotronh.py nemotron_3_5_lightning_pretrain_8gpu_gb200_fp8mx_config",
+        ),
+    ),
+)
+"""The recipe in plain values: 8 GB200 GPUs, MXFP8, TP1 x EP8 -> DP 8."""
+
+spec, nemotron_3_5_lightning = recipe_functions(SPEC, "Nemotron 3.5 Lightning", __name__)

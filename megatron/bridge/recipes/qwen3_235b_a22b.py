@@ -1,0 +1,77 @@
+"""Qwen3-235B-A22B pre-training recipe, in the layouts NVIDIA publishes.
+
+Model (Hugging Face ``Qwen/Qwen3-235B-A22B`` ``config.json``, which Megatron-Bridge's
+``qwen3_moe_bridge`` reads): 94 MoE layers, hidden 4096, 64 heads of dimension 128 in 4 query
+groups, 128 routed experts of width 1536 (top-8, no shared expert), a 151936-token vocabulary,
+sequence 4096.
+
+Published layouts (Megatron-Bridge ``docs/performance-summary.md``, 26.08, and
+``perf_recipes/qwen/<system>/qwen3_moe.py``): 256 GPUs, MXFP8, global batch 8192, TP1 x EP32;
+PP4 x VPP12 with micro-batch 2 on GB300, PP8 x VPP3 with micro-batch 1 on GB200. The embedding
+and the loss count as one layer each in the pipeline split (``recipes/qwen/h100/qwen3_moe.py``),
+so 96 layers split evenly over the 48 (GB300) or 24 (GB200) virtual stages.
+
+Importing this module loads no torch: :data:`SPEC` plans the recipe anywhere,
+:func:`qwen3_235b_a22b` builds its ``ConfigContainer``.
+"""
+
+from __future__ import annotations
+
+from megatron.bridge.recipes.architectures import MODEL_PROVIDER, MOE_TRANSFORMER
+from megatron.bridge.recipes.published import run
+from megatron.bridge.recipes.spec import published_spec, recipe_functions
+from megatron.bridge.training.job import ModelDescription
+
+__all__ = ["SPEC", "qwen3_235b_a22b", "spec"]
+
+_SOURCE = "Megatron-Bridge docs/performance-summary.md 26.08; perf_recipes/qwen/{}/qwen3_moe.py {}"
+
+SPEC = published_spec(
+    "qwen3_235b_a22b",
+    provider=MODEL_PROVIDER,
+    model=ModelDescription(
+        **MOE_TRANSFORMER,
+        num_layers=94,
+        hidden_size=4096,
+        num_attention_heads=64,
+        num_query_groups=4,
+        kv_channels=128,
+        ffn_hidden_size=12288,
+        vocab_size=151936,
+        seq_length=4096,
+        num_moe_experts=128,
+        moe_router_topk=8,
+        moe_ffn_hidden_size=1536,
+        account_for_embedding_in_pipeline_split=True,
+        account_for_loss_in_pipeline_split=True,
+    ),
+    runs=(
+        run(
+            "gb300",
+            "fp8_mx",
+            gpus=256,
+            gbs=8192,
+            mbs=2,
+            pp=4,
+            vp=12,
+            ep=32,
+            etp=1,
+            source=_SOURCE.format("gb300", "qwen3_235b_a22b_pretrain_256gpu_gb300_fp8mx_config"),
+        ),
+        run(
+            "gb200",
+            "fp8_mx",
+            gpus=256,
+            gbs=8192,
+            mbs=1,
+            pp=8,
+            vp=3,
+            ep=32,
+            etp=1,
+            source=_SOURCE.format("gb200", "qwen3_235b_a22b_pretrain_256gpu_gb200_fp8mx_config"),
+        ),
+    ),
+)
+"""The recipe in plain values: 256 GB300 GPUs, MXFP8, TP1 x PP4 (VPP12) x EP32 -> DP 64."""
+
+spec, qwen3_235b_a22b = recipe_functions(SPEC, "Qwen3-235B-A22B", __name__)
