@@ -1,6 +1,6 @@
 """Predicted tokens/s/GPU beside the published ones, for every published row a recipe covers.
 
-    uv run python benchmarks/predict_published.py
+    uv run python benchmarks/predict_published.py [--fit]
 
 Reads the published pre-training rows (``tests/unit_tests/recipes/data/published_rows.yaml``:
 every row of the current release plus the archived rows kept there), plans each row's recipe at
@@ -8,11 +8,15 @@ the row's GPU and precision (the recipe picks the row's published layout, world 
 sizes), runs :func:`~megatron.bridge.training.estimate.estimate_step` on the plan and prints a
 markdown table: predicted, published, the relative error per row, then the median and worst
 absolute error over the rows the achievable-fraction table was not fitted on. Rows of models
-without a recipe are listed as such. Nothing here asserts.
+without a recipe are listed as such. ``--fit`` prints instead, for each row of
+:data:`~megatron.bridge.training.estimate.efficiency.FIT_ROWS`, the achievable fraction for which
+the prediction equals the published figure (bisection): the figures ``efficiency.ACHIEVABLE``
+holds. Nothing here asserts.
 """
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
 from dataclasses import dataclass
@@ -23,7 +27,7 @@ import yaml
 from megatron.bridge.recipes import RECIPES, plan_recipe
 from megatron.bridge.training import hardware
 from megatron.bridge.training.estimate import estimate_step
-from megatron.bridge.training.estimate.efficiency import FIT_ROWS
+from megatron.bridge.training.estimate.efficiency import FIT_ROWS, Achievable, FitRow
 from megatron.bridge.training.precisions import published_precision
 
 ROWS_FILE = (
@@ -75,7 +79,8 @@ def predict(row: dict) -> Prediction:
     gpu = hardware.system_gpu(row["system"]).name
     precision = published_precision(row["precision"])
     fitted = any(
-        (f.model, f.gpu, f.precision) == (row["model"], gpu, precision) for f in FIT_ROWS.values()
+        (f.model, f.gpu, f.precision, f.release) == (row["model"], gpu, precision, row["release"])
+        for f in FIT_ROWS.values()
     )
     if row["model"] not in RECIPES:
         return Prediction(row, gpu, precision, None, fitted)
@@ -121,8 +126,29 @@ def table(predictions: list[Prediction]) -> str:
     return "\n".join(lines)
 
 
-def main() -> int:
-    """Print the table."""
+def fit(row: FitRow, *, steps: int = 40) -> float:
+    """The achievable fraction for which ``row``'s predicted tokens/s/GPU is its published one."""
+    plan = plan_recipe(row.model, gpu=row.gpu, precision=row.precision)
+    low, high = 0.01, 1.0
+    for _ in range(steps):
+        mid = (low + high) / 2
+        predicted = estimate_step(plan, achievable=Achievable(mid, "bisection"))
+        if predicted.prediction.tokens_per_s_per_gpu < row.tokens_per_s_per_gpu:
+            low = mid
+        else:
+            high = mid
+    return (low + high) / 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the table, or with ``--fit`` the fitted fractions."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fit", action="store_true", help="print the fitted fractions")
+    args = parser.parse_args(argv)
+    if args.fit:
+        for key, row in FIT_ROWS.items():
+            print(f"{key}: {fit(row):.3f}  ({row.source})")
+        return 0
     print(table([predict(row) for row in load_rows()]))
     return 0
 
