@@ -465,7 +465,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="the output layer has its own weight (share_embeddings_and_output_weights=False)",
     )
     ex.add_argument(
-        "--gpus-per-node", type=positive_int_argument, default=8, help="GPUs per node (default 8)"
+        "--gpus-per-node",
+        type=positive_int_argument,
+        help="GPUs per node (default: the GPU's, 8; 4 on GB200/GB300)",
     )
     ex.add_argument(
         "--nvlink-domain",

@@ -67,12 +67,13 @@ def explain(
         layernorm_sm_margin=args.layernorm_sm_margin,
         nccl_pp_comm_chunksize=args.nccl_pp_chunksize,
     )
+    refused = None
     try:
         estimate = estimate_step(
             plan, gpus_per_node=args.gpus_per_node, nvlink_domain=args.nvlink_domain
         )
-    except ValueError:  # the job does not give the model's whole shape
-        estimate = None
+    except ValueError as exc:  # the job lacks what the estimate needs; the document says what
+        estimate, refused = None, str(exc)
     doc = document(
         plan, env_plan, recipe=args.recipe, te_mode=args.te, preset_info=_preset_info(args, spec)
     )
@@ -81,12 +82,11 @@ def explain(
     if unused is not None and unused not in plan.warnings:
         doc["warnings"].append(f"--moe-flex-backend {args.moe_flex_backend}: {unused}")
     doc["estimate"] = None if estimate is None else estimate.to_dict()
+    doc["estimate_refused"] = refused
     args._estimate = estimate
     if args.plot is not None:
         if estimate is None:
-            raise ValueError(
-                "--plot needs the model's dimensions, which this recipe does not give."
-            )
+            raise ValueError(f"--plot needs the step estimate, which was refused: {refused}")
         try:
             plot_step(estimate, args.plot, title=args.recipe)
         except (ValueError, ImportError, OSError) as exc:

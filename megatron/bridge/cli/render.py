@@ -54,6 +54,9 @@ def _render(
         lines.append("")
         lines.append("One step, per GPU of the busiest pipeline stage (lower bounds at peak):")
         lines.extend(f"  {line}" for line in estimate.render().splitlines())
+    elif doc.get("estimate_refused"):
+        lines.append("")
+        lines.append(f"No step estimate: {doc['estimate_refused']}")
     extra = [w for w in doc["warnings"] if w not in plan.warnings]
     lines.extend(f"WARNING: {w}" for w in extra)
     return "\n".join(lines)

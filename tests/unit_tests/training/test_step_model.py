@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import jsonschema
 import pytest
+import yaml
 
 from megatron.bridge import schema
-from megatron.bridge.recipes import recipe_spec
+from megatron.bridge.recipes import plan_recipe, recipe_spec
+from megatron.bridge.training import hardware
 from megatron.bridge.training.comm_overlap import CommOverlapConfig, plan_comm_overlap
 from megatron.bridge.training.estimate import efficiency, estimate_step
 from megatron.bridge.training.job import JobDescription, ModelDescription
+from megatron.bridge.training.precisions import PRECISIONS, published_precision
 
 #: Qwen3-30B-A3B (Hugging Face Qwen/Qwen3-30B-A3B config, as Megatron-Bridge's Qwen3MoeBridge
 #: maps it: RMSNorm, SwiGLU, no linear bias, QK layernorm, 128 experts top-8, alltoall).
@@ -62,27 +67,72 @@ def test_ep_overlap_speeds_the_qwen3_step_up():
 
 @pytest.mark.xfail(
     strict=True,
-    reason="the model predicts about 1.76x (29.5 s / 16.7 s) against the measured 1.32x: it hides "
-    "more of the all-to-all than the measured run did",
+    reason="the model predicts 1.76x (29.5 s / 16.7 s: compute 13.0 s at the quoted 47 % BF16 "
+    "fraction, all-to-all 16.5 s at the 50 GB/s network peak, 12.8 s of it hidden) against the "
+    "measured 1.32x (41.25 s / 31.31 s): both sides are longer in the measurement (at least "
+    "31.31 s for the longer one), and the model lacks a sourced term for what overlap costs "
+    "(SMs NCCL's all-to-all kernels take from the GEMMs, the all-to-all bandwidth achieved on "
+    "H100 InfiniBand)",
 )
 def test_ep_overlap_ratio_is_within_15_percent_of_upstreams_measurement():
     ratio = _qwen_step(False) / _qwen_step(True)
     assert ratio == pytest.approx(MEASURED_RATIO, rel=0.15)
 
 
+PUBLISHED_ROWS = yaml.safe_load(
+    (Path(__file__).parents[1] / "recipes" / "data" / "published_rows.yaml").read_text()
+)
+
+
 @pytest.mark.parametrize("key", sorted(efficiency.FIT_ROWS))
-def test_each_fraction_reproduces_the_row_it_was_fitted_on(key):
+def test_each_fraction_reproduces_the_published_row_it_was_fitted_on(key):
     row = efficiency.FIT_ROWS[key]
-    spec = recipe_spec(row.model).changed(precision=row.precision, **row.layout)
-    prediction = estimate_step(spec.plan(world_size=row.world_size)).prediction
+    assert key == (row.gpu, row.precision)
+    published = [
+        r
+        for r in PUBLISHED_ROWS
+        if (r["model"], hardware.system_gpu(r["system"]).name, r["release"])
+        == (row.model, row.gpu, row.release)
+        and published_precision(r["precision"]) == row.precision
+    ]
+    assert [r["tokens_per_s_per_gpu"] for r in published] == [row.tokens_per_s_per_gpu]
+    plan = plan_recipe(row.model, gpu=row.gpu, precision=row.precision)
+    assert (plan.job.world_size, plan.job.global_batch_size) == (
+        published[0]["gpus"],
+        published[0]["gbs"],
+    )
+    prediction = estimate_step(plan).prediction
     assert prediction.achievable_fraction == efficiency.ACHIEVABLE[key].fraction
     assert prediction.tokens_per_s_per_gpu == pytest.approx(row.tokens_per_s_per_gpu, rel=0.01)
 
 
-def test_unfitted_gpus_say_where_their_fraction_comes_from():
-    fitted = efficiency.achievable_fraction("h100", "fp8")
-    other = efficiency.achievable_fraction("b200", "fp8")
-    assert other.fraction == fitted.fraction and "no fitted row for b200" in other.source
+def test_at_most_one_fitted_row_per_gpu_and_tensor_core_format():
+    formats = [(gpu, PRECISIONS[dtype].tensor_cores) for gpu, dtype in efficiency.FIT_ROWS]
+    assert len(formats) == len(set(formats))
+    assert set(efficiency.ACHIEVABLE) == set(efficiency.FIT_ROWS)
+
+
+@pytest.mark.parametrize(
+    ("gpu", "dtype", "takes", "says"),
+    [
+        ("gb300", "fp8_cs", ("gb300", "fp8_mx"), "no fitted row for gb300 fp8_cs"),
+        ("b200", "fp8_mx", ("b200", "fp8_cs"), "no fitted row for b200 fp8_mx"),
+        ("a100", "bf16", None, "no fitted row for a100 bf16"),
+        ("h100", "bf16", None, "47 % MFU"),
+        ("b300", "fp8_mx", ("h100", "fp8_cs"), "the h100 fp8_cs figure"),
+    ],
+)
+def test_unfitted_pairs_say_where_their_fraction_comes_from(gpu, dtype, takes, says):
+    found = efficiency.achievable_fraction(gpu, dtype)
+    expected = efficiency.ACHIEVABLE[takes] if takes else efficiency.QUOTED_BF16
+    assert found.fraction == expected.fraction and says in found.source
+
+
+def test_the_fraction_is_read_from_the_compute_dtype():
+    plan = plan_recipe("llama3_8b", gpu="b200", precision="fp8_mx")
+    prediction = estimate_step(plan).prediction
+    assert prediction.achievable_source == efficiency.achievable_fraction("b200", "fp8_mx").source
+    assert "fp8_mx" in prediction.achievable_source
 
 
 def test_estimate_json_validates_against_the_schema():

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from megatron.bridge.training.estimate.model_cost import ModelCost
 from megatron.bridge.training.job import JobDescription
+from megatron.bridge.training.pipeline_layout import parse_layout, stage_layers
 
 __all__ = ["Stage", "busiest_stage", "stage_params"]
 
@@ -42,7 +43,8 @@ class Stage:
     recompute_mlp: float
     """1.0 when the MLP is recomputed (selective recompute), else 0.0."""
     flops_per_token: float
-    """Model FLOPs per token of this stage's layers, plus the logits on the last stage."""
+    """Model FLOPs per token of this stage's layers, plus the logits on the last stage and the
+    multi-token-prediction layers on the stage that builds them."""
     recompute_flops_per_token: float
     """Forward FLOPs per token that recomputation executes again on this stage."""
 
@@ -57,18 +59,23 @@ class Stage:
         return self.recompute_full * self.layers
 
 
-def _stage_layers(job: JobDescription, num_layers: int) -> list[int]:
-    """Transformer layers on each pipeline rank, as megatron-core splits them."""
-    pp = job.pp_size
-    if pp == 1:
-        return [num_layers]
-    emb = 1 if job.model.account_for_embedding_in_pipeline_split else 0
-    loss = 1 if job.model.account_for_loss_in_pipeline_split else 0
-    per = (num_layers + emb + loss) / pp
-    layers = [per] * pp
-    layers[0] -= emb
-    layers[-1] -= loss
-    return [round(x) for x in layers]
+def _stage_layers(job: JobDescription) -> list[int]:
+    """Decoder layers on each pipeline rank (summed over its model chunks), as megatron-core
+    splits them (:func:`~megatron.bridge.training.pipeline_layout.stage_layers`: a custom
+    layout, uneven first/last stages, the embedding and loss counted or not)."""
+    return [sum(chunks) for chunks in stage_layers(job.model)]
+
+
+def _mtp_rank(job: JobDescription) -> int:
+    """The pipeline rank that builds the multi-token-prediction layers: the one whose stage of
+    ``pipeline_model_parallel_layout`` holds them, else the last (megatron-core builds MTP with
+    the output layer, ``mtp_on_this_rank``)."""
+    layout = job.model.pipeline_model_parallel_layout
+    if layout is not None:
+        for index, stage in enumerate(parse_layout(layout)):
+            if "mtp" in stage:
+                return index % job.pp_size
+    return job.pp_size - 1
 
 
 def _recomputed_fraction(
@@ -91,31 +98,33 @@ def busiest_stage(
 ) -> Stage:
     """The pipeline stage with the most model FLOPs per token (the later one on a tie).
 
-    Each layer costs the model's mean layer (attention plus the dense and MoE MLPs weighted by
-    their share of the layers); the last stage adds the logits. Recompute adds forward passes:
-    a full layer's forward is a third of its training FLOPs, core attention's 2 x q x s.
+    Each layer costs the model's mean decoder layer (:meth:`ModelCost.layer_flops_per_token`:
+    attention and MLP for a transformer, the pattern's mixers and MLPs spread over its layers
+    for a hybrid model); the last stage adds the logits, and the stage that builds the
+    multi-token-prediction layers adds them (:meth:`ModelCost.mtp_flops_per_token`, their
+    output heads included). Recompute adds forward passes: a full layer's forward is a third of
+    its training FLOPs, core attention's 2 x q x s.
     """
     tp, pp = job.tp_size, job.pp_size
     vpp = job.vpp_size if job.interleaved else 1
-    stage_layers = _stage_layers(job, job.model.num_layers)
+    per_rank = _stage_layers(job)
     moe_share = dims.num_moe_layers / job.model.num_layers
-    attn, dense_mlp, moe_mlp = (
-        dims.attention_flops_per_token(),
-        dims.dense_mlp_flops_per_token(),
-        dims.moe_mlp_flops_per_token(),
-    )
+    per_layer = dims.layer_flops_per_token()
+    mtp_rank = _mtp_rank(job)
 
     def stage_flops(rank: int) -> float:
-        n = stage_layers[rank]
-        per_layer = attn + (1 - moe_share) * dense_mlp + moe_share * moe_mlp
-        return n * per_layer + (dims.logit_flops_per_token(tp) if rank == pp - 1 else 0.0)
+        return (
+            per_rank[rank] * per_layer
+            + (dims.logit_flops_per_token(tp) if rank == pp - 1 else 0.0)
+            + (dims.mtp_flops_per_token(tp) if rank == mtp_rank else 0.0)
+        )
 
     rank = max(range(pp), key=lambda r: (stage_flops(r), r))
-    layers = stage_layers[rank]
+    layers = per_rank[rank]
     full, core, mlp = _recomputed_fraction(job, layers, vpp)
-    layer_fwd = (attn + (1 - moe_share) * dense_mlp + moe_share * moe_mlp) / 3
+    layer_fwd = per_layer / 3
     core_fwd = 2 * dims.query_width * job.model.seq_length
-    mlp_fwd = ((1 - moe_share) * dense_mlp + moe_share * moe_mlp) / 3
+    mlp_fwd = (per_layer - dims.attention_flops_per_token()) / 3
     return Stage(
         rank=rank,
         layers=layers,

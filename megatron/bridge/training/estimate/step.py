@@ -50,8 +50,9 @@ __all__ = ["estimate_step"]
 def estimate_step(
     plan: OverlapPlan,
     *,
-    gpus_per_node: int = 8,
+    gpus_per_node: int | None = None,
     nvlink_domain: int | None = None,
+    achievable: Achievable | None = None,
 ) -> Estimate:
     """The cost of one training step on one GPU of the busiest pipeline stage of ``plan``.
 
@@ -59,7 +60,9 @@ def estimate_step(
     layout, the GPU, the batch sizes (the global batch defaults to the smallest that fills the
     pipeline, micro-batch x DP x PP) and whether gradients are reduced in fp32.
     ``nvlink_domain`` is how many consecutive ranks NVLink connects (default: the GPU
-    catalogue's domain, e.g. 72 on GB200 NVL72, else ``gpus_per_node``). Raises ``ValueError``
+    catalogue's domain, e.g. 72 on GB200 NVL72, else ``gpus_per_node``, which defaults to the
+    catalogue's GPUs per node). ``achievable`` replaces the fitted fraction of peak the compute
+    runs at (:func:`~.efficiency.achievable_fraction`). Raises ``ValueError``
     when the job lacks what the estimate needs (GPU, micro-batch size, the model's shape).
     """
     f = plan.job
@@ -75,7 +78,7 @@ def estimate_step(
     gbs = micro_batches * mbs * dp
     tokens = gbs * f.model.seq_length
     tokens_per_dp_rank = tokens // dp
-    domain = nvlink_domain or gpu.nvlink_domain or gpus_per_node
+    domain = nvlink_domain or gpu.nvlink_domain or gpus_per_node or gpu.gpus_per_node
     peak = gpu.peak_tflops(f.compute_dtype)
 
     stage = busiest_stage(f, dims, micro_batch_size=mbs, micro_batches=micro_batches)
@@ -103,7 +106,7 @@ def estimate_step(
         nvlink_domain=domain,
     )
 
-    achievable = achievable_fraction(gpu.name, f.precision)
+    achievable = achievable or achievable_fraction(gpu.name, f.compute_dtype)
     rate = peak * 1e12 * achievable.fraction
     shape = _Shape(
         forward=model_flops / 3 / (micro_batches * stage.vpp) / rate,

@@ -1,0 +1,68 @@
+"""The busiest pipeline stage of a step estimate: MTP layers, hybrid layers, custom layouts."""
+
+from __future__ import annotations
+
+import pytest
+
+from megatron.bridge.recipes import recipe_spec
+from megatron.bridge.training import hardware
+from megatron.bridge.training.estimate import estimate_step
+from megatron.bridge.training.estimate.model_cost import ModelCost
+from megatron.bridge.training.estimate.stage import busiest_stage
+from megatron.bridge.training.pipeline_layout import stage_layers
+
+
+def _stage(job):
+    return busiest_stage(job, ModelCost(job.model), micro_batch_size=1, micro_batches=8)
+
+
+def test_mtp_layers_count_on_the_last_stage():
+    job = recipe_spec("llama3_70b").job.replace(**{"model.pipeline_model_parallel_size": 1})
+    job = job.replace(**{"model.virtual_pipeline_model_parallel_size": None})
+    with_mtp = job.replace(**{"model.mtp_num_layers": 1})
+    dims = ModelCost(with_mtp.model)
+    added = _stage(with_mtp).flops_per_token - _stage(job).flops_per_token
+    assert dims.mtp_flops_per_token(job.tp_size) > 0
+    assert added == pytest.approx(dims.mtp_flops_per_token(job.tp_size))
+
+
+def test_a_single_stage_holds_the_whole_model_flops():
+    # One stage: every decoder layer, the MTP layers and the logits (ModelCost.flops_per_token).
+    for name in ("nemotron_3_5_lightning", "qwen3_30b_a3b", "llama3_8b"):
+        job = recipe_spec(name).job
+        assert job.pp_size == 1
+        dims = ModelCost(job.model)
+        assert _stage(job).flops_per_token == pytest.approx(dims.flops_per_token(job.tp_size))
+
+
+def test_hybrid_layers_cost_the_patterns_mean_layer():
+    job = recipe_spec("nemotron_3_nano").job
+    dims = ModelCost(job.model)
+    stage = _stage(job)
+    assert stage.flops_per_token == pytest.approx(
+        stage.layers * dims.layer_flops_per_token() + dims.logit_flops_per_token(job.tp_size)
+    )
+
+
+def test_custom_layout_gives_each_rank_its_layers_and_the_mtp_stage():
+    job = recipe_spec("deepseek_v3", gpu="gb200", precision="fp8_mx").job
+    assert job.model.pipeline_model_parallel_layout is not None and job.pp_size > 1
+    stage = _stage(job)
+    per_rank = [sum(chunks) for chunks in stage_layers(job.model)]
+    assert stage.layers == per_rank[stage.rank]
+    dims = ModelCost(job.model)
+    # The layout puts the MTP layer ("m") in the last stage: the last rank carries it.
+    last = stage.last and stage.flops_per_token - stage.layers * dims.layer_flops_per_token()
+    assert stage.last
+    assert last == pytest.approx(
+        dims.logit_flops_per_token(job.tp_size) + dims.mtp_flops_per_token(job.tp_size)
+    )
+
+
+def test_gpus_per_node_defaults_to_the_catalogue():
+    # H100 has no NVLink domain of its own: one node is the domain.
+    plan = recipe_spec("llama3_70b", gpu="h100", precision="fp8_cs").plan()
+    assert plan.job.tp_size * plan.job.cp_size * 2 > 4  # a DP pair crosses 4 GPUs
+    default = estimate_step(plan)
+    assert default == estimate_step(plan, gpus_per_node=hardware.gpu_spec("h100").gpus_per_node)
+    assert default != estimate_step(plan, gpus_per_node=4)
