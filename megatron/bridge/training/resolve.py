@@ -290,9 +290,7 @@ def _check_users_value(
     # changed from the recipe's and the value breaks what the new job's layout needs.
     if before == now or needed is None:
         return
-    problems = _environment_problems(
-        job, a2a_overlap=a2a_overlap, env={name: env_var_text(value)}
-    )
+    problems = _environment_problems(job, a2a_overlap=a2a_overlap, env={name: env_var_text(value)})
     if problems and name == launch_env.CUDA_DEVICE_MAX_CONNECTIONS:
         raise ValueError(
             f"cfg.env_vars[{name!r}]={value!r} was set by you, and the job changed from the "
