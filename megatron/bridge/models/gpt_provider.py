@@ -75,6 +75,22 @@ class GPTModelProvider(TransformerConfig):
     """RoPE scaling factor when rope_scaling is on."""
     seq_len_interpolation_factor: float | None = None
     """Linear RoPE position interpolation factor (> 1.0), or None."""
+    # YaRN's settings, which megatron-core's GPTModel reads off the config by name when
+    # position_embedding_type is "yarn" (Megatron-Bridge's GPTModelProvider declares them alike).
+    yarn_rotary_scaling_factor: float | None = None
+    """YaRN: context extension factor."""
+    yarn_original_max_position_embeddings: int | None = None
+    """YaRN: the pre-extension context length."""
+    yarn_beta_fast: float | None = None
+    """YaRN: fast boundary of the frequency ramp."""
+    yarn_beta_slow: float | None = None
+    """YaRN: slow boundary of the frequency ramp."""
+    yarn_mscale: float | None = None
+    """YaRN: attention scale factor."""
+    yarn_mscale_all_dim: float | None = None
+    """YaRN: attention scale over all dimensions."""
+    yarn_correction_range_round_to_int: bool | None = None
+    """YaRN: round the correction range to integers."""
     fp16_lm_cross_entropy: bool = False
     """Compute the LM cross entropy in fp16 (fp16 training only)."""
     parallel_output: bool = True
@@ -87,6 +103,21 @@ class GPTModelProvider(TransformerConfig):
     """TE userbuffer config (written by comm-overlap setup): a preset, a plain dict, a YAML path, or None for TE defaults."""
     transformer_layer_spec: LayerSpecSource | None = None
     """Layer spec override (a ModuleSpec or a function of this provider); None picks TE or local."""
+    # Dimensions megatron-core's MLATransformerConfig declares (read with multi_latent_attention)
+    # and the layer pattern of its HybridModel, with their defaults: the job description holds
+    # them, so a saved config keeps them.
+    q_lora_rank: int | None = 512
+    """MLA query down-projection rank (None: full-rank queries)."""
+    kv_lora_rank: int = 512
+    """MLA key/value latent rank."""
+    qk_head_dim: int = 128
+    """MLA query/key head dimension without the rotary part."""
+    qk_pos_emb_head_dim: int = 64
+    """MLA rotary part of the query/key head dimension."""
+    v_head_dim: int = 128
+    """MLA value head dimension."""
+    hybrid_layer_pattern: str | None = None
+    """A hybrid model's layer pattern (megatron-core's HybridModel symbols); None: a transformer."""
 
     def __post_init__(self) -> None:
         # Deliberately not calling TransformerConfig.__post_init__: recipes set parallel sizes

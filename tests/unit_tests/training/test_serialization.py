@@ -17,30 +17,7 @@ from megatron.bridge.training.serialization import from_yaml, to_yaml, write_run
 pytestmark = pytest.mark.usefixtures("no_launch_vars")
 
 
-#: Recipes whose description has fields GPTModelProvider does not declare: the YAML round trip
-#: writes the provider's dataclass fields only, so it drops them.
-_NOT_PROVIDER_FIELDS = {
-    "deepseek_v3": "q_lora_rank (multi-latent attention: MLATransformerConfig's field)",
-    "kimi_k2": "q_lora_rank (multi-latent attention: MLATransformerConfig's field)",
-    "nemotron_3_nano": "hybrid_layer_pattern (megatron-core's hybrid model field)",
-    "nemotron_3_5_lightning": "hybrid_layer_pattern (megatron-core's hybrid model field)",
-}
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(
-            n,
-            marks=pytest.mark.xfail(
-                strict=True, reason=f"the YAML round trip drops {_NOT_PROVIDER_FIELDS[n]}"
-            ),
-        )
-        if n in _NOT_PROVIDER_FIELDS
-        else n
-        for n in sorted(RECIPES)
-    ],
-)
+@pytest.mark.parametrize("name", sorted(RECIPES))
 def test_every_recipe_round_trips_to_the_same_plan(name, tmp_path):
     spec = recipe_spec(name)
     # megatron-core builds an MoE model in FP8 only with Transformer Engine >= 1.7, absent here.
