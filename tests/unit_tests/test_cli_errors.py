@@ -8,13 +8,11 @@ flags into ``main``.
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import json
 import os
 import subprocess
 import sys
 import textwrap
-from importlib.metadata import EntryPoint, EntryPoints
 
 import pytest
 from hypothesis import HealthCheck, event, given, settings
@@ -184,31 +182,32 @@ def test_closed_stdout_stops_quietly_with_its_documented_code(argv):
 
 # --------------------------------------------------------------- 5. a broken entry point
 
-BROKEN_ENTRY_POINTS = EntryPoints(
-    [
-        EntryPoint("missing_pkg", "no_such_package_xyz.recipes:recipe", ENTRY_POINT_GROUP),
-        EntryPoint("gpt3_175b", "someone_else.recipes:gpt3_175b", ENTRY_POINT_GROUP),
-        EntryPoint("twice", "pkg_a.recipes:recipe", ENTRY_POINT_GROUP),
-        EntryPoint("twice", "pkg_b.recipes:recipe", ENTRY_POINT_GROUP),
-    ]
-)
+# Two installed distributions as a broken installation has them: a target that does not import,
+# a shipped name registered again, one name registered by both with different targets.
+BROKEN_DISTRIBUTIONS = {
+    "pkg_a": [
+        "missing_pkg = no_such_package_xyz.recipes:recipe",
+        "gpt3_175b = someone_else.recipes:gpt3_175b",
+        "twice = pkg_a.recipes:recipe",
+    ],
+    "pkg_b": ["twice = pkg_b.recipes:recipe"],
+}
 
 
 @pytest.fixture
-def broken_entry_points(monkeypatch):
-    """Installed entry points as a broken installation has them.
-
-    Monkeypatching ``importlib.metadata.entry_points`` is the standard way to fake installed
-    entry points in a test; other groups still come from the real installation.
-    """
-    real = importlib.metadata.entry_points
-
-    def entry_points(**params):
-        if params.get("group") == ENTRY_POINT_GROUP:
-            return BROKEN_ENTRY_POINTS
-        return real(**params)
-
-    monkeypatch.setattr(importlib.metadata, "entry_points", entry_points)
+def broken_entry_points(tmp_path, monkeypatch):
+    """Installed entry points as a broken installation has them: real ``*.dist-info`` folders
+    on ``sys.path``, which ``importlib.metadata`` reads as it reads any installed package."""
+    for package, lines in BROKEN_DISTRIBUTIONS.items():
+        dist = tmp_path / f"{package}-1.0.dist-info"
+        dist.mkdir()
+        (dist / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: {package.replace('_', '-')}\nVersion: 1.0\n"
+        )
+        (dist / "entry_points.txt").write_text(
+            f"[{ENTRY_POINT_GROUP}]\n" + "\n".join(lines) + "\n"
+        )
+    monkeypatch.syspath_prepend(str(tmp_path))
 
 
 def test_broken_entry_point_fails_only_its_own_recipe(broken_entry_points, capsys):

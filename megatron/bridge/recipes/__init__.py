@@ -28,6 +28,7 @@ import contextlib
 import dataclasses
 import difflib
 import importlib
+import os
 import sys
 import warnings
 from collections.abc import Callable, Iterator, Mapping
@@ -99,6 +100,51 @@ class _Catalogue(NamedTuple):
     """Shipped name -> the warning about an entry point that registers it again."""
 
 
+def _group_may_be_registered() -> bool:
+    """Whether an installed distribution may register a recipe, from a quick read of the
+    ``entry_points.txt`` files of the ``*.dist-info`` / ``*.egg-info`` folders on ``sys.path``.
+
+    True as soon as one names :data:`ENTRY_POINT_GROUP`, and for a ``sys.path`` entry that is
+    not a folder (an egg or a zip, which only ``importlib.metadata`` reads).
+    """
+    header = f"[{ENTRY_POINT_GROUP}]"
+    for entry in sys.path:
+        folder = entry or "."
+        if not os.path.isdir(folder):
+            if os.path.exists(folder):
+                return True
+            continue
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            return True
+        for name in names:
+            if not name.endswith((".dist-info", ".egg-info")):
+                continue
+            try:
+                with open(os.path.join(folder, name, "entry_points.txt"), encoding="utf-8") as f:
+                    if header in f.read():
+                        return True
+            except FileNotFoundError:
+                continue
+            except OSError:
+                return True
+    return False
+
+
+def _registered_entry_points() -> tuple[Any, ...]:
+    """The installed entry points of :data:`ENTRY_POINT_GROUP`.
+
+    ``importlib.metadata`` (some 50 ms to import) is read only when
+    :func:`_group_may_be_registered` finds the group, so planning a shipped recipe stays fast.
+    """
+    if not _group_may_be_registered():
+        return ()
+    from importlib.metadata import entry_points
+
+    return tuple(entry_points(group=ENTRY_POINT_GROUP))
+
+
 def _catalogue() -> _Catalogue:
     """The shipped recipes and the registered ones, with the registered names' problems.
 
@@ -107,13 +153,11 @@ def _catalogue() -> _Catalogue:
     fails. Nothing here imports a recipe; an entry point whose target does not import fails
     when it is used (:func:`recipe_function`).
     """
-    from importlib.metadata import entry_points
-
     found = dict(RECIPES)
     labels: dict[str, str] = {}
     problems: dict[str, str] = {}
     shadowed: dict[str, str] = {}
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
+    for ep in _registered_entry_points():
         label = _entry_point_label(ep)
         if ep.name in RECIPES:
             if ep.value != RECIPES[ep.name]:

@@ -220,3 +220,17 @@ def test_spec_refuses_what_the_catalogue_refuses():
     ):
         recipe_spec("gpt3_175b", gpu="a100", precision="fp8")
     assert isinstance(recipe_spec("gpt3_175b", gpu="a100"), RecipeSpec)
+
+
+def test_planning_a_shipped_recipe_reads_no_package_metadata_without_a_registration():
+    # importlib.metadata costs some 50 ms to import; it is read only when an installed
+    # distribution's entry_points.txt names the recipe group (none does in this environment).
+    code = (
+        "import contextlib, io, sys\n"
+        "from megatron.bridge.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    main(['explain', '--recipe', 'llama3_70b'])\n"
+        "print('importlib.metadata' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -219,18 +219,13 @@ def simulate(inp: ScheduleInput) -> Timeline:
             stall = max(stall, exposed)
         return stall
 
-    def place(kind: str, fwd_chunk: int | None, has_bwd: bool) -> None:
-        nonlocal t
-        stall = 0.0
-        if fwd_chunk is not None and fwd_chunk not in first_forward_seen:
-            first_forward_seen.add(fwd_chunk)
-            for s in inp.param_streams:
-                dispatch[(s.key, fwd_chunk)] = t
-            stall = param_stall(fwd_chunk, t)
-            if stall > 0:
-                drawn.append(("stall", t, stall))
-                t += stall
-        has_fwd = fwd_chunk is not None
+    # What the in-layer streams hide and expose under one segment depends only on whether it runs
+    # a forward and a backward: computed once per kind of segment.
+    layer_effects: dict[tuple[bool, bool], tuple[float, list, float, dict[str, float]]] = {}
+
+    def _layer_effects(
+        has_fwd: bool, has_bwd: bool
+    ) -> tuple[float, list[tuple[int, float, float, float]], float, dict[str, float]]:
         d = (f if has_fwd else 0.0) + (b if has_bwd else 0.0)
         paired = has_fwd and has_bwd and inp.ep_overlap
         by_link: dict[str, list[tuple[LayerStream, float, float, float]]] = {}
@@ -259,23 +254,44 @@ def simulate(inp: ScheduleInput) -> Timeline:
                 hideable = min(s.hideable * secs, window)
             by_link.setdefault(s.link, []).append((s, secs, hideable, window))
         exposed_total = 0.0
+        rows: list[tuple[int, float, float, float]] = []
         busy: dict[str, float] = {}
         for link, items in by_link.items():
             want = sum(h for _s, _secs, h, _w in items)
             scale = min(1.0, d / want) if want > 0 else 0.0
             for s, secs, h, w in items:
-                st = streams[s.key]
                 hid = h * scale
-                st.hidden += hid
-                st.exposed += secs - hid
-                st.window += w
-                st.intervals.append((t, secs))
+                rows.append((s.key, secs, hid, w))
                 exposed_total += secs - hid
             busy[link] = sum(secs for _s, secs, _h, _w in items)
         duration = d + exposed_total
         free = (
             {link: max(0.0, 1 - used / duration) for link, used in busy.items()} if duration else {}
         )
+        return d, rows, duration, free
+
+    def place(kind: str, fwd_chunk: int | None, has_bwd: bool) -> None:
+        nonlocal t
+        stall = 0.0
+        if fwd_chunk is not None and fwd_chunk not in first_forward_seen:
+            first_forward_seen.add(fwd_chunk)
+            for s in inp.param_streams:
+                dispatch[(s.key, fwd_chunk)] = t
+            stall = param_stall(fwd_chunk, t)
+            if stall > 0:
+                drawn.append(("stall", t, stall))
+                t += stall
+        has_fwd = fwd_chunk is not None
+        key = (has_fwd, has_bwd)
+        if key not in layer_effects:
+            layer_effects[key] = _layer_effects(has_fwd, has_bwd)
+        d, rows, duration, free = layer_effects[key]
+        for stream_key, secs, hid, w in rows:
+            st = streams[stream_key]
+            st.hidden += hid
+            st.exposed += secs - hid
+            st.window += w
+            st.intervals.append((t, secs))
         segments.append(_Segment(kind, t, d, duration, free))
         drawn.append((kind, t, duration))
         t += duration
