@@ -204,9 +204,7 @@ def broken_entry_points(tmp_path, monkeypatch):
         (dist / "METADATA").write_text(
             f"Metadata-Version: 2.1\nName: {package.replace('_', '-')}\nVersion: 1.0\n"
         )
-        (dist / "entry_points.txt").write_text(
-            f"[{ENTRY_POINT_GROUP}]\n" + "\n".join(lines) + "\n"
-        )
+        (dist / "entry_points.txt").write_text(f"[{ENTRY_POINT_GROUP}]\n" + "\n".join(lines) + "\n")
     monkeypatch.syspath_prepend(str(tmp_path))
 
 

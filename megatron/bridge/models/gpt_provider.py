@@ -75,22 +75,6 @@ class GPTModelProvider(TransformerConfig):
     """RoPE scaling factor when rope_scaling is on."""
     seq_len_interpolation_factor: float | None = None
     """Linear RoPE position interpolation factor (> 1.0), or None."""
-    # YaRN's settings, which megatron-core's GPTModel reads off the config by name when
-    # position_embedding_type is "yarn" (Megatron-Bridge's GPTModelProvider declares them alike).
-    yarn_rotary_scaling_factor: float | None = None
-    """YaRN: context extension factor."""
-    yarn_original_max_position_embeddings: int | None = None
-    """YaRN: the pre-extension context length."""
-    yarn_beta_fast: float | None = None
-    """YaRN: fast boundary of the frequency ramp."""
-    yarn_beta_slow: float | None = None
-    """YaRN: slow boundary of the frequency ramp."""
-    yarn_mscale: float | None = None
-    """YaRN: attention scale factor."""
-    yarn_mscale_all_dim: float | None = None
-    """YaRN: attention scale over all dimensions."""
-    yarn_correction_range_round_to_int: bool | None = None
-    """YaRN: round the correction range to integers."""
     fp16_lm_cross_entropy: bool = False
     """Compute the LM cross entropy in fp16 (fp16 training only)."""
     parallel_output: bool = True

@@ -12,6 +12,7 @@ build (plan those recipes without torch, and build their model with upstream's p
 
 from __future__ import annotations
 
+import dataclasses
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -48,9 +49,18 @@ MODEL_PROVIDER = "megatron.bridge.recipes.architectures:model_provider"
 def model_provider(**fields: Any) -> GPTModelProvider:
     """A ``GPTModelProvider`` for a recipe to write its description over.
 
-    ``fields`` set provider fields; a recipe writes its whole job description over the result
+    ``fields`` set provider fields (and the attributes megatron-core reads without declaring
+    them, such as ``yarn_rotary_scaling_factor``); a recipe writes its whole job description over the result
     (``job_configs.write_model``). Imports torch and megatron-core when called.
     """
     from megatron.bridge.models.gpt_provider import GPTModelProvider
 
-    return GPTModelProvider(**fields)
+    declared = {f.name for f in dataclasses.fields(GPTModelProvider)}
+    provider = GPTModelProvider(**{k: v for k, v in fields.items() if k in declared})
+    for name, value in fields.items():
+        if name not in declared:
+            # Settings megatron-core reads off the config by name only when they apply (the
+            # YaRN settings GPTModel passes to YarnRotaryEmbedding): declaring them with a None
+            # default would break its attention, which reads them whenever they exist.
+            setattr(provider, name, value)
+    return provider
