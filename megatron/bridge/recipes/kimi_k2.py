@@ -20,37 +20,25 @@ builds a ``ConfigContainer`` with the description written over a ``GPTModelProvi
 
 from __future__ import annotations
 
-from megatron.bridge.recipes.architectures import MODEL_PROVIDER, MOE_TRANSFORMER
+import dataclasses
+
+from megatron.bridge.recipes.architectures import MODEL_PROVIDER
+from megatron.bridge.recipes.deepseek_v3 import DEEPSEEK_V3_MODEL
 from megatron.bridge.recipes.published import published_runs
 from megatron.bridge.recipes.spec import published_spec, recipe_functions
-from megatron.bridge.training.job import ModelDescription
 
 __all__ = ["SPEC", "kimi_k2", "spec"]
 
 SPEC = published_spec(
     "kimi_k2",
     provider=MODEL_PROVIDER,
-    model=ModelDescription(
-        **MOE_TRANSFORMER,
-        num_layers=61,
-        hidden_size=7168,
+    model=dataclasses.replace(
+        DEEPSEEK_V3_MODEL,
         num_attention_heads=64,
-        ffn_hidden_size=18432,
         vocab_size=163840,
-        seq_length=4096,
-        multi_latent_attention=True,
-        q_lora_rank=1536,
-        kv_lora_rank=512,
-        qk_head_dim=128,
-        qk_pos_emb_head_dim=64,
-        v_head_dim=128,
         num_moe_experts=384,
-        moe_router_topk=8,
-        moe_ffn_hidden_size=2048,
-        moe_shared_expert_intermediate_size=2048,
         moe_layer_freq=(0,) + (1,) * 60,
-        moe_router_score_function="sigmoid",
-        moe_router_load_balancing_type="seq_aux_loss",
+        mtp_num_layers=None,
     ),
     runs=published_runs("kimi_k2"),
 )
