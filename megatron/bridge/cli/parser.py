@@ -17,7 +17,7 @@ from megatron.bridge.training.estimate.model_cost import parse_hybrid_pattern
 from megatron.bridge.training.job import PositionEmbeddingType
 from megatron.bridge.training.pipeline_layout import parse_layout
 from megatron.bridge.training.precisions import precision_choices
-from megatron.bridge.training.validators import positive_int_argument
+from megatron.bridge.training.validators import nonnegative_int_argument, positive_int_argument
 
 #: The program's one-line description (``bridge-overlap --help``).
 _DESCRIPTION = "``bridge-overlap``: read the overlap plan of a layout before launching it."
@@ -36,16 +36,6 @@ def _add_switch(parser: argparse.ArgumentParser, flag: str, help: str) -> None:
 
 #: The most layers a per-layer list expression may spell (a bound on what a typo can allocate).
 _MAX_LAYERS = 100_000
-
-
-def _nonnegative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
-    return value
 
 
 def _layer_list(text: str) -> tuple[int, ...]:
@@ -244,7 +234,9 @@ def _add_model_vocabulary(ex: argparse.ArgumentParser) -> None:
         type=positive_int_argument,
         help="latent width the routed experts compute in (latent MoE)",
     )
-    ex.add_argument("--mtp-num-layers", type=_nonnegative_int, help="multi-token-prediction layers")
+    ex.add_argument(
+        "--mtp-num-layers", type=nonnegative_int_argument, help="multi-token-prediction layers"
+    )
     ex.add_argument(
         "--hybrid-layer-pattern",
         "--hybrid-override-pattern",

@@ -17,6 +17,7 @@ __all__ = [
     "check_int",
     "check_optional_bool",
     "is_int",
+    "nonnegative_int_argument",
     "positive_int_argument",
 ]
 
@@ -111,14 +112,23 @@ def check_choice[T](
     return value
 
 
-def positive_int_argument(text: str) -> int:
-    """An ``argparse`` type for a size given on a command line: an int >= 1."""
+def _int_argument(text: str, *, minimum: int, expected: str) -> int:
     import argparse
 
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {value}")
     return value
+
+
+def positive_int_argument(text: str) -> int:
+    """An ``argparse`` type for a size given on a command line: an int >= 1."""
+    return _int_argument(text, minimum=1, expected="a positive integer")
+
+
+def nonnegative_int_argument(text: str) -> int:
+    """An ``argparse`` type for a count given on a command line: an int >= 0."""
+    return _int_argument(text, minimum=0, expected="an integer >= 0")
