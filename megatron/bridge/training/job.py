@@ -186,6 +186,9 @@ class ModelDescription:
     """FP4 format (e2m1) or None; exclusive with fp8."""
     fp4_recipe: str | None = "nvfp4"
     """FP4 scaling recipe (nvfp4: NVFP4 block scaling)."""
+    fp8_dot_product_attention: bool = False
+    """Core attention's dot products in FP8 too; without it they stay in BF16/FP16 whatever the
+    GEMMs' precision (megatron-core hands attention to TE's fused or flash kernels unquantized)."""
 
     # --- mixture of experts ----------------------------------------------------------------------
     num_moe_experts: int | None = None

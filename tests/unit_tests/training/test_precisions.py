@@ -18,6 +18,8 @@ from megatron.bridge.models.gpt_provider import GPTModelProvider
 from megatron.bridge.recipes import get_recipe, plan_recipe, recipe_spec
 from megatron.bridge.training.comm_overlap import check_layout, te_status
 from megatron.bridge.training.estimate import estimate_step
+from megatron.bridge.training.estimate.model_cost import ModelCost
+from megatron.bridge.training.estimate.stage import busiest_stage
 from megatron.bridge.training.hardware import GPUS
 from megatron.bridge.training.job import ModelDescription
 from megatron.bridge.training.job_configs import describe_model
@@ -270,22 +272,37 @@ def test_blackwell_fp8_recipes_find_the_fp8_preset(capsys):
     assert "nvfp4 (fp8 presets)" in capsys.readouterr().out
 
 
+def _seconds_at_peak(gpu: str, precision: str, *, fp8_attention: bool = False) -> float:
+    # One layout at each precision: the spec changed, not the run published for it.
+    spec = recipe_spec("llama3_70b").changed(
+        gpu=gpu, precision=precision, **{"model.fp8_dot_product_attention": fp8_attention}
+    )
+    return estimate_step(spec.plan()).step.compute_seconds_at_peak
+
+
 @pytest.mark.parametrize("gpu", ["b200", "gb200", "b300", "gb300"])
-def test_the_estimate_runs_at_each_precisions_peak(gpu):
-    seconds = {
-        p: estimate_step(
-            # One layout at each precision: the spec changed, not the run published for it.
-            recipe_spec("llama3_70b").changed(gpu=gpu, precision=p).plan()
-        ).step.compute_seconds_at_peak
-        for p in ("bf16", "fp8_mx", "nvfp4")
-    }
+def test_the_gemms_run_at_each_precisions_peak_and_core_attention_at_16_bits(gpu):
     spec = GPUS[gpu]
-    assert seconds["bf16"] / seconds["fp8_mx"] == pytest.approx(
-        spec.peak_fp8_tflops / spec.peak_bf16_tflops
-    )
-    assert seconds["fp8_mx"] / seconds["nvfp4"] == pytest.approx(
-        spec.peak_fp4_tflops / spec.peak_fp8_tflops
-    )
+    s16, s8, s4 = (_seconds_at_peak(gpu, p) for p in ("bf16", "fp8_mx", "nvfp4"))
+    # Seconds = GEMM FLOPs / the precision's peak + core-attention FLOPs / the BF16 peak: the
+    # FP8 and FP4 runs give the GEMM FLOPs, the BF16 run the rest.
+    gemm = (s8 - s4) / (1 / spec.peak_fp8_tflops - 1 / spec.peak_fp4_tflops)
+    core = s16 * spec.peak_bf16_tflops - gemm
+    assert s8 == pytest.approx(gemm / spec.peak_fp8_tflops + core / spec.peak_bf16_tflops)
+    plan = recipe_spec("llama3_70b").changed(gpu=gpu, precision="bf16").plan()
+    dims = ModelCost(plan.job.model)
+    stage = busiest_stage(plan.job, dims, micro_batch_size=1, micro_batches=plan.job.micro_batches)
+    layers_core = stage.layers * dims.core_attention_flops_per_token()
+    assert core / (gemm + core) == pytest.approx(layers_core / stage.flops_per_token)
+
+
+@pytest.mark.parametrize("gpu", ["b200", "gb200", "b300", "gb300"])
+def test_fp8_dot_product_attention_runs_core_attention_at_the_fp8_peak(gpu):
+    spec = GPUS[gpu]
+    s16 = _seconds_at_peak(gpu, "bf16", fp8_attention=True)
+    s8 = _seconds_at_peak(gpu, "fp8_mx", fp8_attention=True)
+    assert s16 / s8 == pytest.approx(spec.peak_fp8_tflops / spec.peak_bf16_tflops)
+    assert s8 < _seconds_at_peak(gpu, "fp8_mx")
 
 
 def test_the_description_of_a_custom_recipe_names_no_compute_dtype():

@@ -130,20 +130,36 @@ class ModelCost:
         attention over the causal half of the sequence or the sliding window's mean context.
         """
         m = self.model
-        h, n, s = m.hidden_size, m.num_attention_heads, m.seq_length
+        h, n = m.hidden_size, m.num_attention_heads
         if m.multi_latent_attention:
             qk = m.qk_head_dim + m.qk_pos_emb_head_dim
             # Full-rank queries, or down to q_lora_rank, its norm (the + 1) and back up.
             q_term = h * n * qk if m.q_lora_rank is None else m.q_lora_rank * (h + n * qk + 1)
             kv_term = m.kv_lora_rank * (h + n * (m.qk_head_dim + m.v_head_dim) + 1)
             kv_term += h * m.qk_pos_emb_head_dim
-            core = s * n * qk / 2 + s * n * m.v_head_dim / 2
-            return 6 * (q_term + kv_term + n * m.v_head_dim * h + core)
+            return 6 * (q_term + kv_term + n * m.v_head_dim * h) + self._core_flops(index)
         q, kv = self.query_width, self.kv_width
         gate = q if m.attention_output_gate else 0
         projections = h * (q + 2 * kv + gate) + q * h
-        core = q * 2 * self._window_context() if self._uses_window(index) else q * s
-        return 6 * (projections + core)
+        return 6 * projections + self._core_flops(index)
+
+    def _core_flops(self, index: int | None) -> float:
+        """Training FLOPs per token of core attention (softmax(QK^T)V) in layer ``index``
+        (None: an MTP layer, never windowed).
+
+        MLA: the causal half over qk_head_dim + qk_pos_emb_head_dim (QK^T) and v_head_dim (AV);
+        otherwise the query width over the causal half of the sequence, or over the sliding
+        window's mean context (upstream ``transformer_flops`` and ``hybrid_flops``).
+        """
+        m = self.model
+        s = m.seq_length
+        if m.multi_latent_attention:
+            n = m.num_attention_heads
+            return 6 * (
+                s * n * (m.qk_head_dim + m.qk_pos_emb_head_dim) / 2 + s * n * m.v_head_dim / 2
+            )
+        window = index is not None and self._uses_window(index)
+        return 6 * self.query_width * (2 * self._window_context() if window else s)
 
     def _mlp_layer_flops(self, moe: bool) -> float:
         return self.moe_mlp_flops_per_token() if moe else self.dense_mlp_flops_per_token()
@@ -166,6 +182,19 @@ class ModelCost:
             )
             return mixers / layers
         return sum(self._attention_layer_flops(i) for i in range(layers)) / layers
+
+    def core_attention_flops_per_token(self) -> float:
+        """Training FLOPs per token of the mean decoder layer's core attention: the part of
+        :meth:`attention_flops_per_token` that attention kernels run, not GEMMs (a hybrid
+        model's attention layers spread over all its layers)."""
+        self._check_attention_variant()
+        layers = self.model.num_layers
+        if self.model.hybrid_layer_pattern is not None:
+            main = parse_hybrid_pattern(self.model.hybrid_layer_pattern).main
+            indices = [i for i, symbol in enumerate(main) if symbol == _ATTENTION]
+        else:
+            indices = list(range(layers))
+        return sum(self._core_flops(i) for i in indices) / layers
 
     def dense_mlp_flops_per_token(self) -> float:
         """Training FLOPs of one dense MLP per token: 6 x h x ffn x (3 gated, else 2)."""
@@ -280,9 +309,9 @@ class ModelCost:
         h = m.hidden_size
         if symbol == _ATTENTION:
             q, kv = self.query_width, self.kv_width
-            window = number is not None and self._uses_window(number - 1)
-            core = 2 * self._window_context() if window else m.seq_length
-            return 3 * (4 * (q * h + kv * h) + 2 * q * core)
+            return 3 * 4 * (q * h + kv * h) + self._core_flops(
+                None if number is None else number - 1
+            )
         if symbol == _MAMBA:
             # d_inner = 2h (megatron-core's MambaMixer expand=2); 7 d_inner x state for the scan.
             d_in = 2 * h

@@ -25,7 +25,9 @@ class StepCost:
     flops_per_gpu: float
     """Model FLOPs this GPU computes per step (recompute excluded)."""
     compute_seconds_at_peak: float
-    """Executed FLOPs (model + recompute) over the GPU's peak dense tensor-core FLOP/s."""
+    """Executed FLOPs (model + recompute) over the GPU's peak dense tensor-core FLOP/s: the
+    compute dtype's peak for the GEMMs, the 16-bit peak for core attention unless
+    ``fp8_dot_product_attention``."""
 
 
 @dataclass(frozen=True)

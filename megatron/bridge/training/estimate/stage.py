@@ -103,7 +103,7 @@ def busiest_stage(
     for a hybrid model); the last stage adds the logits, and the stage that builds the
     multi-token-prediction layers adds them (:meth:`ModelCost.mtp_flops_per_token`, their
     output heads included). Recompute adds forward passes: a full layer's forward is a third of
-    its training FLOPs, core attention's 2 x q x s.
+    its training FLOPs, core attention's (:meth:`ModelCost.core_attention_flops_per_token`).
     """
     tp, pp = job.tp_size, job.pp_size
     vpp = job.vpp_size if job.interleaved else 1
@@ -123,7 +123,7 @@ def busiest_stage(
     layers = per_rank[rank]
     full, core, mlp = _recomputed_fraction(job, layers, vpp)
     layer_fwd = per_layer / 3
-    core_fwd = 2 * dims.query_width * job.model.seq_length
+    core_fwd = dims.core_attention_flops_per_token() / 3
     mlp_fwd = (per_layer - dims.attention_flops_per_token()) / 3
     return Stage(
         rank=rank,

@@ -42,6 +42,8 @@ from megatron.bridge.training.hardware import GpuSpec, gpu_spec
 from megatron.bridge.training.job import JobDescription
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from megatron.bridge.training.comm_overlap import OverlapPlan
 
 __all__ = ["estimate_step"]
@@ -79,9 +81,8 @@ def estimate_step(
     tokens = gbs * f.model.seq_length
     tokens_per_dp_rank = tokens // dp
     domain = nvlink_domain or gpu.nvlink_domain or gpus_per_node or gpu.gpus_per_node
-    peak = gpu.peak_tflops(f.compute_dtype)
-
     stage = busiest_stage(f, dims, micro_batch_size=mbs, micro_batches=micro_batches)
+    seconds_per_flop, core_share, time_share = _seconds_per_flop(f, gpu, dims, stage)
 
     split = tp * cp  # a micro-batch's work is split over TP and its tokens over CP
     model_flops = tokens_per_dp_rank * stage.flops_per_token / split
@@ -89,7 +90,7 @@ def estimate_step(
     step = StepCost(
         tokens=tokens,
         flops_per_gpu=model_flops,
-        compute_seconds_at_peak=executed / (peak * 1e12),
+        compute_seconds_at_peak=executed * seconds_per_flop,
     )
 
     dense_params, expert_params = stage_params(f, dims, stage)
@@ -107,16 +108,13 @@ def estimate_step(
     )
 
     achievable = achievable or achievable_fraction(gpu.name, f.compute_dtype)
-    rate = peak * 1e12 * achievable.fraction
+    rate = achievable.fraction / seconds_per_flop
+    attention_flops = stage.layers * dims.attention_flops_per_token() / stage.flops_per_token
     shape = _Shape(
         forward=model_flops / 3 / (micro_batches * stage.vpp) / rate,
         backward=(executed - model_flops / 3) / (micro_batches * stage.vpp) / rate,
-        attention_share=min(
-            1.0, stage.layers * dims.attention_flops_per_token() / stage.flops_per_token
-        ),
-        core_attention_share=min(
-            1.0, stage.layers * 6 * dims.query_width * f.model.seq_length / stage.flops_per_token
-        ),
+        attention_share=min(1.0, time_share(max(attention_flops, core_share))),
+        core_attention_share=time_share(core_share),
     )
     with_plan = _predict(
         plan, entries, stage, shape, achievable, tokens, dense_params, expert_params, overlap=True
@@ -152,6 +150,29 @@ def estimate_step(
     )
 
 
+def _seconds_per_flop(
+    job: JobDescription, gpu: GpuSpec, dims: ModelCost, stage: Stage
+) -> tuple[float, float, Callable[[float], float]]:
+    """Seconds per executed FLOP at peak, core attention's share of the FLOPs, and a function
+    from a share of the FLOPs that holds all of core attention to its share of the time.
+
+    The GEMMs run at the peak of the compute dtype's tensor cores. Core attention runs at the
+    16-bit peak, or at the FP8 peak (never above the GEMMs') with ``fp8_dot_product_attention``:
+    megatron-core quantizes the linear layers through TE's FP8/FP4 recipes, and core attention
+    only with ``TransformerConfig.fp8_dot_product_attention``.
+    """
+    gemm = gpu.peak_tflops(job.compute_dtype) * 1e12
+    attention_dtype = "fp8_cs" if job.model.fp8_dot_product_attention else "bf16"
+    core_peak = min(gemm, gpu.peak_tflops(attention_dtype) * 1e12)
+    core = min(1.0, stage.layers * dims.core_attention_flops_per_token() / stage.flops_per_token)
+    per_flop = (1 - core) / gemm + core / core_peak
+
+    def time_share(flops_share: float) -> float:
+        return ((flops_share - core) / gemm + core / core_peak) / per_flop
+
+    return per_flop, core, time_share
+
+
 def _assumptions(
     job: JobDescription, gpu: GpuSpec, stage: Stage, *, global_batch_size: int, nvlink_domain: int
 ) -> tuple[str, ...]:
@@ -163,6 +184,15 @@ def _assumptions(
         f"dense {peak} tensor-core FLOP/s ({gpu.name}: "
         f"{gpu.peak_tflops(job.compute_dtype):.0f} TFLOP/s, NVLink {gpu.nvlink_gb_per_s:.0f} GB/s, "
         f"network {gpu.network_gb_per_s:.0f} GB/s per GPU); no latency, no congestion",
+        *(
+            []
+            if peak == "BF16" or job.model.fp8_dot_product_attention
+            else [
+                f"core attention at the BF16 peak ({gpu.peak_bf16_tflops:.0f} TFLOP/s): its dot "
+                f"products stay 16-bit unless fp8_dot_product_attention; the GEMMs at the {peak} "
+                "peak"
+            ]
+        ),
         f"ring collectives: each GPU sends (n-1)/n of the tensor; NVLink domain of {nvlink_domain} "
         "consecutive ranks (megatron-core rank order tp-cp-dp-pp, experts tp-ep-dp-pp); a "
         "group spanning more crosses the network",
