@@ -9,6 +9,7 @@ network, times it at that link's peak and asks the plan whether its knob is on.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -57,6 +58,10 @@ class Transfer:
     """All-to-all only: ranks in the group, ``stride`` apart (0: a ring or p2p transfer)."""
     stride: int = 1
     """All-to-all only: rank distance between consecutive group members."""
+    routed: tuple[int, int] | None = None
+    """All-to-all only, for a dispatcher that sends a token once to each remote NVLink domain
+    holding one of its experts and forwards it there over NVLink (the flex dispatcher's DeepEP
+    and HybridEP backends): (routed experts, top-k). None: every copy travels on its own."""
 
 
 def _activation_bytes(job: JobDescription, stage: Stage) -> int:
@@ -234,6 +239,11 @@ def ep_transfers(job: JobDescription, stage: Stage) -> list[Transfer]:
     ep = job.ep_size
     if not (job.model.moe and ep > 1):
         return []
+    m = job.model
+    # DeepEP's internode dispatch (csrc/kernels/internode.cu: one RDMA send per destination
+    # node, with the bitmap of that node's NVLink ranks that need the token) and HybridEP's
+    # hierarchical RDMA-then-NVLink design both cross the network once per remote node.
+    routed = (m.num_moe_experts, m.moe_router_topk) if job.model.flex_backend else None
     seq, mbs = job.model.seq_length, stage.micro_batch_size
     local_tokens = mbs * seq // (job.cp_size * (job.tp_size if job.sequence_parallel else 1))
     a2a = local_tokens * job.model.moe_router_topk * job.model.hidden_size * _ACT_BYTES
@@ -249,8 +259,24 @@ def ep_transfers(job: JobDescription, stage: Stage) -> list[Transfer]:
             "M x 4/MoE layer x (EP-1)/EP x tokens x topk x h x 2B",
             group=ep,
             stride=job.etp_size,
+            routed=routed,
         )
     ]
+
+
+def _remote_domain_share(group: int, local: int, routed: tuple[int, int]) -> float:
+    """Network bytes of a node-deduplicating all-to-all over those of one copy per expert.
+
+    Under uniform routing a token's top-k experts fall on a remote NVLink domain (of the
+    group's ceil(group / local)) with probability 1 - C(E - E/D, k) / C(E, k); the token crosses
+    the network once per such domain instead of once per expert there, k (group - local) / group
+    copies on average.
+    """
+    experts, topk = routed
+    domains = math.ceil(group / local)
+    per_domain = experts // domains
+    hit = 1 - math.comb(experts - per_domain, topk) / math.comb(experts, topk)
+    return (domains - 1) * hit / (topk * (group - local) / group)
 
 
 def price(
@@ -284,9 +310,15 @@ def price(
         if t.group > 1 and where == "network":
             local = min(t.group, max(1, nvlink_domain // t.stride))
             peers = t.group - 1
+            remote = t.nbytes * (t.group - local) / peers
+            nvlink = t.nbytes * (local - 1) / peers
+            if t.routed is not None:
+                # Once per remote domain on the network; there, forwarded over NVLink to the
+                # experts' GPUs other than the receiving one.
+                nvlink += remote * (local - 1) / local
+                remote *= _remote_domain_share(t.group, local, t.routed)
             seconds = max(
-                t.nbytes * (t.group - local) / peers / (gpu.network_gb_per_s * 1e9),
-                t.nbytes * (local - 1) / peers / (gpu.nvlink_gb_per_s * 1e9),
+                remote / (gpu.network_gb_per_s * 1e9), nvlink / (gpu.nvlink_gb_per_s * 1e9)
             )
         knob = t.knob
         hidden = knob if knob == CP_RING or (knob is not None and on(knob)) else None
