@@ -272,28 +272,37 @@ def test_blackwell_fp8_recipes_find_the_fp8_preset(capsys):
     assert "nvfp4 (fp8 presets)" in capsys.readouterr().out
 
 
-def _seconds_at_peak(gpu: str, precision: str, *, fp8_attention: bool = False) -> float:
+def _seconds_at_peak(
+    gpu: str, precision: str, *, recipe="llama3_70b", fp8_attention=False
+) -> float:
     # One layout at each precision: the spec changed, not the run published for it.
-    spec = recipe_spec("llama3_70b").changed(
+    spec = recipe_spec(recipe).changed(
         gpu=gpu, precision=precision, **{"model.fp8_dot_product_attention": fp8_attention}
     )
     return estimate_step(spec.plan()).step.compute_seconds_at_peak
 
 
+@pytest.mark.parametrize("recipe", ["llama3_70b", "nemotron_3_nano"])
 @pytest.mark.parametrize("gpu", ["b200", "gb200", "b300", "gb300"])
-def test_the_gemms_run_at_each_precisions_peak_and_core_attention_at_16_bits(gpu):
+def test_the_gemms_run_at_each_precisions_peak_and_attention_and_scans_at_16_bits(gpu, recipe):
     spec = GPUS[gpu]
-    s16, s8, s4 = (_seconds_at_peak(gpu, p) for p in ("bf16", "fp8_mx", "nvfp4"))
-    # Seconds = GEMM FLOPs / the precision's peak + core-attention FLOPs / the BF16 peak: the
-    # FP8 and FP4 runs give the GEMM FLOPs, the BF16 run the rest.
+    s16, s8, s4 = (_seconds_at_peak(gpu, p, recipe=recipe) for p in ("bf16", "fp8_mx", "nvfp4"))
+    # Seconds = GEMM FLOPs / the precision's peak + core-attention and Mamba-scan FLOPs / the
+    # BF16 peak: the FP8 and FP4 runs give the GEMM FLOPs, the BF16 run the rest.
     gemm = (s8 - s4) / (1 / spec.peak_fp8_tflops - 1 / spec.peak_fp4_tflops)
-    core = s16 * spec.peak_bf16_tflops - gemm
-    assert s8 == pytest.approx(gemm / spec.peak_fp8_tflops + core / spec.peak_bf16_tflops)
-    plan = recipe_spec("llama3_70b").changed(gpu=gpu, precision="bf16").plan()
+    rest = s16 * spec.peak_bf16_tflops - gemm
+    assert s8 == pytest.approx(gemm / spec.peak_fp8_tflops + rest / spec.peak_bf16_tflops)
+    plan = recipe_spec(recipe).changed(gpu=gpu, precision="bf16").plan()
     dims = ModelCost(plan.job.model)
-    stage = busiest_stage(plan.job, dims, micro_batch_size=1, micro_batches=plan.job.micro_batches)
-    layers_core = stage.layers * dims.core_attention_flops_per_token()
-    assert core / (gemm + core) == pytest.approx(layers_core / stage.flops_per_token)
+    stage = busiest_stage(
+        plan.job,
+        dims,
+        micro_batch_size=plan.job.micro_batch_size,
+        micro_batches=plan.job.micro_batches,
+    )
+    per_layer = dims.core_attention_flops_per_token() + dims.scan_flops_per_token()
+    assert rest / (gemm + rest) == pytest.approx(stage.layers * per_layer / stage.flops_per_token)
+    assert (dims.scan_flops_per_token() > 0) == (recipe == "nemotron_3_nano")
 
 
 @pytest.mark.parametrize("gpu", ["b200", "gb200", "b300", "gb300"])

@@ -196,6 +196,20 @@ class ModelCost:
             indices = list(range(layers))
         return sum(self._core_flops(i) for i in indices) / layers
 
+    def _scan_flops(self) -> float:
+        """Training FLOPs per token of one Mamba layer's selective scan: 3 x 7 x d_inner x state
+        (upstream ``hybrid_flops``; d_inner = 2h)."""
+        return 3 * 7 * 2 * self.model.hidden_size * self.model.mamba_state_dim
+
+    def scan_flops_per_token(self) -> float:
+        """Training FLOPs per token of the mean decoder layer's Mamba scans: the part of a hybrid
+        model's mixers that the SSM kernels run, not the linear layers' GEMMs (0 without a
+        hybrid layer pattern)."""
+        if self.model.hybrid_layer_pattern is None:
+            return 0.0
+        main = parse_hybrid_pattern(self.model.hybrid_layer_pattern).main
+        return sum(symbol == _MAMBA for symbol in main) * self._scan_flops() / self.model.num_layers
+
     def dense_mlp_flops_per_token(self) -> float:
         """Training FLOPs of one dense MLP per token: 6 x h x ffn x (3 gated, else 2)."""
         return 6 * self.model.hidden_size * self.model.ffn_size * self._mlp_matrices
@@ -317,7 +331,7 @@ class ModelCost:
             d_in = 2 * h
             heads = m.mamba_num_heads or d_in // m.mamba_head_dim
             in_proj = 2 * h * (2 * d_in + 2 * m.mamba_num_groups * m.mamba_state_dim + heads)
-            return 3 * (in_proj + 7 * d_in * m.mamba_state_dim + 2 * d_in * h)
+            return 3 * (in_proj + 2 * d_in * h) + self._scan_flops()
         if symbol == _GDN:
             # megatron-core's TransformerConfig defaults for the gated delta net (linear_*).
             qk, v = _GDN_QK_HEAD_DIM * _GDN_QK_HEADS, _GDN_V_HEAD_DIM * _GDN_V_HEADS

@@ -159,13 +159,16 @@ def _seconds_per_flop(
     The GEMMs run at the peak of the compute dtype's tensor cores. Core attention runs at the
     16-bit peak, or at the FP8 peak (never above the GEMMs') with ``fp8_dot_product_attention``:
     megatron-core quantizes the linear layers through TE's FP8/FP4 recipes, and core attention
-    only with ``TransformerConfig.fp8_dot_product_attention``.
+    only with ``TransformerConfig.fp8_dot_product_attention``. A hybrid model's Mamba scans run
+    in the SSM kernels, unquantized: at the 16-bit peak.
     """
     gemm = gpu.peak_tflops(job.compute_dtype) * 1e12
     attention_dtype = "fp8_cs" if job.model.fp8_dot_product_attention else "bf16"
     core_peak = min(gemm, gpu.peak_tflops(attention_dtype) * 1e12)
+    scan_peak = min(gemm, gpu.peak_tflops("bf16") * 1e12)
     core = min(1.0, stage.layers * dims.core_attention_flops_per_token() / stage.flops_per_token)
-    per_flop = (1 - core) / gemm + core / core_peak
+    scan = min(1.0 - core, stage.layers * dims.scan_flops_per_token() / stage.flops_per_token)
+    per_flop = (1 - core - scan) / gemm + core / core_peak + scan / scan_peak
 
     def time_share(flops_share: float) -> float:
         return ((flops_share - core) / gemm + core / core_peak) / per_flop
