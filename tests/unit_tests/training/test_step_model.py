@@ -83,7 +83,7 @@ def test_ep_overlap_speeds_the_qwen3_step_up():
     "than 24 s. The model lacks a sourced term for what this all-to-all smoke lost (the "
     "alltoall dispatcher's host synchronization before each EP all-to-all, megatron-core "
     "token_dispatcher cuda_sync_point, unfused permutation, SMs NCCL takes from the GEMMs); "
-    "upstream's HybridEP A/B on the same shape is within 15 % (test above)",
+    "upstream's HybridEP A/B on the same shape is within 15 % (the next test)",
 )
 def test_ep_overlap_ratio_is_within_15_percent_of_upstreams_measurement():
     ratio = _qwen_step(False) / _qwen_step(True)
