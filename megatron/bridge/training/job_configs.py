@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Callable
 from typing import Any
 
 from megatron.bridge.training.job import ModelDescription
@@ -47,31 +48,44 @@ def _pipeline_layout(raw: Any) -> str | tuple[tuple[str, ...], ...] | None:
     return tuple(tuple(getattr(layer, "name", layer) for layer in stage) for stage in raw)
 
 
-def _read(model_config: Any, field: dataclasses.Field) -> Any:
-    name = field.name
+def _listed(value: Any) -> Any:
+    # megatron-core's list forms (recompute_modules, moe_layer_freq, window_attn_skip_freq) are
+    # tuples in the frozen description.
+    return tuple(value) if isinstance(value, list) else value
+
+
+def _reader(field: dataclasses.Field) -> Callable[[Any], Any]:
+    """How field ``field`` of the description is read off a megatron-core model config."""
+    name, default = field.name, field.default
     if name == "pipeline_model_parallel_layout":
-        return _pipeline_layout(getattr(model_config, name, None))
+        return lambda config: _pipeline_layout(getattr(config, name, None))
     if name == "cuda_graph_modules":
-        return _cuda_graph_modules(
+        return lambda config: _cuda_graph_modules(
             [
-                *_cuda_graph_modules(getattr(model_config, "cuda_graph_modules", None)),
-                *_cuda_graph_modules(getattr(model_config, "cuda_graph_scope", None)),
+                *_cuda_graph_modules(getattr(config, "cuda_graph_modules", None)),
+                *_cuda_graph_modules(getattr(config, "cuda_graph_scope", None)),
             ]
         )
-    value = getattr(model_config, name, field.default)
     if name == "activation_func":
-        return getattr(value, "__name__", value)
-    if isinstance(value, list):
-        # megatron-core's list forms (recompute_modules, moe_layer_freq, window_attn_skip_freq)
-        # are tuples in the frozen description.
-        return tuple(value)
-    if field.default is None and value == 0 and not isinstance(value, bool):
-        # megatron-core's "unset" for the shape counts (num_layers, hidden_size, heads) is 0.
-        return None
-    if isinstance(field.default, bool):
+        return lambda config: getattr(
+            value := getattr(config, name, default), "__name__", _listed(value)
+        )
+    if isinstance(default, bool):
         # megatron-core reads these flags for truth; the description holds the bool.
-        return bool(value)
-    return value
+        return lambda config: bool(_listed(getattr(config, name, default)))
+    if default is None:
+        # megatron-core's "unset" for the shape counts (num_layers, hidden_size, heads) is 0.
+        return lambda config: _unset_as_none(_listed(getattr(config, name, None)))
+    return lambda config: _listed(getattr(config, name, default))
+
+
+def _unset_as_none(value: Any) -> Any:
+    return None if value == 0 and not isinstance(value, bool) else value
+
+
+@functools.cache
+def _readers() -> tuple[tuple[str, Callable[[Any], Any]], ...]:
+    return tuple((field.name, _reader(field)) for field in model_fields())
 
 
 def describe_model(model_config: Any) -> ModelDescription:
@@ -80,7 +94,7 @@ def describe_model(model_config: Any) -> ModelDescription:
     A field the config does not declare (``seq_length`` on a plain ``TransformerConfig``) keeps
     the description's default. The config need not be finalized.
     """
-    return ModelDescription(**{f.name: _read(model_config, f) for f in model_fields()})
+    return ModelDescription(**{name: read(model_config) for name, read in _readers()})
 
 
 def write_model(model_config: Any, model: ModelDescription) -> None:
