@@ -26,6 +26,7 @@ from megatron.core.distributed import DistributedDataParallelConfig
 from megatron.core.optimizer import OptimizerConfig
 from megatron.core.transformer.transformer_config import TransformerConfig
 
+from megatron.bridge.models import GPTModelProvider
 from megatron.bridge.training import comm_overlap
 from megatron.bridge.training.config import ConfigContainer, TrainingConfig
 from megatron.bridge.training.env_vars import forget_exports
@@ -227,6 +228,24 @@ def h100_job(model: ModelDescription, *, dp_size: int = 1, **fields) -> JobDescr
         * dp_size
     )
     return JobDescription(model=model, world_size=world, **job)
+
+
+def hybridep_container(*, strict: bool) -> ConfigContainer:
+    """A :func:`bf16_container` of a tiny MoE model (8 experts, top-2, fp32 router) dispatching
+    through HybridEP (the flex dispatcher) at EP 4, TP overlap off; ``strict`` as the user sets it.
+    """
+    model = GPTModelProvider(
+        **TINY_MODEL_FIELDS,
+        num_moe_experts=8,
+        moe_router_topk=2,
+        moe_token_dispatcher_type="flex",
+        moe_flex_dispatcher_backend="hybridep",
+        moe_router_dtype="fp32",
+    )
+    model.expert_model_parallel_size = 4
+    return bf16_container(
+        model, comm_overlap=comm_overlap.CommOverlapConfig(tp_comm_overlap=False, strict=strict)
+    )
 
 
 HOPPER, BLACKWELL = False, True
