@@ -12,7 +12,7 @@ from megatron.bridge.recipes import recipe_spec
 from megatron.bridge.training.job import ModelDescription
 
 
-def recipe_model(name: str, *, precision: str = "bf16", **changes) -> ModelDescription:
+def recipe_job_model(name: str, *, precision: str = "bf16", **changes) -> ModelDescription:
     """Recipe ``name``'s model in ``precision`` (default BF16); ``changes`` replace model fields."""
     model = recipe_spec(name, precision=precision).job.model
     return dataclasses.replace(model, **changes)
@@ -24,4 +24,11 @@ def dense_model(**changes) -> ModelDescription:
     32 layers, hidden 4096, 32 heads in 8 query groups, SwiGLU FFN 14336, RMSNorm, RoPE, no
     linear bias, untied embeddings, TP1; ``changes`` replace model fields (a size, the layout).
     """
-    return recipe_model("llama3_8b", seq_length=4096, **changes)
+    return recipe_job_model("llama3_8b", seq_length=4096, **changes)
+
+
+def model_defaults(*names: str) -> dict:
+    """The :class:`ModelDescription` defaults of the fields ``names`` (megatron-core's), to
+    put fields back to them with ``dataclasses.replace``."""
+    fields = {f.name: f for f in dataclasses.fields(ModelDescription)}
+    return {name: fields[name].default for name in names}

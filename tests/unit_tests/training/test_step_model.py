@@ -15,11 +15,11 @@ from megatron.bridge.training.comm_overlap import CommOverlapConfig, plan_comm_o
 from megatron.bridge.training.estimate import efficiency, estimate_step
 from megatron.bridge.training.job import JobDescription
 from megatron.bridge.training.precisions import PRECISIONS, published_precision
-from tests.unit_tests.jobs import recipe_model
+from tests.unit_tests.jobs import recipe_job_model
 
 #: The Qwen3-30B-A3B recipe's model as upstream's EP A/B ran it: BF16 (the recipe publishes
 #: MXFP8), the alltoall dispatcher (the recipe's is the flex dispatcher with HybridEP) and EP16.
-QWEN3_30B_A3B = recipe_model(
+QWEN3_30B_A3B = recipe_job_model(
     "qwen3_30b_a3b", moe_token_dispatcher_type="alltoall", expert_model_parallel_size=16
 )
 
