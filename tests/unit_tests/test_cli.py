@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+import yaml
 
 from megatron.bridge.cli import EXIT_INVALID, EXIT_OK, EXIT_REFUSED, JSON_SCHEMA_VERSION, main
 from tests.unit_tests.conftest import modules_loaded_by
@@ -69,29 +71,17 @@ def test_refusal_is_reported_and_strict_exits_one(capsys):
     assert "refused" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(
-    ("argv", "needle"),
-    [
-        (["--world-size", "100"], "--world-size 100"),
-        (["--preset", "userbuffers_nope"], "--preset"),
-        (["--tp", "0"], "--tp"),
-        (["--gpu", "v100"], "--gpu"),
-        (["--layernorm-sm-margin", "-1"], "layernorm_sm_margin"),
-        # Model flags (flags.FLAG_FIELDS).
-        (["--moe-layer-freq", "__import__('os')"], "--moe-layer-freq"),
-        (["--moe-layer-freq", "[0,2]*48"], "0/1 entries"),
-        (["--moe-layer-freq", "([1]*4"], "([0]*3+[1]*58)"),
-        (["--moe-layer-freq", "[1]*99999999"], "more than 100000 layers"),
-        (["--window-size", "128"], "LEFT,RIGHT"),
-        (["--hybrid-layer-pattern", "M*X"], "'X'"),
-        (["--mtp-num-layers", "-1"], "--mtp-num-layers"),
-        (["--q-lora-rank", "0"], "--q-lora-rank"),
-        # megatron-core's layer specs need one entry per layer.
-        (["--num-experts", "8", "--ep", "8", "--moe-layer-freq", "[1]*5"], "num_layers is 96"),
-    ],
-)
+#: (argv, needle) rows of ``data/refused_cli_input.yaml``.
+REFUSED_INPUT = [
+    (row["argv"], row["needle"])
+    for row in yaml.safe_load(
+        (Path(__file__).parent / "data" / "refused_cli_input.yaml").read_text()
+    )
+]
+
+
+@pytest.mark.parametrize(("argv", "needle"), REFUSED_INPUT)
 def test_invalid_input_exits_two_naming_the_flag(capsys, argv, needle):
-    # argparse's own refusals (a bad choice or type) come back as the exit code too.
     code = main(["explain", *argv])
     err = capsys.readouterr().err
     assert code == EXIT_INVALID
