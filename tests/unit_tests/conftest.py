@@ -6,6 +6,7 @@ Transformer Engine cannot be built or imported on these CPU-only machines, so te
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import functools
 import json
@@ -17,6 +18,7 @@ import sys
 import types
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from types import MappingProxyType
 from unittest import mock
 
@@ -26,6 +28,7 @@ from megatron.core.distributed import DistributedDataParallelConfig
 from megatron.core.optimizer import OptimizerConfig
 from megatron.core.transformer.transformer_config import TransformerConfig
 
+from megatron.bridge.models import GPTModelProvider
 from megatron.bridge.training import comm_overlap
 from megatron.bridge.training.config import ConfigContainer, TrainingConfig
 from megatron.bridge.training.env_vars import forget_exports
@@ -229,7 +232,23 @@ def h100_job(model: ModelDescription, *, dp_size: int = 1, **fields) -> JobDescr
     return JobDescription(model=model, world_size=world, **job)
 
 
-HOPPER, BLACKWELL = False, True
+def hybridep_container(*, strict: bool) -> ConfigContainer:
+    """A :func:`bf16_container` of a tiny MoE model (8 experts, top-2, fp32 router) dispatching
+    through HybridEP (the flex dispatcher) at EP 4, TP overlap off; ``strict`` as the user sets it.
+    """
+    model = GPTModelProvider(
+        **TINY_MODEL_FIELDS,
+        num_moe_experts=8,
+        moe_router_topk=2,
+        moe_token_dispatcher_type="flex",
+        moe_flex_dispatcher_backend="hybridep",
+        moe_router_dtype="fp32",
+    )
+    model.expert_model_parallel_size = 4
+    return bf16_container(
+        model, comm_overlap=comm_overlap.CommOverlapConfig(tp_comm_overlap=False, strict=strict)
+    )
+
 
 #: The layout fields ``launch_env.cuda_device_max_connections`` takes, in matrix-row order.
 _CONNECTION_FIELDS = (
@@ -248,44 +267,34 @@ def connection_layout(*values) -> dict:
     return dict(zip(_CONNECTION_FIELDS, values, strict=True))
 
 
-def _connection_case(*values, expected: int, id: str):
-    return pytest.param(connection_layout(*values), expected, id=id)
+_CONNECTION_TABLE = Path(__file__).parent / "training" / "data" / "cuda_device_max_connections.csv"
 
 
-#: CUDA_DEVICE_MAX_CONNECTIONS by layout, as (keywords, expected value), grouped by the rule
-#: that decides it (launch_env's precedence): the rule itself and every consumer of it
-#: (PerfEnvPlugin) must give these. The values are upstream Megatron-Bridge's tuned ones
-#: (``src/megatron/bridge/perf_recipes/*/<system>/*.py``, ``cfg.env_vars``).
-CONNECTION_MATRIX = [
-    # gpu, tp, cp, dp, pp, flex backend, a2a overlap
-    # 1. Blackwell (SM100+): 32 whatever the layout (every b200/b300/gb200/gb300/vr200 recipe,
-    #    e.g. llama/b200/llama3.py llama3_8b_pretrain_8gpu_b200_bf16_config at TP1)
-    _connection_case(BLACKWELL, 1, 1, 8, 1, "deepep", False, expected=32, id="sm100-deepep"),
-    _connection_case(BLACKWELL, 2, 1, 4, 1, None, False, expected=32, id="sm100-tp2-dp4"),
-    _connection_case(BLACKWELL, 2, 1, 1, 2, None, False, expected=32, id="sm100-tp2-pp2-dp1"),
-    _connection_case(BLACKWELL, 1, 2, 2, 1, None, False, expected=32, id="sm100-cp2-dp2"),
-    _connection_case(BLACKWELL, 2, 1, 4, 1, None, True, expected=32, id="sm100-tp2-a2a"),
-    _connection_case(BLACKWELL, 2, 1, 1, 1, None, False, expected=32, id="sm100-tp2-dp1"),
-    _connection_case(BLACKWELL, 1, 1, 8, 1, None, False, expected=32, id="sm100-dp8"),
-    _connection_case(BLACKWELL, 1, 1, 1, 8, None, False, expected=32, id="sm100-pp8"),
-    _connection_case(BLACKWELL, 1, 1, 8, 1, "ncclep", False, expected=32, id="sm100-ncclep"),
-    # 2. Hopper, TP or CP split, no EP all-to-all overlap: 1, whatever the flex backend
-    #    (glm_moe_dsa/h100/glm5.py glm51_sft_416gpu_h100_bf16_config: CP32 with deepep -> 1)
-    _connection_case(HOPPER, 2, 1, 4, 1, "deepep", False, expected=1, id="hopper-tp2-deepep"),
-    _connection_case(HOPPER, 2, 1, 1, 1, None, False, expected=1, id="hopper-tp2-dp1"),
-    _connection_case(HOPPER, 4, 1, 1, 2, None, False, expected=1, id="hopper-tp4-pp2"),
-    _connection_case(HOPPER, 1, 2, 4, 1, None, False, expected=1, id="hopper-cp2-dp4"),
-    _connection_case(HOPPER, 8, 2, 4, 4, None, False, expected=1, id="hopper-tp8-cp2-pp4"),
-    _connection_case(HOPPER, 2, 1, 4, 1, "ncclep", False, expected=1, id="hopper-tp2-ncclep"),
-    # 3. Hopper otherwise: 32 (llama/h100/llama3.py llama3_8b_pretrain_8gpu_h100_fp8cs_config at
-    #    TP1; qwen_vl/h100/qwen3_vl.py qwen3_vl_235b_a22b_pretrain_256gpu_h100_bf16_config at TP2
-    #    with EP all-to-all overlap)
-    _connection_case(HOPPER, 1, 1, 8, 1, "hybridep", False, expected=32, id="hopper-hybridep"),
-    _connection_case(HOPPER, 1, 1, 8, 1, None, False, expected=32, id="hopper-dp8"),
-    _connection_case(HOPPER, 1, 1, 2, 4, None, False, expected=32, id="hopper-pp4-dp2"),
-    _connection_case(HOPPER, 2, 1, 4, 1, None, True, expected=32, id="hopper-tp2-a2a"),
-    _connection_case(HOPPER, 1, 2, 4, 1, None, True, expected=32, id="hopper-cp2-a2a"),
-]
+def _connection_matrix() -> list:
+    """The rows of ``training/data/cuda_device_max_connections.csv`` as (keywords, expected)."""
+    with _CONNECTION_TABLE.open() as f:
+        rows = list(csv.DictReader(line for line in f if not line.startswith("#")))
+    return [
+        pytest.param(
+            connection_layout(
+                {"blackwell": True, "hopper": False}[row["gpu"]],
+                int(row["tp"]),
+                int(row["cp"]),
+                int(row["dp"]),
+                int(row["pp"]),
+                row["flex_backend"] or None,
+                {"yes": True, "no": False}[row["a2a_overlap"]],
+            ),
+            int(row["expected"]),
+            id=row["id"],
+        )
+        for row in rows
+    ]
+
+
+#: CUDA_DEVICE_MAX_CONNECTIONS by layout, as (keywords, expected value): upstream
+#: Megatron-Bridge's tuned values, with their sources, in ``cuda_device_max_connections.csv``.
+CONNECTION_MATRIX = _connection_matrix()
 
 
 def connection_rule_inputs(layout: dict) -> dict:

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from megatron.bridge.cli import EXIT_INVALID, EXIT_OK, build_parser, main
+from megatron.bridge.cli import EXIT_OK, build_parser, main
 from megatron.bridge.cli.flags import flags_spec
 
 
@@ -68,28 +68,6 @@ def test_each_flag_changes_its_field(argv, field, value):
 def test_moe_layer_freq_takes_megatron_lm_forms(expression, pattern):
     model = _spec("--num-experts", "8", "--ep", "8", "--moe-layer-freq", expression).job.model
     assert model.moe_layer_freq == pattern
-
-
-@pytest.mark.parametrize(
-    ("argv", "needle"),
-    [
-        (["--moe-layer-freq", "__import__('os')"], "--moe-layer-freq"),
-        (["--moe-layer-freq", "[0,2]*48"], "0/1 entries"),
-        (["--moe-layer-freq", "([1]*4"], "([0]*3+[1]*58)"),
-        (["--moe-layer-freq", "[1]*99999999"], "more than 100000 layers"),
-        (["--window-size", "128"], "LEFT,RIGHT"),
-        (["--hybrid-layer-pattern", "M*X"], "'X'"),
-        (["--mtp-num-layers", "-1"], "--mtp-num-layers"),
-        (["--q-lora-rank", "0"], "--q-lora-rank"),
-        # megatron-core's layer specs need one entry per layer.
-        (["--num-experts", "8", "--ep", "8", "--moe-layer-freq", "[1]*5"], "num_layers is 96"),
-    ],
-)
-def test_a_bad_value_exits_2_naming_the_flag(argv, needle, capsys):
-    code = main(["explain", *argv])
-    err = capsys.readouterr().err
-    assert code == EXIT_INVALID
-    assert needle in err and "Traceback" not in err
 
 
 def test_deepseek_v3_as_flags_gives_the_published_flops(capsys):

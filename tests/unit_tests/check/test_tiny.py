@@ -20,6 +20,8 @@ from megatron.bridge.recipes.nemotron_3_nano import NANO_MODEL
 from megatron.bridge.training.comm_overlap import check_layout
 from megatron.bridge.training.job import JobDescription, ModelDescription
 from megatron.bridge.training.pipeline_layout import parse_layout, stage_layers
+from tests.unit_tests.conftest import layout_fields
+from tests.unit_tests.jobs import model_defaults, recipe_job_model
 
 DEEPSEEK_LIKE = dataclasses.replace(
     recipe_spec("deepseek_v3", gpu="gb200").job.model,
@@ -40,29 +42,31 @@ DEEPSEEK_LIST_LAYOUT = dataclasses.replace(
 )
 """The same in megatron-core's list form."""
 
-FIRST_LAST = dataclasses.replace(
-    recipe_spec("qwen3_235b_a22b").job.model,
-    fp8=None,
+
+def first_last_stages(first: int, last: int) -> dict:
+    """Model fields for a first pipeline stage of ``first`` layers and a last one of ``last``;
+    megatron-core refuses them with the embedding or the loss counted as a layer, so neither is.
+    """
+    return {
+        "account_for_embedding_in_pipeline_split": False,
+        "account_for_loss_in_pipeline_split": False,
+        "num_layers_in_first_pipeline_stage": first,
+        "num_layers_in_last_pipeline_stage": last,
+    }
+
+
+FIRST_LAST = recipe_job_model(
+    "qwen3_235b_a22b",
     moe_token_dispatcher_type="alltoall",
-    account_for_embedding_in_pipeline_split=False,
-    account_for_loss_in_pipeline_split=False,
-    tensor_model_parallel_size=4,
-    pipeline_model_parallel_size=8,
-    virtual_pipeline_model_parallel_size=None,
-    expert_model_parallel_size=8,
-    num_layers_in_first_pipeline_stage=10,
-    num_layers_in_last_pipeline_stage=12,
     sequence_parallel=True,
+    **first_last_stages(10, 12),
+    **layout_fields(tp_size=4, pp_size=8, vpp_size=None, ep_size=8),
 )
 """The Qwen3-235B recipe's model in BF16 with the all-to-all dispatcher: 94 layers on PP8 as
 10 / 12 x 6 / 12."""
 
 FIRST_LAST_VPP = dataclasses.replace(
-    FIRST_LAST,
-    num_layers=96,
-    num_layers_in_first_pipeline_stage=8,
-    num_layers_in_last_pipeline_stage=16,
-    virtual_pipeline_model_parallel_size=2,
+    FIRST_LAST, num_layers=96, **first_last_stages(8, 16), **layout_fields(vpp_size=2)
 )
 """First and last stage sizes with interleaving (each divisible by VPP)."""
 
@@ -72,11 +76,8 @@ HYBRID_PIPES = dataclasses.replace(
     moe_token_dispatcher_type="alltoall",
     hybrid_layer_pattern="MEME|M*ME|MEME|M*ME/*E",
     mtp_num_layers=1,
-    tensor_model_parallel_size=2,
-    pipeline_model_parallel_size=2,
-    virtual_pipeline_model_parallel_size=2,
-    expert_model_parallel_size=8,
     sequence_parallel=True,
+    **layout_fields(tp_size=2, pp_size=2, vpp_size=2, ep_size=8),
 )
 """Nemotron 3 Nano's model cut to a 16-layer hybrid: Mamba, attention and MoE layers, '|' stage boundaries, one MTP
 pattern."""
@@ -85,16 +86,18 @@ HYBRID_PLAIN = dataclasses.replace(
     HYBRID_PIPES,
     hybrid_layer_pattern="M-M-M*-M-M*-M-",
     num_layers=14,
-    num_moe_experts=None,
-    moe_ffn_hidden_size=None,
-    moe_shared_expert_intermediate_size=None,
-    moe_router_topk=2,
-    mtp_num_layers=None,
-    expert_model_parallel_size=1,
-    virtual_pipeline_model_parallel_size=None,
-    mamba_num_heads=None,
+    **model_defaults(
+        "num_moe_experts",
+        "moe_ffn_hidden_size",
+        "moe_shared_expert_intermediate_size",
+        "moe_router_topk",
+        "mtp_num_layers",
+        "mamba_num_heads",
+    ),
+    **layout_fields(ep_size=1, vpp_size=None),
 )
-"""A dense hybrid pattern without stage boundaries (megatron-core's even slicing over PP)."""
+"""A dense hybrid pattern without stage boundaries (megatron-core's even slicing over PP): no
+experts, no MTP, megatron-core's Mamba head count."""
 
 COUNTED = recipe_spec("llama31_405b").job.model
 """Llama-3.1 405B's split: the embedding and the loss count as layers."""

@@ -4,6 +4,7 @@ import importlib
 import logging
 import os
 import sys
+from types import MappingProxyType
 
 import nemo_run as run
 import pytest
@@ -65,8 +66,12 @@ def test_connection_matrix_on_local_executor(layout, expected):
     assert executor.env_vars["CUDA_DEVICE_MAX_CONNECTIONS"] == str(expected)
 
 
+#: A plugin's layout with both tensor and pipeline parallelism: TP2 x PP2 on 8 GPUs (DP 2).
+TP2_PP2 = MappingProxyType({"tp_size": 2, "pp_size": 2, "num_gpus": 8})
+
+
 def test_plugin_uses_the_shared_plan():
-    plugin = PerfEnvPlugin(tp_size=2, pp_size=2, num_gpus=8, nccl_pp_comm_chunksize=4194304)
+    plugin = PerfEnvPlugin(**TP2_PP2, nccl_pp_comm_chunksize=4194304)
     executor = run.LocalExecutor()
     plugin.setup(_script(), executor)
     assert executor.env_vars == plugin.launch_env_plan().env
@@ -248,9 +253,7 @@ def test_manual_gc_on_partial_warns(caplog):
 @pytest.mark.parametrize("converter", [None, argparse_style])
 def test_setup_twice_is_idempotent(tmp_path, converter):
     plugin = PerfEnvPlugin(
-        tp_size=2,
-        pp_size=2,
-        num_gpus=8,
+        **TP2_PP2,
         nccl_pp_comm_chunksize=2097152,
         enable_vboost=True,
         script_args_converter_fn=converter,

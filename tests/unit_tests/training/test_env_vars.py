@@ -11,7 +11,7 @@ from megatron.bridge.recipes import RECIPES, get_recipe, recipe_spec
 from megatron.bridge.training.comm_overlap import OverlapRefusedError
 from megatron.bridge.training.env_vars import check_env_vars
 from megatron.bridge.training.resolve import runtime_config_update
-from tests.unit_tests.conftest import LAUNCH_VARS
+from tests.unit_tests.conftest import LAUNCH_VARS, hybridep_container
 
 
 @pytest.fixture(autouse=True)
@@ -96,24 +96,7 @@ def test_a_recipe_tuned_value_other_than_the_plans_is_exported_quietly(caplog):
 
 
 def test_strict_refuses_a_required_value_before_exporting_anything():
-    from megatron.bridge.models import GPTModelProvider
-    from megatron.bridge.training.comm_overlap import CommOverlapConfig
-    from tests.unit_tests.conftest import bf16_container
-
-    model = GPTModelProvider(
-        num_layers=4,
-        hidden_size=512,
-        num_attention_heads=8,
-        seq_length=1024,
-        vocab_size=1000,
-        num_moe_experts=8,
-        moe_router_topk=2,
-        moe_token_dispatcher_type="flex",
-        moe_flex_dispatcher_backend="hybridep",
-        moe_router_dtype="fp32",
-    )
-    model.expert_model_parallel_size = 4
-    cfg = bf16_container(model, comm_overlap=CommOverlapConfig(tp_comm_overlap=False, strict=True))
+    cfg = hybridep_container(strict=True)
     # HybridEP asserts that its ranks per NVLink domain divide the EP size.
     cfg.env_vars = {
         "CUDA_DEVICE_MAX_CONNECTIONS": 32,

@@ -19,22 +19,10 @@ from megatron.bridge.training.comm_overlap import CommOverlapConfig, plan_comm_o
 from megatron.bridge.training.estimate import ModelCost, estimate_step
 from megatron.bridge.training.job import ModelDescription
 from tests.unit_tests.conftest import h100_job, modules_loaded_by
+from tests.unit_tests.jobs import dense_model
 
-DENSE = ModelDescription(
-    num_layers=64,
-    hidden_size=4096,
-    num_attention_heads=32,
-    num_query_groups=8,
-    ffn_hidden_size=14336,
-    vocab_size=1024,
-    seq_length=4096,
-    gated_linear_unit=True,
-    add_bias_linear=False,
-    normalization="RMSNorm",
-    position_embedding_type="rope",
-    share_embeddings_and_output_weights=False,
-    bf16=True,
-)
+DENSE = dense_model(num_layers=64, vocab_size=1024)
+"""Llama-3 8B's model with 64 layers and a 1024-token vocabulary."""
 
 MOE = dataclasses.replace(DENSE, num_moe_experts=8, moe_router_topk=2, moe_ffn_hidden_size=4096)
 

@@ -189,15 +189,9 @@ def test_explain_shows_the_topology(capsys):
 
 @pytest.mark.parametrize("value", ["3", "zero", "0"])
 def test_live_check_refuses_a_domain_hybridep_would_assert_on(value):
-    problems = check_live_environment(
-        tp_size=1,
-        cp_size=1,
-        dp_size=8,
-        pp_size=1,
-        ep_size=8,
-        a2a_overlap=False,
-        moe_flex_dispatcher_backend="hybridep",
-        env={"NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN": value},
-    )
+    # 8 GPUs, EP8 through HybridEP: TP1 CP1 PP1 DP8.
+    layout = launch_env.launch_layout(_job(gpu="h100", ep=8))
+    env = {"NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN": value}
+    problems = check_live_environment(**layout, a2a_overlap=False, env=env)
     assert len(problems) == 1
     assert "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN" in problems[0]

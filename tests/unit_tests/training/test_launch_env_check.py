@@ -17,7 +17,7 @@ from megatron.bridge.training import comm_overlap, resolve
 from megatron.bridge.training.comm_overlap import CommOverlapConfig, OverlapRefusedError
 from megatron.bridge.training.config import ConfigContainer
 from megatron.bridge.training.resolve import runtime_config_update
-from tests.unit_tests.conftest import bf16_container
+from tests.unit_tests.conftest import bf16_container, hybridep_container
 
 
 def _cfg(strict: bool = False) -> ConfigContainer:
@@ -63,36 +63,17 @@ def test_correct_environment_is_quiet(hopper_with_te, monkeypatch):
     assert resolve.check_launch_environment(cfg, resolve.resolve_config(cfg, world_size=16)) == []
 
 
-def _hybridep_cfg(strict: bool) -> ConfigContainer:
-    model = GPTModelProvider(
-        num_layers=4,
-        hidden_size=512,
-        num_attention_heads=8,
-        seq_length=1024,
-        vocab_size=1000,
-        num_moe_experts=8,
-        moe_router_topk=2,
-        moe_token_dispatcher_type="flex",
-        moe_flex_dispatcher_backend="hybridep",
-        moe_router_dtype="fp32",
-    )
-    model.expert_model_parallel_size = 4
-    return bf16_container(
-        model, comm_overlap=CommOverlapConfig(tp_comm_overlap=False, strict=strict)
-    )
-
-
 def test_strict_mode_raises_on_a_hybridep_domain_that_does_not_divide_ep(
     hopper_with_te, monkeypatch
 ):
     monkeypatch.setenv("NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN", "3")
     with pytest.raises(OverlapRefusedError, match="=3 does not divide EP=4"):
-        runtime_config_update(_hybridep_cfg(strict=True), world_size=8)
+        runtime_config_update(hybridep_container(strict=True), world_size=8)
 
 
 def test_a_dividing_hybridep_domain_is_quiet(hopper_with_te, monkeypatch):
     monkeypatch.setenv("NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN", "2")
-    cfg = _hybridep_cfg(strict=True)
+    cfg = hybridep_container(strict=True)
     runtime_config_update(cfg, world_size=8)
     assert resolve.check_launch_environment(cfg, resolve.resolve_config(cfg, world_size=8)) == []
 

@@ -14,33 +14,14 @@ from megatron.bridge.recipes import plan_recipe, recipe_spec
 from megatron.bridge.training import hardware
 from megatron.bridge.training.comm_overlap import CommOverlapConfig, plan_comm_overlap
 from megatron.bridge.training.estimate import efficiency, estimate_step
-from megatron.bridge.training.job import JobDescription, ModelDescription
+from megatron.bridge.training.job import JobDescription
 from megatron.bridge.training.precisions import PRECISIONS, published_precision
+from tests.unit_tests.jobs import recipe_job_model
 
-#: Qwen3-30B-A3B (Hugging Face Qwen/Qwen3-30B-A3B config, as Megatron-Bridge's Qwen3MoeBridge
-#: maps it: RMSNorm, SwiGLU, no linear bias, QK layernorm, 128 experts top-8, alltoall).
-QWEN3_30B_A3B = ModelDescription(
-    num_layers=48,
-    hidden_size=2048,
-    num_attention_heads=32,
-    num_query_groups=4,
-    kv_channels=128,
-    ffn_hidden_size=6144,
-    vocab_size=151936,
-    seq_length=4096,
-    gated_linear_unit=True,
-    add_bias_linear=False,
-    normalization="RMSNorm",
-    position_embedding_type="rope",
-    share_embeddings_and_output_weights=False,
-    bf16=True,
-    num_moe_experts=128,
-    moe_router_topk=8,
-    moe_ffn_hidden_size=768,
-    moe_grouped_gemm=True,
-    moe_token_dispatcher_type="alltoall",
-    expert_model_parallel_size=16,
-    expert_tensor_parallel_size=1,
+#: The Qwen3-30B-A3B recipe's model as upstream's EP A/B ran it: BF16 (the recipe publishes
+#: MXFP8), the alltoall dispatcher (the recipe's is the flex dispatcher with HybridEP) and EP16.
+QWEN3_30B_A3B = recipe_job_model(
+    "qwen3_30b_a3b", moe_token_dispatcher_type="alltoall", expert_model_parallel_size=16
 )
 
 #: Upstream's measured A/B (Megatron-Bridge PR 3862, docs/training/communication-overlap.md):
