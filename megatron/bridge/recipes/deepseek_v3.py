@@ -19,42 +19,17 @@ builds a ``ConfigContainer`` with the description written over a ``GPTModelProvi
 
 from __future__ import annotations
 
-from megatron.bridge.recipes.architectures import MODEL_PROVIDER, MOE_TRANSFORMER
+from megatron.bridge.recipes.architectures import MODEL_PROVIDER
+from megatron.bridge.recipes.models import recipe_model
 from megatron.bridge.recipes.published import published_runs
 from megatron.bridge.recipes.spec import published_spec, recipe_functions
-from megatron.bridge.training.job import ModelDescription
 
-__all__ = ["DEEPSEEK_V3_MODEL", "SPEC", "deepseek_v3", "spec"]
-
-DEEPSEEK_V3_MODEL = ModelDescription(
-    **MOE_TRANSFORMER,
-    num_layers=61,
-    hidden_size=7168,
-    num_attention_heads=128,
-    ffn_hidden_size=18432,
-    vocab_size=129280,
-    seq_length=4096,
-    multi_latent_attention=True,
-    q_lora_rank=1536,
-    kv_lora_rank=512,
-    qk_head_dim=128,
-    qk_pos_emb_head_dim=64,
-    v_head_dim=128,
-    num_moe_experts=256,
-    moe_router_topk=8,
-    moe_ffn_hidden_size=2048,
-    moe_shared_expert_intermediate_size=2048,
-    moe_layer_freq=(0,) * 3 + (1,) * 58,
-    moe_router_score_function="sigmoid",
-    moe_router_load_balancing_type="seq_aux_loss",
-    mtp_num_layers=1,
-)
-"""DeepSeek-V3's architecture (megatron-core's field names); Kimi-K2 shares it."""
+__all__ = ["SPEC", "deepseek_v3", "spec"]
 
 SPEC = published_spec(
     "deepseek_v3",
     provider=MODEL_PROVIDER,
-    model=DEEPSEEK_V3_MODEL,
+    model=recipe_model("deepseek_v3"),
     runs=published_runs("deepseek_v3"),
 )
 """The recipe in plain values: 256 GB300 GPUs, MXFP8, TP1 x PP2 (VPP8) x EP32 -> DP 128."""

@@ -20,10 +20,8 @@ builds a ``ConfigContainer`` with the description written over a ``GPTModelProvi
 
 from __future__ import annotations
 
-import dataclasses
-
 from megatron.bridge.recipes.architectures import MODEL_PROVIDER
-from megatron.bridge.recipes.deepseek_v3 import DEEPSEEK_V3_MODEL
+from megatron.bridge.recipes.models import recipe_model
 from megatron.bridge.recipes.published import published_runs
 from megatron.bridge.recipes.spec import published_spec, recipe_functions
 
@@ -32,14 +30,7 @@ __all__ = ["SPEC", "kimi_k2", "spec"]
 SPEC = published_spec(
     "kimi_k2",
     provider=MODEL_PROVIDER,
-    model=dataclasses.replace(
-        DEEPSEEK_V3_MODEL,
-        num_attention_heads=64,
-        vocab_size=163840,
-        num_moe_experts=384,
-        moe_layer_freq=(0,) + (1,) * 60,
-        mtp_num_layers=None,
-    ),
+    model=recipe_model("kimi_k2"),
     runs=published_runs("kimi_k2"),
 )
 """The recipe in plain values: 256 GB300 GPUs, MXFP8, TP1 x PP4 (VPP4) x EP64 -> DP 64."""

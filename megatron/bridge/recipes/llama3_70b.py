@@ -25,29 +25,17 @@ Importing this module loads no torch: :data:`SPEC` plans the recipe anywhere,
 
 from __future__ import annotations
 
-from megatron.bridge.recipes.llama import LLAMA3_ARCHITECTURE, LLAMA3_PROVIDER
+from megatron.bridge.recipes.llama import LLAMA3_PROVIDER
+from megatron.bridge.recipes.models import recipe_model
 from megatron.bridge.recipes.published import published_runs
 from megatron.bridge.recipes.spec import recipe_functions, spec_of
-from megatron.bridge.training.job import ModelDescription
 
 __all__ = ["SPEC", "llama3_70b", "spec"]
 
 SPEC = spec_of(
     "llama3_70b",
     provider=LLAMA3_PROVIDER,
-    model=ModelDescription(
-        **LLAMA3_ARCHITECTURE,
-        num_layers=80,
-        hidden_size=8192,
-        num_attention_heads=64,
-        num_query_groups=8,
-        ffn_hidden_size=28672,
-        seq_length=8192,
-        tensor_model_parallel_size=4,
-        pipeline_model_parallel_size=4,
-        virtual_pipeline_model_parallel_size=5,
-        context_parallel_size=2,
-    ),
+    model=recipe_model("llama3_70b"),
     world_size=64,
     gpu="h100",
     global_batch_size=128,

@@ -16,25 +16,17 @@ Importing this module loads no torch: :data:`SPEC` plans the recipe anywhere,
 
 from __future__ import annotations
 
-from megatron.bridge.recipes.llama import LLAMA3_ARCHITECTURE, LLAMA3_PROVIDER
+from megatron.bridge.recipes.llama import LLAMA3_PROVIDER
+from megatron.bridge.recipes.models import recipe_model
 from megatron.bridge.recipes.published import published_runs
 from megatron.bridge.recipes.spec import published_spec, recipe_functions
-from megatron.bridge.training.job import ModelDescription
 
 __all__ = ["SPEC", "llama3_8b", "spec"]
 
 SPEC = published_spec(
     "llama3_8b",
     provider=LLAMA3_PROVIDER,
-    model=ModelDescription(
-        **LLAMA3_ARCHITECTURE,
-        num_layers=32,
-        hidden_size=4096,
-        num_attention_heads=32,
-        num_query_groups=8,
-        ffn_hidden_size=14336,
-        seq_length=8192,
-    ),
+    model=recipe_model("llama3_8b"),
     runs=published_runs("llama3_8b"),
 )
 """The recipe in plain values: 8 GB300 GPUs, FP8 current scaling, TP1 -> DP 8, micro-batch 2."""

@@ -16,10 +16,8 @@ Importing this module loads no torch: :data:`SPEC` plans the recipe anywhere,
 
 from __future__ import annotations
 
-import dataclasses
-
 from megatron.bridge.recipes.architectures import MODEL_PROVIDER
-from megatron.bridge.recipes.nemotron_3_nano import NANO_MODEL, NANO_PATTERN
+from megatron.bridge.recipes.models import recipe_model
 from megatron.bridge.recipes.published import published_runs
 from megatron.bridge.recipes.spec import published_spec, recipe_functions
 
@@ -28,9 +26,7 @@ __all__ = ["SPEC", "nemotron_3_5_lightning", "spec"]
 SPEC = published_spec(
     "nemotron_3_5_lightning",
     provider=MODEL_PROVIDER,
-    model=dataclasses.replace(
-        NANO_MODEL, hybrid_layer_pattern=NANO_PATTERN + "/*E/*E", mtp_num_layers=2
-    ),
+    model=recipe_model("nemotron_3_5_lightning"),
     runs=published_runs("nemotron_3_5_lightning"),
 )
 """The recipe in plain values: 8 GB200 GPUs, MXFP8, TP1 x EP8 -> DP 8."""

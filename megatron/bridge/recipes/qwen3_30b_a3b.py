@@ -15,30 +15,17 @@ Importing this module loads no torch: :data:`SPEC` plans the recipe anywhere,
 
 from __future__ import annotations
 
-from megatron.bridge.recipes.architectures import MODEL_PROVIDER, MOE_TRANSFORMER
+from megatron.bridge.recipes.architectures import MODEL_PROVIDER
+from megatron.bridge.recipes.models import recipe_model
 from megatron.bridge.recipes.published import published_runs
 from megatron.bridge.recipes.spec import published_spec, recipe_functions
-from megatron.bridge.training.job import ModelDescription
 
 __all__ = ["SPEC", "qwen3_30b_a3b", "spec"]
 
 SPEC = published_spec(
     "qwen3_30b_a3b",
     provider=MODEL_PROVIDER,
-    model=ModelDescription(
-        **MOE_TRANSFORMER,
-        num_layers=48,
-        hidden_size=2048,
-        num_attention_heads=32,
-        num_query_groups=4,
-        kv_channels=128,
-        ffn_hidden_size=6144,
-        vocab_size=151936,
-        seq_length=4096,
-        num_moe_experts=128,
-        moe_router_topk=8,
-        moe_ffn_hidden_size=768,
-    ),
+    model=recipe_model("qwen3_30b_a3b"),
     runs=published_runs("qwen3_30b_a3b"),
 )
 """The recipe in plain values: 8 GB300 GPUs, MXFP8, TP1 x EP8 -> DP 8."""
