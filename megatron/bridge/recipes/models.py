@@ -77,7 +77,11 @@ def _resolve(name: str, table: Path, chain: tuple[str, ...]) -> dict[str, Any]:
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise ValueError(f"{table.name}: no entry {name!r}{hint}")
     entry = entries[name]
-    check_value(entry.get("source"), str, f"{table.name}: {name}.source")
+    if "source" not in entry:
+        raise ValueError(
+            f"{table.name}: {name}.source: missing; every entry names where its values come from"
+        )
+    check_value(entry["source"], str, f"{table.name}: {name}.source")
     fields: dict[str, Any] = {}
     base = entry.get("base")
     if base is not None:
