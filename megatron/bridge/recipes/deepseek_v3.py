@@ -12,26 +12,18 @@ pipeline layout ``Et*4|(t*4|)*14tmL`` (the embedding and 4 layers, 14 stages of 
 last layer, the MTP layer and the loss): PP2 x VPP8 x EP32 on 256 GB300 GPUs, PP4 x VPP4 x EP64
 on 256 GB200 GPUs, global batch 4096, micro-batch 1, MXFP8.
 
-Importing this module loads no torch: :data:`SPEC` plans the recipe anywhere. :func:`deepseek_v3`
-builds a ``ConfigContainer`` with the description written over a ``GPTModelProvider`` (see
-:mod:`megatron.bridge.recipes.architectures` for what that model build needs).
+Its model builds with megatron-core's multi-latent attention config, not with the container's
+``GPTModelProvider`` (:mod:`megatron.bridge.recipes.architectures`).
 """
 
 from __future__ import annotations
 
 from megatron.bridge.recipes.architectures import MODEL_PROVIDER
-from megatron.bridge.recipes.models import recipe_model
-from megatron.bridge.recipes.published import published_runs
 from megatron.bridge.recipes.spec import published_spec, recipe_functions
 
 __all__ = ["SPEC", "deepseek_v3", "spec"]
 
-SPEC = published_spec(
-    "deepseek_v3",
-    provider=MODEL_PROVIDER,
-    model=recipe_model("deepseek_v3"),
-    runs=published_runs("deepseek_v3"),
-)
+SPEC = published_spec("deepseek_v3", provider=MODEL_PROVIDER)
 """The recipe in plain values: 256 GB300 GPUs, MXFP8, TP1 x PP2 (VPP8) x EP32 -> DP 128."""
 
 spec, deepseek_v3 = recipe_functions(SPEC, "DeepSeek-V3", __name__)

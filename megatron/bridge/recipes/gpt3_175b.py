@@ -6,9 +6,7 @@ parallelism) x PP8 with 6 virtual stages per rank, micro-batch 1, global batch 2
 GPUs (DP 32), bf16 with the ``userbuffers_bf16_h100_h12288_tp4_mbs1_seqlen2048`` preset.
 
 The model is the ``gpt3_175b`` entry of ``models.json`` (:mod:`megatron.bridge.recipes.models`).
-Every size is a keyword argument; the userbuffers preset follows them. Importing this module
-loads no torch: :data:`SPEC` plans the recipe anywhere, :func:`gpt3_175b` builds its
-``ConfigContainer``.
+Every size is a keyword argument; the userbuffers preset follows them.
 """
 
 from __future__ import annotations

@@ -9,16 +9,11 @@ layers), 128 routed experts of width 2880 (top-4, gated, with biases), YaRN rota
 Published layouts (Megatron-Bridge ``docs/performance-summary.md``, 26.08, and
 ``perf_recipes/gpt_oss/<system>/gpt_oss.py``): 64 GPUs, MXFP8, global batch 1280, micro-batch
 4, TP1; EP16 on GB300, EP64 on GB200.
-
-Importing this module loads no torch: :data:`SPEC` plans the recipe anywhere,
-:func:`gpt_oss_120b` builds its ``ConfigContainer``.
 """
 
 from __future__ import annotations
 
 from megatron.bridge.recipes.architectures import MODEL_PROVIDER
-from megatron.bridge.recipes.models import recipe_model
-from megatron.bridge.recipes.published import published_runs
 from megatron.bridge.recipes.spec import published_spec, recipe_functions
 
 __all__ = ["SPEC", "gpt_oss_120b", "spec"]
@@ -37,8 +32,6 @@ SPEC = published_spec(
         ("yarn_mscale", None),
         ("yarn_mscale_all_dim", None),
     ),
-    model=recipe_model("gpt_oss_120b"),
-    runs=published_runs("gpt_oss_120b"),
 )
 """The recipe in plain values: 64 GB300 GPUs, MXFP8, TP1 x EP16 -> DP 64."""
 

@@ -17,9 +17,6 @@ rows, and ``perf_recipes/llama/<system>/llama31.py``), global batch 1536, micro-
 256 GB300 GPUs FP8 current scaling and NVFP4 at TP4 x PP8 (VPP4), MXFP8 at TP2 x PP8 (VPP4) x
 CP2; on 256 GB200 GPUs FP8 current scaling at TP4 x PP16 (VPP4), MXFP8 and NVFP4 at TP4 x PP16
 (VPP8); on 1024 H100 GPUs FP8 current scaling at TP8 x PP8 (VPP8) x CP2.
-
-Importing this module loads no torch: :data:`SPEC` plans the recipe anywhere,
-:func:`llama31_405b` builds its ``ConfigContainer``.
 """
 
 from __future__ import annotations

@@ -18,9 +18,6 @@ distributed optimizer), MXFP8 and NVFP4 TP1 x PP4 (VPP5); GB200 FP8 current scal
 GB300, MXFP8 and NVFP4 TP2 x PP4 (VPP5); H100 FP8 current scaling TP4 x PP8 (VPP5); and B200
 BF16 TP2 x PP4 (VPP5) x CP2 with the ``userbuffers_bf16_b200_h8192_tp2_mbs1_seqlen8192``
 preset (``llama3_70b_pretrain_64gpu_b200_bf16_config``).
-
-Importing this module loads no torch: :data:`SPEC` plans the recipe anywhere,
-:func:`llama3_70b` builds its ``ConfigContainer``.
 """
 
 from __future__ import annotations

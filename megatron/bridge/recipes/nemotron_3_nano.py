@@ -13,30 +13,23 @@ Published layout (Megatron-Bridge ``docs/performance-summary.md``, 26.08, and
 ``perf_recipes/nemotronh/gb300/nemotronh.py``): 8 GB300 GPUs, MXFP8, TP1 x EP8, global batch
 512, micro-batch 4.
 
-Importing this module loads no torch: :data:`SPEC` plans the recipe anywhere.
-:func:`nemotron_3_nano` builds a ``ConfigContainer`` with the description written over a
-``GPTModelProvider``; the hybrid model itself is megatron-core's ``HybridModel`` (see
-:mod:`megatron.bridge.recipes.architectures`).
+The hybrid model itself is megatron-core's ``HybridModel``, which the container's
+``GPTModelProvider`` does not build (:mod:`megatron.bridge.recipes.architectures`).
 """
 
 from __future__ import annotations
 
 from megatron.bridge.recipes.architectures import MODEL_PROVIDER
 from megatron.bridge.recipes.models import recipe_model
-from megatron.bridge.recipes.published import published_runs
 from megatron.bridge.recipes.spec import published_spec, recipe_functions
 
 __all__ = ["NANO_MODEL", "SPEC", "nemotron_3_nano", "spec"]
 
 NANO_MODEL = recipe_model("nemotron_3_nano")
-"""The Nemotron 3 Nano architecture (parallel sizes at megatron-core's defaults)."""
+"""The Nemotron 3 Nano architecture (parallel sizes at megatron-core's defaults), as
+:data:`SPEC` starts from it."""
 
-SPEC = published_spec(
-    "nemotron_3_nano",
-    provider=MODEL_PROVIDER,
-    model=NANO_MODEL,
-    runs=published_runs("nemotron_3_nano"),
-)
+SPEC = published_spec("nemotron_3_nano", provider=MODEL_PROVIDER)
 """The recipe in plain values: 8 GB300 GPUs, MXFP8, TP1 x EP8 -> DP 8."""
 
 spec, nemotron_3_nano = recipe_functions(SPEC, "Nemotron 3 Nano", __name__)
