@@ -58,47 +58,18 @@ def main() -> None:
     py = sys.executable
     logging.disable(logging.WARNING)  # the refusal warnings are not what is being timed
 
+    from megatron.bridge.recipes import gpt3_175b
     from megatron.bridge.training import comm_overlap as co
 
-    facts = co.JobDescription(
-        model=co.ModelDescription(
-            tensor_model_parallel_size=4,
-            pipeline_model_parallel_size=4,
-            virtual_pipeline_model_parallel_size=2,
-            sequence_parallel=True,
-            hidden_size=12288,
-            seq_length=2048,
-            bf16=True,
-        ),
-        world_size=128,
-        use_distributed_optimizer=True,
-        micro_batch_size=1,
-    )
-    request = co.CommOverlapConfig(
-        tp_comm_overlap=True,
-        tp_comm_overlap_cfg=co.userbuffers_bf16_h100_h12288_tp4_mbs1_seqlen2048,
-    )
+    # GPT-3 175B at TP4 x PP4 (VPP2) on 128 GPUs (DP 8), TP overlap on with its published preset.
+    spec = gpt3_175b.spec(pp_size=4, vpp_size=2).changed(world_size=128, tp_comm_overlap=True)
+    facts = spec.job
+    request = spec.request()
     plan_s = _per_call(lambda: co.plan_comm_overlap(request, facts), 2000, args.repeats)
 
-    import torch
-    from megatron.core.distributed import DistributedDataParallelConfig
-    from megatron.core.optimizer import OptimizerConfig
-    from megatron.core.transformer.transformer_config import TransformerConfig
-
-    model = TransformerConfig(
-        num_layers=96,
-        hidden_size=12288,
-        num_attention_heads=96,
-        bf16=True,
-        pipeline_dtype=torch.bfloat16,
-        tensor_model_parallel_size=4,
-        sequence_parallel=True,
-        pipeline_model_parallel_size=4,
-        virtual_pipeline_model_parallel_size=2,
-    )
-    model.seq_length = 2048
-    opt = OptimizerConfig(use_distributed_optimizer=True, bf16=True)
-    ddp = DistributedDataParallelConfig(use_distributed_optimizer=True)
+    # The same recipe's megatron-core configs (imports torch and megatron-core).
+    cfg = spec.build()
+    model, opt, ddp = cfg.model, cfg.optimizer, cfg.ddp
     with mock.patch.object(co, "HAVE_TE", True):  # TE cannot be imported on a CPU machine
         setup_s = _per_call(
             lambda: request.setup(model, opt, ddp, data_parallel_size=8, micro_batch_size=1),

@@ -6,7 +6,7 @@ size is a keyword override. Look one up by name::
     from megatron.bridge.recipes import get_recipe
     cfg = get_recipe("llama3_70b", gpu="b200")
 
-Each shipped recipe module also has ``SPEC``, a torch-free
+Each shipped recipe module (importing one loads no torch) also has ``SPEC``, a torch-free
 :class:`~megatron.bridge.recipes.spec.RecipeSpec` from which both the plan and the container
 derive (its job description holds the published GPU count and GPU; ``spec(**overrides)``
 applies the same overrides). The launch plugin of a recipe is

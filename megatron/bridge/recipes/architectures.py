@@ -1,8 +1,10 @@
-"""The architecture fields the mixture-of-experts and hybrid recipes share, and their provider.
+"""The provider of the mixture-of-experts and hybrid recipes.
 
 Every recipe of a model NVIDIA publishes (``deepseek_v3``, ``kimi_k2``, ``qwen3_*``,
-``gpt_oss_120b``, ``nemotron_3_*``) describes its model with megatron-core's field names and
-names :func:`model_provider` as its provider. :meth:`RecipeSpec.build` writes the whole
+``gpt_oss_120b``, ``nemotron_3_*``) describes its model with megatron-core's field names (its
+entry of ``models.json``, which starts from the shared ``moe_transformer`` fields where the
+model is one; :mod:`megatron.bridge.recipes.models`) and names :func:`model_provider` as its
+provider. :meth:`RecipeSpec.build` writes the whole
 description over the provider's ``GPTModelProvider``, so the container holds the architecture
 as the description gives it. Building the model itself follows megatron-core: a GPT model with
 the description's layers; multi-latent attention needs megatron-core's ``MLATransformerConfig``
@@ -13,34 +15,12 @@ build (plan those recipes without torch, and build their model with upstream's p
 from __future__ import annotations
 
 import dataclasses
-from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from megatron.bridge.models.gpt_provider import GPTModelProvider
 
-__all__ = ["MODEL_PROVIDER", "MOE_TRANSFORMER", "model_provider"]
-
-MOE_TRANSFORMER = MappingProxyType(
-    {
-        "gated_linear_unit": True,
-        "activation_func": "silu",
-        "add_bias_linear": False,
-        "normalization": "RMSNorm",
-        "position_embedding_type": "rope",
-        "share_embeddings_and_output_weights": False,
-        "hidden_dropout": 0.0,
-        "attention_dropout": 0.0,
-        "moe_grouped_gemm": True,
-        "moe_token_dispatcher_type": "flex",
-        "moe_flex_dispatcher_backend": "hybridep",
-    }
-)
-"""What the published mixture-of-experts transformers share: SwiGLU experts, RMSNorm, RoPE,
-untied embeddings, no biases, no dropout, grouped-GEMM experts, and the benchmark runs' token
-dispatch: HybridEP through the flex dispatcher (Megatron-Bridge
-``perf_recipes/<model>/<system>/*.py``: ``moe_token_dispatcher_type="flex"``,
-``moe_flex_dispatcher_backend="hybridep"``)."""
+__all__ = ["MODEL_PROVIDER", "model_provider"]
 
 MODEL_PROVIDER = "megatron.bridge.recipes.architectures:model_provider"
 """Target of :func:`model_provider`, as a recipe spec names it."""

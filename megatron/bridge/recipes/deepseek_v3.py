@@ -12,51 +12,18 @@ pipeline layout ``Et*4|(t*4|)*14tmL`` (the embedding and 4 layers, 14 stages of 
 last layer, the MTP layer and the loss): PP2 x VPP8 x EP32 on 256 GB300 GPUs, PP4 x VPP4 x EP64
 on 256 GB200 GPUs, global batch 4096, micro-batch 1, MXFP8.
 
-Importing this module loads no torch: :data:`SPEC` plans the recipe anywhere. :func:`deepseek_v3`
-builds a ``ConfigContainer`` with the description written over a ``GPTModelProvider`` (see
-:mod:`megatron.bridge.recipes.architectures` for what that model build needs).
+Its model builds with megatron-core's multi-latent attention config, not with the container's
+``GPTModelProvider`` (:mod:`megatron.bridge.recipes.architectures`).
 """
 
 from __future__ import annotations
 
-from megatron.bridge.recipes.architectures import MODEL_PROVIDER, MOE_TRANSFORMER
-from megatron.bridge.recipes.published import published_runs
+from megatron.bridge.recipes.architectures import MODEL_PROVIDER
 from megatron.bridge.recipes.spec import published_spec, recipe_functions
-from megatron.bridge.training.job import ModelDescription
 
-__all__ = ["DEEPSEEK_V3_MODEL", "SPEC", "deepseek_v3", "spec"]
+__all__ = ["SPEC", "deepseek_v3", "spec"]
 
-DEEPSEEK_V3_MODEL = ModelDescription(
-    **MOE_TRANSFORMER,
-    num_layers=61,
-    hidden_size=7168,
-    num_attention_heads=128,
-    ffn_hidden_size=18432,
-    vocab_size=129280,
-    seq_length=4096,
-    multi_latent_attention=True,
-    q_lora_rank=1536,
-    kv_lora_rank=512,
-    qk_head_dim=128,
-    qk_pos_emb_head_dim=64,
-    v_head_dim=128,
-    num_moe_experts=256,
-    moe_router_topk=8,
-    moe_ffn_hidden_size=2048,
-    moe_shared_expert_intermediate_size=2048,
-    moe_layer_freq=(0,) * 3 + (1,) * 58,
-    moe_router_score_function="sigmoid",
-    moe_router_load_balancing_type="seq_aux_loss",
-    mtp_num_layers=1,
-)
-"""DeepSeek-V3's architecture (megatron-core's field names); Kimi-K2 shares it."""
-
-SPEC = published_spec(
-    "deepseek_v3",
-    provider=MODEL_PROVIDER,
-    model=DEEPSEEK_V3_MODEL,
-    runs=published_runs("deepseek_v3"),
-)
+SPEC = published_spec("deepseek_v3", provider=MODEL_PROVIDER)
 """The recipe in plain values: 256 GB300 GPUs, MXFP8, TP1 x PP2 (VPP8) x EP32 -> DP 128."""
 
 spec, deepseek_v3 = recipe_functions(SPEC, "DeepSeek-V3", __name__)

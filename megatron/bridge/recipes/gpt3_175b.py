@@ -5,17 +5,16 @@ positions, LayerNorm, GeLU, tied embeddings. Published layout: TP4 (with sequenc
 parallelism) x PP8 with 6 virtual stages per rank, micro-batch 1, global batch 2048, on 1024
 GPUs (DP 32), bf16 with the ``userbuffers_bf16_h100_h12288_tp4_mbs1_seqlen2048`` preset.
 
-Every size is a keyword argument; the userbuffers preset follows them. Importing this module
-loads no torch: :data:`SPEC` plans the recipe anywhere, :func:`gpt3_175b` builds its
-``ConfigContainer``.
+The model is the ``gpt3_175b`` entry of ``models.json`` (:mod:`megatron.bridge.recipes.models`).
+Every size is a keyword argument; the userbuffers preset follows them.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from megatron.bridge.recipes.models import recipe_model
 from megatron.bridge.recipes.spec import recipe_functions, spec_of
-from megatron.bridge.training.job import ModelDescription
 
 if TYPE_CHECKING:
     from megatron.bridge.models.gpt_provider import GPTModelProvider
@@ -32,22 +31,7 @@ __all__ = [
 GPT3_PROVIDER = "megatron.bridge.recipes.gpt3_175b:gpt3_provider"
 """Target of :func:`gpt3_provider`, as a recipe spec names it."""
 
-GPT3_175B_MODEL = ModelDescription(
-    num_layers=96,
-    hidden_size=12288,
-    num_attention_heads=96,
-    ffn_hidden_size=4 * 12288,
-    vocab_size=51200,
-    seq_length=2048,
-    # The GPT-3 architecture is megatron-core's default one: GeLU MLP with biases, LayerNorm,
-    # learned absolute positions, tied embeddings; trained without dropout.
-    hidden_dropout=0.0,
-    attention_dropout=0.0,
-    bias_activation_fusion=True,
-    tensor_model_parallel_size=4,
-    pipeline_model_parallel_size=8,
-    virtual_pipeline_model_parallel_size=6,
-)
+GPT3_175B_MODEL = recipe_model("gpt3_175b")
 """GPT-3 175B in its published layout (TP4 x PP8, VPP6)."""
 
 SPEC = spec_of(

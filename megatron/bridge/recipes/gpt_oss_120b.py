@@ -9,62 +9,29 @@ layers), 128 routed experts of width 2880 (top-4, gated, with biases), YaRN rota
 Published layouts (Megatron-Bridge ``docs/performance-summary.md``, 26.08, and
 ``perf_recipes/gpt_oss/<system>/gpt_oss.py``): 64 GPUs, MXFP8, global batch 1280, micro-batch
 4, TP1; EP16 on GB300, EP64 on GB200.
-
-Importing this module loads no torch: :data:`SPEC` plans the recipe anywhere,
-:func:`gpt_oss_120b` builds its ``ConfigContainer``.
 """
 
 from __future__ import annotations
 
-from megatron.bridge.recipes.architectures import MODEL_PROVIDER, MOE_TRANSFORMER
-from megatron.bridge.recipes.published import published_runs
+from megatron.bridge.recipes.architectures import MODEL_PROVIDER
 from megatron.bridge.recipes.spec import published_spec, recipe_functions
-from megatron.bridge.training.job import ModelDescription
 
 __all__ = ["SPEC", "gpt_oss_120b", "spec"]
-
-# GPT-OSS's YaRN rotary settings, which GPTModel reads off the config (Megatron-Bridge
-# models/gpt_oss/gpt_oss_bridge.py, GPTOSSBridge.provider_bridge).
-_YARN = (
-    ("yarn_rotary_scaling_factor", 32.0),
-    ("yarn_original_max_position_embeddings", 4096),
-    ("yarn_beta_fast", 32.0),
-    ("yarn_beta_slow", 1.0),
-    ("yarn_correction_range_round_to_int", False),
-    ("yarn_mscale", None),
-    ("yarn_mscale_all_dim", None),
-)
 
 SPEC = published_spec(
     "gpt_oss_120b",
     provider=MODEL_PROVIDER,
-    provider_options=_YARN,
-    model=ModelDescription(
-        **{
-            **MOE_TRANSFORMER,
-            # GPT-OSS experts and attention carry biases; its gated activation is the
-            # sigmoid-weighted one megatron-core names quick_gelu.
-            "add_bias_linear": True,
-            "activation_func": "quick_gelu",
-            "position_embedding_type": "yarn",
-        },
-        num_layers=36,
-        hidden_size=2880,
-        num_attention_heads=64,
-        num_query_groups=8,
-        kv_channels=64,
-        ffn_hidden_size=2880,
-        vocab_size=201088,
-        seq_length=4096,
-        # HF layer_types: sliding_attention on even layers, full_attention on odd ones; window
-        # 128 tokens to the left.
-        window_size=(128, 0),
-        window_attn_skip_freq=2,
-        num_moe_experts=128,
-        moe_router_topk=4,
-        moe_ffn_hidden_size=2880,
+    # GPT-OSS's YaRN rotary settings, which GPTModel reads off the config (Megatron-Bridge
+    # models/gpt_oss/gpt_oss_bridge.py, GPTOSSBridge.provider_bridge).
+    provider_options=(
+        ("yarn_rotary_scaling_factor", 32.0),
+        ("yarn_original_max_position_embeddings", 4096),
+        ("yarn_beta_fast", 32.0),
+        ("yarn_beta_slow", 1.0),
+        ("yarn_correction_range_round_to_int", False),
+        ("yarn_mscale", None),
+        ("yarn_mscale_all_dim", None),
     ),
-    runs=published_runs("gpt_oss_120b"),
 )
 """The recipe in plain values: 64 GB300 GPUs, MXFP8, TP1 x EP16 -> DP 64."""
 

@@ -13,35 +13,17 @@ GPUs, MXFP8, TP1 x PP4 (VPP4) x EP64 on the pipeline layout ``Et*4|(t*4|)*14tL``
 4096, micro-batch 2. The published run trains with the Muon optimizer; the plan does not
 depend on the optimizer's update rule.
 
-Importing this module loads no torch: :data:`SPEC` plans the recipe anywhere. :func:`kimi_k2`
-builds a ``ConfigContainer`` with the description written over a ``GPTModelProvider`` (see
-:mod:`megatron.bridge.recipes.architectures` for what that model build needs).
+Its model builds as DeepSeek-V3's does (:mod:`megatron.bridge.recipes.architectures`).
 """
 
 from __future__ import annotations
 
-import dataclasses
-
 from megatron.bridge.recipes.architectures import MODEL_PROVIDER
-from megatron.bridge.recipes.deepseek_v3 import DEEPSEEK_V3_MODEL
-from megatron.bridge.recipes.published import published_runs
 from megatron.bridge.recipes.spec import published_spec, recipe_functions
 
 __all__ = ["SPEC", "kimi_k2", "spec"]
 
-SPEC = published_spec(
-    "kimi_k2",
-    provider=MODEL_PROVIDER,
-    model=dataclasses.replace(
-        DEEPSEEK_V3_MODEL,
-        num_attention_heads=64,
-        vocab_size=163840,
-        num_moe_experts=384,
-        moe_layer_freq=(0,) + (1,) * 60,
-        mtp_num_layers=None,
-    ),
-    runs=published_runs("kimi_k2"),
-)
+SPEC = published_spec("kimi_k2", provider=MODEL_PROVIDER)
 """The recipe in plain values: 256 GB300 GPUs, MXFP8, TP1 x PP4 (VPP4) x EP64 -> DP 64."""
 
 spec, kimi_k2 = recipe_functions(SPEC, "Kimi-K2", __name__)

@@ -1,35 +1,22 @@
-"""The Llama-3 architecture shared by the Llama recipes.
+"""The Llama-3 provider shared by the Llama recipes.
 
-RoPE (base 500000), SwiGLU MLP (gated linear unit with SiLU), RMSNorm, no bias in linear
-layers, untied input and output embeddings, grouped-query attention, a 128256-token vocabulary.
-The recipes (``llama3_70b``, ``llama31_405b``) give the dimensions and the parallel layout.
+The Llama-3 architecture (RoPE, SwiGLU MLP with SiLU, RMSNorm, no bias in linear layers, untied
+input and output embeddings, grouped-query attention, a 128256-token vocabulary) is the
+``llama3`` entry of ``models.json`` (:mod:`megatron.bridge.recipes.models`); each Llama recipe's
+entry (``llama3_8b``, ``llama3_70b``, ``llama31_405b``) starts from it and gives the dimensions.
+:func:`llama3_provider` adds what a job description does not hold (RoPE base 500000, ...).
 """
 
 from __future__ import annotations
 
-from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
+
+from megatron.bridge.recipes.models import recipe_model_fields
 
 if TYPE_CHECKING:
     from megatron.bridge.models.gpt_provider import GPTModelProvider
 
-__all__ = ["LLAMA3_ARCHITECTURE", "LLAMA3_PROVIDER", "llama3_provider"]
-
-LLAMA3_ARCHITECTURE = MappingProxyType(
-    {
-        "vocab_size": 128256,
-        "gated_linear_unit": True,
-        "activation_func": "silu",
-        "bias_activation_fusion": True,
-        "add_bias_linear": False,
-        "normalization": "RMSNorm",
-        "position_embedding_type": "rope",
-        "share_embeddings_and_output_weights": False,
-        "hidden_dropout": 0.0,
-        "attention_dropout": 0.0,
-    }
-)
-"""The Llama-3 job-description fields every Llama recipe shares (megatron-core names)."""
+__all__ = ["LLAMA3_PROVIDER", "llama3_provider"]
 
 LLAMA3_PROVIDER = "megatron.bridge.recipes.llama:llama3_provider"
 """Target of :func:`llama3_provider`, as a recipe spec names it."""
@@ -46,7 +33,7 @@ def llama3_provider(*, rope_scaling: bool = False, **fields: Any) -> GPTModelPro
     from megatron.bridge.models.gpt_provider import GPTModelProvider
 
     return GPTModelProvider(
-        **{**LLAMA3_ARCHITECTURE, **fields},
+        **{**recipe_model_fields("llama3"), **fields},
         rotary_base=500_000,
         rope_scaling=rope_scaling,
         rope_scaling_factor=8.0,

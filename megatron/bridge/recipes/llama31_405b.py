@@ -17,17 +17,14 @@ rows, and ``perf_recipes/llama/<system>/llama31.py``), global batch 1536, micro-
 256 GB300 GPUs FP8 current scaling and NVFP4 at TP4 x PP8 (VPP4), MXFP8 at TP2 x PP8 (VPP4) x
 CP2; on 256 GB200 GPUs FP8 current scaling at TP4 x PP16 (VPP4), MXFP8 and NVFP4 at TP4 x PP16
 (VPP8); on 1024 H100 GPUs FP8 current scaling at TP8 x PP8 (VPP8) x CP2.
-
-Importing this module loads no torch: :data:`SPEC` plans the recipe anywhere,
-:func:`llama31_405b` builds its ``ConfigContainer``.
 """
 
 from __future__ import annotations
 
-from megatron.bridge.recipes.llama import LLAMA3_ARCHITECTURE, LLAMA3_PROVIDER
+from megatron.bridge.recipes.llama import LLAMA3_PROVIDER
+from megatron.bridge.recipes.models import recipe_model
 from megatron.bridge.recipes.published import published_runs
 from megatron.bridge.recipes.spec import recipe_functions, spec_of
-from megatron.bridge.training.job import ModelDescription
 
 __all__ = ["SPEC", "llama31_405b", "spec"]
 
@@ -35,23 +32,7 @@ SPEC = spec_of(
     "llama31_405b",
     provider=LLAMA3_PROVIDER,
     provider_options=(("rope_scaling", True),),
-    model=ModelDescription(
-        **LLAMA3_ARCHITECTURE,
-        num_layers=126,
-        hidden_size=16384,
-        num_attention_heads=128,
-        num_query_groups=8,
-        ffn_hidden_size=53248,
-        seq_length=8192,
-        # The embedding and the loss always count as pipeline layers, so (126 + 2) / PP must
-        # divide by VPP.
-        account_for_embedding_in_pipeline_split=True,
-        account_for_loss_in_pipeline_split=True,
-        tensor_model_parallel_size=8,
-        pipeline_model_parallel_size=8,
-        virtual_pipeline_model_parallel_size=8,
-        context_parallel_size=2,
-    ),
+    model=recipe_model("llama31_405b"),
     world_size=1024,
     gpu="h100",
     global_batch_size=512,

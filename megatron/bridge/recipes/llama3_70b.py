@@ -18,36 +18,21 @@ distributed optimizer), MXFP8 and NVFP4 TP1 x PP4 (VPP5); GB200 FP8 current scal
 GB300, MXFP8 and NVFP4 TP2 x PP4 (VPP5); H100 FP8 current scaling TP4 x PP8 (VPP5); and B200
 BF16 TP2 x PP4 (VPP5) x CP2 with the ``userbuffers_bf16_b200_h8192_tp2_mbs1_seqlen8192``
 preset (``llama3_70b_pretrain_64gpu_b200_bf16_config``).
-
-Importing this module loads no torch: :data:`SPEC` plans the recipe anywhere,
-:func:`llama3_70b` builds its ``ConfigContainer``.
 """
 
 from __future__ import annotations
 
-from megatron.bridge.recipes.llama import LLAMA3_ARCHITECTURE, LLAMA3_PROVIDER
+from megatron.bridge.recipes.llama import LLAMA3_PROVIDER
+from megatron.bridge.recipes.models import recipe_model
 from megatron.bridge.recipes.published import published_runs
 from megatron.bridge.recipes.spec import recipe_functions, spec_of
-from megatron.bridge.training.job import ModelDescription
 
 __all__ = ["SPEC", "llama3_70b", "spec"]
 
 SPEC = spec_of(
     "llama3_70b",
     provider=LLAMA3_PROVIDER,
-    model=ModelDescription(
-        **LLAMA3_ARCHITECTURE,
-        num_layers=80,
-        hidden_size=8192,
-        num_attention_heads=64,
-        num_query_groups=8,
-        ffn_hidden_size=28672,
-        seq_length=8192,
-        tensor_model_parallel_size=4,
-        pipeline_model_parallel_size=4,
-        virtual_pipeline_model_parallel_size=5,
-        context_parallel_size=2,
-    ),
+    model=recipe_model("llama3_70b"),
     world_size=64,
     gpu="h100",
     global_batch_size=128,

@@ -9,34 +9,16 @@ global batch 128, TP1 PP1; micro-batch 2 on GB300, GB200 and B200 in FP8 current
 MXFP8; micro-batch 1 on H100 in FP8 current scaling, where the published run shards with
 Megatron-FSDP (FSDP 8). The job description has no Megatron-FSDP field: that run is planned
 as data parallelism with the distributed optimizer.
-
-Importing this module loads no torch: :data:`SPEC` plans the recipe anywhere,
-:func:`llama3_8b` builds its ``ConfigContainer``.
 """
 
 from __future__ import annotations
 
-from megatron.bridge.recipes.llama import LLAMA3_ARCHITECTURE, LLAMA3_PROVIDER
-from megatron.bridge.recipes.published import published_runs
+from megatron.bridge.recipes.llama import LLAMA3_PROVIDER
 from megatron.bridge.recipes.spec import published_spec, recipe_functions
-from megatron.bridge.training.job import ModelDescription
 
 __all__ = ["SPEC", "llama3_8b", "spec"]
 
-SPEC = published_spec(
-    "llama3_8b",
-    provider=LLAMA3_PROVIDER,
-    model=ModelDescription(
-        **LLAMA3_ARCHITECTURE,
-        num_layers=32,
-        hidden_size=4096,
-        num_attention_heads=32,
-        num_query_groups=8,
-        ffn_hidden_size=14336,
-        seq_length=8192,
-    ),
-    runs=published_runs("llama3_8b"),
-)
+SPEC = published_spec("llama3_8b", provider=LLAMA3_PROVIDER)
 """The recipe in plain values: 8 GB300 GPUs, FP8 current scaling, TP1 -> DP 8, micro-batch 2."""
 
 spec, llama3_8b = recipe_functions(SPEC, "Llama-3 8B", __name__)

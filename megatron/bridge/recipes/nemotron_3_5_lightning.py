@@ -9,30 +9,16 @@ one layer repeated for both depths).
 
 Published layout (Megatron-Bridge ``docs/performance-summary.md``, 26.08): 8 GB200 GPUs,
 MXFP8, TP1 x EP8, global batch 512, micro-batch 2, sequence 8192.
-
-Importing this module loads no torch: :data:`SPEC` plans the recipe anywhere,
-:func:`nemotron_3_5_lightning` builds its ``ConfigContainer`` (as Nemotron 3 Nano's).
 """
 
 from __future__ import annotations
 
-import dataclasses
-
 from megatron.bridge.recipes.architectures import MODEL_PROVIDER
-from megatron.bridge.recipes.nemotron_3_nano import NANO_MODEL, NANO_PATTERN
-from megatron.bridge.recipes.published import published_runs
 from megatron.bridge.recipes.spec import published_spec, recipe_functions
 
 __all__ = ["SPEC", "nemotron_3_5_lightning", "spec"]
 
-SPEC = published_spec(
-    "nemotron_3_5_lightning",
-    provider=MODEL_PROVIDER,
-    model=dataclasses.replace(
-        NANO_MODEL, hybrid_layer_pattern=NANO_PATTERN + "/*E/*E", mtp_num_layers=2
-    ),
-    runs=published_runs("nemotron_3_5_lightning"),
-)
+SPEC = published_spec("nemotron_3_5_lightning", provider=MODEL_PROVIDER)
 """The recipe in plain values: 8 GB200 GPUs, MXFP8, TP1 x EP8 -> DP 8."""
 
 spec, nemotron_3_5_lightning = recipe_functions(SPEC, "Nemotron 3.5 Lightning", __name__)

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-from megatron.bridge.recipes.published import PublishedRun
+from megatron.bridge.recipes.models import recipe_model
+from megatron.bridge.recipes.published import PublishedRun, published_runs
 from megatron.bridge.training import hardware, launch_env
 from megatron.bridge.training.comm_overlap import (
     PUBLISHED_PRESETS,
@@ -458,22 +459,22 @@ def published_spec(
     name: str,
     *,
     provider: str,
-    model: ModelDescription,
-    runs: tuple[PublishedRun, ...],
     use_distributed_optimizer: bool = True,
     **spec_fields: Any,
 ) -> RecipeSpec:
-    """A recipe's spec from its architecture and its published runs; the first run is its
-    default layout (GPU, precision, GPU count, batch sizes, parallel sizes).
+    """The spec of the shipped recipe ``name`` from its model and its published runs; the first
+    run is its default layout (GPU, precision, GPU count, batch sizes, parallel sizes).
 
-    ``model`` holds the architecture (megatron-core's field names); ``spec_fields`` are the
-    other :class:`RecipeSpec` fields.
+    The model is the recipe's entry of ``models.json`` (:func:`~megatron.bridge.recipes.models.
+    recipe_model`), the runs its rows of ``published_runs.csv`` (:func:`~megatron.bridge.
+    recipes.published.published_runs`); ``spec_fields`` are the other :class:`RecipeSpec` fields.
     """
+    runs = published_runs(name)
     first = runs[0]
     spec = spec_of(
         name,
         provider=provider,
-        model=model,
+        model=recipe_model(name),
         world_size=first.changes["world_size"],
         gpu=first.gpu,
         precision=first.precision,
