@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from collections.abc import Callable
 from typing import get_args
 
 from megatron.bridge.cli.errors import UsageError
@@ -65,28 +66,36 @@ def _layer_list(text: str) -> tuple[int, ...]:
         position += 1
         return token
 
-    def expression() -> list[int] | int:
-        value = term()
-        while peek() == "+":
-            take("+")
-            right = term()
-            if isinstance(value, int) or isinstance(right, int):
-                raise ValueError("'+' joins lists, not numbers")
-            value = value + right
+    def chain(
+        operand: Callable[[], list[int] | int],
+        operator: str,
+        combine: Callable[[list[int] | int, list[int] | int], list[int]],
+    ) -> list[int] | int:
+        # operand (operator operand)*, combined left to right.
+        value = operand()
+        while peek() == operator:
+            take(operator)
+            value = combine(value, operand())
         return value
 
+    def join(left: list[int] | int, right: list[int] | int) -> list[int]:
+        if isinstance(left, int) or isinstance(right, int):
+            raise ValueError("'+' joins lists, not numbers")
+        return left + right
+
+    def repeat(left: list[int] | int, right: list[int] | int) -> list[int]:
+        if isinstance(left, int) == isinstance(right, int):
+            raise ValueError("'*' repeats a list by a number")
+        items, count = (left, right) if isinstance(right, int) else (right, left)
+        if len(items) * count > _MAX_LAYERS:
+            raise ValueError(f"more than {_MAX_LAYERS} layers")
+        return items * count
+
+    def expression() -> list[int] | int:
+        return chain(term, "+", join)
+
     def term() -> list[int] | int:
-        value = atom()
-        while peek() == "*":
-            take("*")
-            right = atom()
-            if isinstance(value, int) == isinstance(right, int):
-                raise ValueError("'*' repeats a list by a number")
-            items, count = (value, right) if isinstance(right, int) else (right, value)
-            if len(items) * count > _MAX_LAYERS:
-                raise ValueError(f"more than {_MAX_LAYERS} layers")
-            value = items * count
-        return value
+        return chain(atom, "*", repeat)
 
     def atom() -> list[int] | int:
         token = take()
