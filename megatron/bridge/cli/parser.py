@@ -152,20 +152,21 @@ def _window(text: str) -> tuple[int, int]:
     return left, right
 
 
-def _hybrid_layer_pattern(text: str) -> str:
-    try:
-        parse_hybrid_pattern(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return text
+def _read_by(parse: Callable[[str], object]) -> Callable[[str], str]:
+    """An argparse type that keeps the text once ``parse`` reads it; its ValueError is the error."""
+
+    def check(text: str) -> str:
+        try:
+            parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return text
+
+    return check
 
 
-def _pipeline_layout(text: str) -> str:
-    try:
-        parse_layout(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return text
+_hybrid_layer_pattern = _read_by(parse_hybrid_pattern)
+_pipeline_layout = _read_by(parse_layout)
 
 
 def _add_moe_router_and_layout(ex: argparse.ArgumentParser) -> None:
