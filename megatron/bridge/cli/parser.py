@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from collections.abc import Callable
 from typing import get_args
 
 from megatron.bridge.cli.errors import UsageError
@@ -32,6 +33,12 @@ class _Parser(argparse.ArgumentParser):
 def _add_switch(parser: argparse.ArgumentParser, flag: str, help: str) -> None:
     """A ``--flag``/``--no-flag`` pair; None when neither is given (the layout decides)."""
     parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=help)
+
+
+def _add_counts(parser: argparse.ArgumentParser, flags: dict[str, str]) -> None:
+    """Flags that each take a positive integer (a size or a count): flag -> help, in order."""
+    for flag, help in flags.items():
+        parser.add_argument(flag, type=positive_int_argument, help=help)
 
 
 #: The most layers a per-layer list expression may spell (a bound on what a typo can allocate).
@@ -59,28 +66,36 @@ def _layer_list(text: str) -> tuple[int, ...]:
         position += 1
         return token
 
-    def expression() -> list[int] | int:
-        value = term()
-        while peek() == "+":
-            take("+")
-            right = term()
-            if isinstance(value, int) or isinstance(right, int):
-                raise ValueError("'+' joins lists, not numbers")
-            value = value + right
+    def chain(
+        operand: Callable[[], list[int] | int],
+        operator: str,
+        combine: Callable[[list[int] | int, list[int] | int], list[int]],
+    ) -> list[int] | int:
+        # operand (operator operand)*, combined left to right.
+        value = operand()
+        while peek() == operator:
+            take(operator)
+            value = combine(value, operand())
         return value
 
+    def join(left: list[int] | int, right: list[int] | int) -> list[int]:
+        if isinstance(left, int) or isinstance(right, int):
+            raise ValueError("'+' joins lists, not numbers")
+        return left + right
+
+    def repeat(left: list[int] | int, right: list[int] | int) -> list[int]:
+        if isinstance(left, int) == isinstance(right, int):
+            raise ValueError("'*' repeats a list by a number")
+        items, count = (left, right) if isinstance(right, int) else (right, left)
+        if len(items) * count > _MAX_LAYERS:
+            raise ValueError(f"more than {_MAX_LAYERS} layers")
+        return items * count
+
+    def expression() -> list[int] | int:
+        return chain(term, "+", join)
+
     def term() -> list[int] | int:
-        value = atom()
-        while peek() == "*":
-            take("*")
-            right = atom()
-            if isinstance(value, int) == isinstance(right, int):
-                raise ValueError("'*' repeats a list by a number")
-            items, count = (value, right) if isinstance(right, int) else (right, value)
-            if len(items) * count > _MAX_LAYERS:
-                raise ValueError(f"more than {_MAX_LAYERS} layers")
-            value = items * count
-        return value
+        return chain(atom, "*", repeat)
 
     def atom() -> list[int] | int:
         token = take()
@@ -137,20 +152,21 @@ def _window(text: str) -> tuple[int, int]:
     return left, right
 
 
-def _hybrid_layer_pattern(text: str) -> str:
-    try:
-        parse_hybrid_pattern(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return text
+def _read_by(parse: Callable[[str], object]) -> Callable[[str], str]:
+    """An argparse type that keeps the text once ``parse`` reads it; its ValueError is the error."""
+
+    def check(text: str) -> str:
+        try:
+            parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return text
+
+    return check
 
 
-def _pipeline_layout(text: str) -> str:
-    try:
-        parse_layout(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return text
+_hybrid_layer_pattern = _read_by(parse_hybrid_pattern)
+_pipeline_layout = _read_by(parse_layout)
 
 
 def _add_moe_router_and_layout(ex: argparse.ArgumentParser) -> None:
@@ -194,15 +210,16 @@ def _add_model_vocabulary(ex: argparse.ArgumentParser) -> None:
         const=True,
         help="multi-latent attention (DeepSeek's MLA; its ranks and head dims below)",
     )
-    ex.add_argument(
-        "--q-lora-rank", type=positive_int_argument, help="MLA query down-projection rank"
+    _add_counts(
+        ex,
+        {
+            "--q-lora-rank": "MLA query down-projection rank",
+            "--kv-lora-rank": "MLA key/value latent rank",
+            "--qk-head-dim": "MLA query/key head dim (no rotary part)",
+            "--qk-pos-emb-head-dim": "MLA rotary head dim",
+            "--v-head-dim": "MLA value head dim",
+        },
     )
-    ex.add_argument("--kv-lora-rank", type=positive_int_argument, help="MLA key/value latent rank")
-    ex.add_argument(
-        "--qk-head-dim", type=positive_int_argument, help="MLA query/key head dim (no rotary part)"
-    )
-    ex.add_argument("--qk-pos-emb-head-dim", type=positive_int_argument, help="MLA rotary head dim")
-    ex.add_argument("--v-head-dim", type=positive_int_argument, help="MLA value head dim")
     ex.add_argument(
         "--window-size",
         type=_window,
@@ -213,16 +230,13 @@ def _add_model_vocabulary(ex: argparse.ArgumentParser) -> None:
         type=_layer_freq,
         help="full-attention layers among windowed ones: every N-th, or a 0/1 list (1 = window)",
     )
-    ex.add_argument(
-        "--moe-router-topk", type=positive_int_argument, help="experts per token (default 2)"
-    )
-    ex.add_argument(
-        "--moe-ffn-hidden-size", type=positive_int_argument, help="width of one routed expert"
-    )
-    ex.add_argument(
-        "--moe-shared-expert-intermediate-size",
-        type=positive_int_argument,
-        help="total width of the shared experts",
+    _add_counts(
+        ex,
+        {
+            "--moe-router-topk": "experts per token (default 2)",
+            "--moe-ffn-hidden-size": "width of one routed expert",
+            "--moe-shared-expert-intermediate-size": "total width of the shared experts",
+        },
     )
     ex.add_argument(
         "--moe-layer-freq",
@@ -244,15 +258,14 @@ def _add_model_vocabulary(ex: argparse.ArgumentParser) -> None:
         type=_hybrid_layer_pattern,
         help="hybrid model layers, one symbol each: M Mamba, * attention, - MLP, E MoE, ...",
     )
-    ex.add_argument("--mamba-state-dim", type=positive_int_argument, help="Mamba state dim")
-    ex.add_argument("--mamba-head-dim", type=positive_int_argument, help="Mamba head dim")
-    ex.add_argument(
-        "--mamba-num-groups", type=positive_int_argument, help="Mamba B/C projection groups"
-    )
-    ex.add_argument(
-        "--mamba-num-heads",
-        type=positive_int_argument,
-        help="Mamba heads (default 2 x hidden / head dim)",
+    _add_counts(
+        ex,
+        {
+            "--mamba-state-dim": "Mamba state dim",
+            "--mamba-head-dim": "Mamba head dim",
+            "--mamba-num-groups": "Mamba B/C projection groups",
+            "--mamba-num-heads": "Mamba heads (default 2 x hidden / head dim)",
+        },
     )
 
 
@@ -309,17 +322,18 @@ def build_parser() -> argparse.ArgumentParser:
             "env_vars.CUDA_DEVICE_MAX_CONNECTIONS=8 (builds the container: imports torch)"
         ),
     )
-    ex.add_argument("--tp", type=positive_int_argument, help="tensor-parallel size (default 4)")
-    ex.add_argument("--pp", type=positive_int_argument, help="pipeline-parallel size (default 4)")
-    ex.add_argument(
-        "--vpp", type=positive_int_argument, help="virtual pipeline size (default 2; 1 = none)"
+    _add_counts(
+        ex,
+        {
+            "--tp": "tensor-parallel size (default 4)",
+            "--pp": "pipeline-parallel size (default 4)",
+            "--vpp": "virtual pipeline size (default 2; 1 = none)",
+            "--cp": "context-parallel size (default 1)",
+            "--ep": "expert-parallel size (default 1)",
+            "--etp": "expert tensor-parallel size (default: TP)",
+            "--world-size": "number of GPUs (default 128)",
+        },
     )
-    ex.add_argument("--cp", type=positive_int_argument, help="context-parallel size (default 1)")
-    ex.add_argument("--ep", type=positive_int_argument, help="expert-parallel size (default 1)")
-    ex.add_argument(
-        "--etp", type=positive_int_argument, help="expert tensor-parallel size (default: TP)"
-    )
-    ex.add_argument("--world-size", type=positive_int_argument, help="number of GPUs (default 128)")
     _add_switch(ex, "--sequence-parallel", "sequence parallelism (default: on when TP > 1)")
     _add_switch(ex, "--distributed-optimizer", "distributed optimizer (default: on)")
     _add_switch(
@@ -329,28 +343,20 @@ def build_parser() -> argparse.ArgumentParser:
         "layout cannot run it (default: on where it can: TP >= 2, sequence parallel, TE)",
     )
     add_gpu_and_precision(ex, gpu_default="h100", precision_default="bf16")
-    ex.add_argument(
-        "--seq-length", type=positive_int_argument, help="sequence length (default 2048)"
-    )
-    ex.add_argument(
-        "--micro-batch-size", type=positive_int_argument, help="micro-batch size (default 1)"
-    )
-    ex.add_argument(
-        "--global-batch-size",
-        type=positive_int_argument,
-        help="samples per optimizer step (default: the recipe's; micro-batch x DP x PP without one)",
-    )
-    ex.add_argument(
-        "--hidden-size", type=positive_int_argument, help="model hidden size (default 12288)"
-    )
-    ex.add_argument(
-        "--num-layers", type=positive_int_argument, help="transformer layers (default 96)"
-    )
-    ex.add_argument(
-        "--num-attention-heads", type=positive_int_argument, help="attention heads (default 96)"
-    )
-    ex.add_argument(
-        "--num-query-groups", type=positive_int_argument, help="GQA query groups (default: MHA)"
+    _add_counts(
+        ex,
+        {
+            "--seq-length": "sequence length (default 2048)",
+            "--micro-batch-size": "micro-batch size (default 1)",
+            "--global-batch-size": (
+                "samples per optimizer step (default: the recipe's; micro-batch x DP x PP "
+                "without one)"
+            ),
+            "--hidden-size": "model hidden size (default 12288)",
+            "--num-layers": "transformer layers (default 96)",
+            "--num-attention-heads": "attention heads (default 96)",
+            "--num-query-groups": "GQA query groups (default: MHA)",
+        },
     )
     for part in ("embedding", "loss"):
         _add_switch(
@@ -400,12 +406,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="LayerNorm SM margin for the launch environment (default 16)",
     )
     ex.add_argument("--nccl-pp-chunksize", type=int, help="NCCL_P2P_NET_CHUNKSIZE when PP > 1")
-    ex.add_argument(
-        "--ffn-hidden-size",
-        type=positive_int_argument,
-        help="MLP width for the estimate (default 4 x hidden)",
+    _add_counts(
+        ex,
+        {
+            "--ffn-hidden-size": "MLP width for the estimate (default 4 x hidden)",
+            "--vocab-size": "vocabulary (default 51200)",
+        },
     )
-    ex.add_argument("--vocab-size", type=positive_int_argument, help="vocabulary (default 51200)")
     # The MLP activation, one flag each as Megatron-LM spells them (megatron/training/arguments.py).
     activation = ex.add_mutually_exclusive_group()
     _add_switch(activation, "--swiglu", "gated (SwiGLU) MLP (megatron-core's gated_linear_unit)")
@@ -456,15 +463,14 @@ def build_parser() -> argparse.ArgumentParser:
         const=True,
         help="the output layer has its own weight (share_embeddings_and_output_weights=False)",
     )
-    ex.add_argument(
-        "--gpus-per-node",
-        type=positive_int_argument,
-        help="GPUs per node (default: the GPU's, 8; 4 on GB200/GB300)",
-    )
-    ex.add_argument(
-        "--nvlink-domain",
-        type=positive_int_argument,
-        help="GPUs sharing NVLink (default: the GPU's, e.g. one node; 72 on GB200 NVL72)",
+    _add_counts(
+        ex,
+        {
+            "--gpus-per-node": "GPUs per node (default: the GPU's, 8; 4 on GB200/GB300)",
+            "--nvlink-domain": (
+                "GPUs sharing NVLink (default: the GPU's, e.g. one node; 72 on GB200 NVL72)"
+            ),
+        },
     )
     ex.add_argument(
         "--plot",

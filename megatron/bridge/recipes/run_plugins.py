@@ -242,6 +242,19 @@ def _warn_other_gpu(cfg: Any, resolved: Any) -> None:
     )
 
 
+#: The plugin fields that hold the job's layout: what :meth:`PerfEnvPlugin.from_config` and
+#: :meth:`PerfEnvPlugin.from_recipe` take from ``launch_env.launch_layout`` of the resolved job
+#: (its ``dp_size`` aside: the plugin derives it from ``num_gpus``).
+_LAYOUT_FIELDS = (
+    "tp_size",
+    "cp_size",
+    "pp_size",
+    "ep_size",
+    "etp_size",
+    "moe_flex_dispatcher_backend",
+)
+
+
 @dataclasses.dataclass(kw_only=True)
 class PerfEnvPlugin(run.Plugin):
     """Set the launch-time performance environment on a NeMo-Run executor.
@@ -406,14 +419,10 @@ class PerfEnvPlugin(run.Plugin):
                 f"PerfEnvPlugin derives gpu_sm100_or_newer from gpu={job.gpu!r}; pass the "
                 "GPU name only."
             )
+        layout = launch_env.launch_layout(job)
         return cls(
             gpu=job.gpu,
-            tp_size=job.tp_size,
-            cp_size=job.cp_size,
-            pp_size=job.pp_size,
-            ep_size=job.ep_size,
-            etp_size=job.etp_size,
-            moe_flex_dispatcher_backend=job.model.flex_backend,
+            **{name: layout[name] for name in _LAYOUT_FIELDS},
             a2a_overlap=a2a_overlap,
             num_gpus=num_gpus,
             **overrides,
@@ -421,16 +430,7 @@ class PerfEnvPlugin(run.Plugin):
 
     @staticmethod
     def _refuse_layout_overrides(source: str, overrides: Mapping[str, Any]) -> None:
-        derived = (
-            "gpu",
-            "tp_size",
-            "cp_size",
-            "pp_size",
-            "ep_size",
-            "etp_size",
-            "moe_flex_dispatcher_backend",
-            "a2a_overlap",
-        )
+        derived = ("gpu", *_LAYOUT_FIELDS, "a2a_overlap")
         clashing = sorted(set(overrides) & set(derived))
         if clashing:
             raise TypeError(
@@ -448,22 +448,15 @@ class PerfEnvPlugin(run.Plugin):
             gpu_sm100_or_newer=generation,
             gpu=self.gpu,
             **self._layout(),
-            moe_flex_dispatcher_backend=self.moe_flex_dispatcher_backend,
             a2a_overlap=self.a2a_overlap,
             enable_layernorm_sm_margin=self.enable_layernorm_sm_margin,
             layernorm_sm_margin=self.layernorm_sm_margin,
             nccl_pp_comm_chunksize=self.nccl_pp_comm_chunksize,
         )
 
-    def _layout(self) -> dict[str, int]:
-        return {
-            "tp_size": self.tp_size,
-            "cp_size": self.cp_size,
-            "dp_size": self.dp_size,
-            "pp_size": self.pp_size,
-            "ep_size": self.ep_size,
-            "etp_size": self.etp_size,
-        }
+    def _layout(self) -> dict[str, Any]:
+        # launch_env.launch_layout's keywords, from the plugin's fields and num_gpus.
+        return {name: getattr(self, name) for name in _LAYOUT_FIELDS} | {"dp_size": self.dp_size}
 
     def script_args(self) -> PerfEnvPluginScriptArgs:
         """What ``setup`` hands the converter for a ``run.Script`` task."""
@@ -501,7 +494,6 @@ class PerfEnvPlugin(run.Plugin):
         # breaks what the layout requires; a tuned value other than the plan's is accepted.
         problems = launch_env.check_live_environment(
             **self._layout(),
-            moe_flex_dispatcher_backend=self.moe_flex_dispatcher_backend,
             a2a_overlap=self.a2a_overlap,
             env={name: str(value) for name, value in executor.env_vars.items()},
         )

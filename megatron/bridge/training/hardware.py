@@ -107,6 +107,48 @@ def _sm(capability: tuple[int, int]) -> str:
     return f"SM{capability[0]}{capability[1]}"
 
 
+def _gpu(
+    name: str,
+    capability: tuple[int, int],
+    preset_family: str | None,
+    *,
+    peaks: tuple[float, float | None, float | None],
+    links: tuple[float, float],
+    nvlink_domain: int | None = None,
+    gpus_per_node: int = 8,
+) -> GpuSpec:
+    """One catalogue entry: ``peaks`` are the dense BF16, FP8 and FP4 TFLOP/s (None: no such
+    tensor cores), ``links`` the NVLink and scale-out GB/s per direction."""
+    bf16, fp8, fp4 = peaks
+    nvlink, network = links
+    return GpuSpec(
+        name=name,
+        compute_capability=capability,
+        preset_family=preset_family,
+        peak_bf16_tflops=bf16,
+        peak_fp8_tflops=fp8,
+        peak_fp4_tflops=fp4,
+        nvlink_gb_per_s=nvlink,
+        network_gb_per_s=network,
+        nvlink_domain=nvlink_domain,
+        gpus_per_node=gpus_per_node,
+    )
+
+
+def _nvl72(chip: GpuSpec, name: str, peaks: tuple[float, float, float]) -> GpuSpec:
+    """``chip`` in an NVL72 rack at a higher power limit: its own dense peaks, the chip's presets
+    and links, one 72-GPU NVLink domain, 4 GPUs a compute tray."""
+    return _gpu(
+        name,
+        chip.compute_capability,
+        chip.preset_family,
+        peaks=peaks,
+        links=(chip.nvlink_gb_per_s, chip.network_gb_per_s),
+        nvlink_domain=72,
+        gpus_per_node=4,
+    )
+
+
 #: Every GPU model the library plans for. H200 is the H100 chip (SM90) with more memory and
 #: GB200 the B200 chip (SM100), so each shares its sibling's presets. B300 and GB300 (Blackwell
 #: Ultra, SM103) have no presets of their own: upstream's performance recipes run them on the
@@ -140,75 +182,24 @@ def _sm(capability: tuple[int, int]) -> str:
 #:   GPUs); NVLink5 1.8 TB/s bidirectional across a 72-GPU domain (130 TB/s per rack); one 800 Gb/s
 #:   ConnectX-8 SuperNIC per GPU; 4 GPUs per compute tray (GB300 NVL72 datasheet).
 #: Compute capabilities: CUDA's table (A100 8.0, H100/H200 9.0, B200/GB200 10.0, B300/GB300 10.3).
-_A100 = GpuSpec(
-    name="a100",
-    compute_capability=(8, 0),
-    preset_family=None,
-    peak_bf16_tflops=312.0,
-    peak_fp8_tflops=None,
-    nvlink_gb_per_s=300.0,
-    network_gb_per_s=25.0,
-)
-_H100 = GpuSpec(
-    name="h100",
-    compute_capability=(9, 0),
-    preset_family="h100",
-    peak_bf16_tflops=989.0,
-    peak_fp8_tflops=1979.0,
-    nvlink_gb_per_s=450.0,
-    network_gb_per_s=50.0,
-)
-_B200 = GpuSpec(
-    name="b200",
-    compute_capability=(10, 0),
-    preset_family="b200",
-    peak_bf16_tflops=2250.0,
-    peak_fp8_tflops=4500.0,
-    peak_fp4_tflops=9000.0,
-    nvlink_gb_per_s=900.0,
-    network_gb_per_s=50.0,
-)
-_B300 = GpuSpec(
-    name="b300",
-    compute_capability=(10, 3),
-    preset_family="b200",
-    peak_bf16_tflops=2250.0,
-    peak_fp8_tflops=4500.0,
-    peak_fp4_tflops=13500.0,
-    nvlink_gb_per_s=900.0,
-    network_gb_per_s=100.0,
-)
+_H100 = _gpu("h100", (9, 0), "h100", peaks=(989.0, 1979.0, None), links=(450.0, 50.0))
+_B200 = _gpu("b200", (10, 0), "b200", peaks=(2250.0, 4500.0, 9000.0), links=(900.0, 50.0))
+_B300 = _gpu("b300", (10, 3), "b200", peaks=(2250.0, 4500.0, 13500.0), links=(900.0, 100.0))
 
 GPUS: Mapping[str, GpuSpec] = MappingProxyType(
     {
         spec.name: spec
         for spec in (
-            _A100,
+            _gpu("a100", (8, 0), None, peaks=(312.0, None, None), links=(300.0, 25.0)),
             _H100,
             # The H100 chip with more memory: the same tensor cores, NVLink and NIC.
             dataclasses.replace(_H100, name="h200"),
             _B200,
             # The B200 chip at a higher power limit, in a 72-GPU NVLink domain, 4 GPUs a tray.
-            dataclasses.replace(
-                _B200,
-                name="gb200",
-                peak_bf16_tflops=2500.0,
-                peak_fp8_tflops=5000.0,
-                peak_fp4_tflops=10000.0,
-                nvlink_domain=72,
-                gpus_per_node=4,
-            ),
+            _nvl72(_B200, "gb200", peaks=(2500.0, 5000.0, 10000.0)),
             _B300,
             # The B300 chip at a higher power limit, in a 72-GPU NVLink domain, 4 GPUs a tray.
-            dataclasses.replace(
-                _B300,
-                name="gb300",
-                peak_bf16_tflops=2500.0,
-                peak_fp8_tflops=5000.0,
-                peak_fp4_tflops=15000.0,
-                nvlink_domain=72,
-                gpus_per_node=4,
-            ),
+            _nvl72(_B300, "gb300", peaks=(2500.0, 5000.0, 15000.0)),
         )
     }
 )

@@ -7,13 +7,18 @@ one line per overlap knob, and the communication time left exposed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Literal
 
 __all__ = ["CP_RING", "CommEntry", "Estimate", "Link", "Prediction", "StepCost"]
 
 Link = Literal["nvlink", "network"]
 """Where a transfer runs: NVLink inside the NVLink domain, the GPU's network NIC outside it."""
+
+
+def _fields_dict(result: Any, *, leave_out: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A result's fields as a JSON-ready dict, in declaration order, but those in ``leave_out``."""
+    return {f.name: getattr(result, f.name) for f in fields(result) if f.name not in leave_out}
 
 
 @dataclass(frozen=True)
@@ -57,17 +62,7 @@ class CommEntry:
 
     def to_dict(self) -> dict[str, Any]:
         """The entry as JSON-ready values (the formula stays out)."""
-        return {
-            "mode": self.mode,
-            "collective": self.collective,
-            "bytes_per_gpu_per_step": self.bytes_per_gpu_per_step,
-            "link": self.link,
-            "seconds_at_link_peak": self.seconds_at_link_peak,
-            "hidden_by": self.hidden_by,
-            "hidden_seconds": self.hidden_seconds,
-            "exposed_seconds": self.exposed_seconds,
-            "window_seconds": self.window_seconds,
-        }
+        return _fields_dict(self, leave_out=("formula",))
 
 
 @dataclass(frozen=True)
@@ -95,15 +90,7 @@ class Prediction:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready values (the timeline stays out)."""
-        return {
-            "step_seconds": self.step_seconds,
-            "compute_seconds": self.compute_seconds,
-            "bubble_seconds": self.bubble_seconds,
-            "exposed_seconds": self.exposed_seconds,
-            "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
-            "achievable_fraction": self.achievable_fraction,
-            "achievable_source": self.achievable_source,
-        }
+        return _fields_dict(self, leave_out=("timeline", "link_intervals"))
 
 
 CP_RING = "ring attention"
@@ -143,11 +130,7 @@ class Estimate:
         """JSON-ready: model_flops_per_token, step, communication, prediction(s), assumptions."""
         return {
             "model_flops_per_token": self.model_flops_per_token,
-            "step": {
-                "tokens": self.step.tokens,
-                "flops_per_gpu": self.step.flops_per_gpu,
-                "compute_seconds_at_peak": self.step.compute_seconds_at_peak,
-            },
+            "step": _fields_dict(self.step),
             "communication": [c.to_dict() for c in self.communication],
             "prediction": None if self.prediction is None else self.prediction.to_dict(),
             "without_overlap": (
