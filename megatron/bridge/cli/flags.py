@@ -85,6 +85,7 @@ FLAG_FIELDS: dict[str, str] = {
     "moe_router_score_function": "model.moe_router_score_function",
     "moe_router_load_balancing_type": "model.moe_router_load_balancing_type",
     "moe_grouped_gemm": "model.moe_grouped_gemm",
+    "fp8_dot_product_attention": "model.fp8_dot_product_attention",
     "pipeline_model_parallel_layout": "model.pipeline_model_parallel_layout",
     "use_megatron_fsdp": "use_megatron_fsdp",
 }

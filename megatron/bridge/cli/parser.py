@@ -343,6 +343,12 @@ def build_parser() -> argparse.ArgumentParser:
         "layout cannot run it (default: on where it can: TP >= 2, sequence parallel, TE)",
     )
     add_gpu_and_precision(ex, gpu_default="h100", precision_default="bf16")
+    _add_switch(
+        ex,
+        "--fp8-dot-product-attention",
+        "run core attention's dot products in FP8 (the estimate prices them at the FP8 peak; "
+        "default off: 16-bit)",
+    )
     _add_counts(
         ex,
         {

@@ -10,21 +10,11 @@ import pytest
 from megatron.bridge.training.comm_overlap import CommOverlapConfig, plan_comm_overlap
 from megatron.bridge.training.estimate import estimate_step
 from megatron.bridge.training.estimate.comm import _remote_domain_share
-from megatron.bridge.training.job import JobDescription, ModelDescription
+from megatron.bridge.training.job import JobDescription
+from tests.unit_tests.jobs import recipe_job_model
 
-MOE = ModelDescription(
-    num_layers=4,
-    hidden_size=1024,
-    num_attention_heads=8,
-    seq_length=2048,
-    vocab_size=32000,
-    bf16=True,
-    num_moe_experts=64,
-    moe_router_topk=4,
-    moe_ffn_hidden_size=512,
-    moe_grouped_gemm=True,
-    expert_model_parallel_size=16,
-)
+#: Qwen3-30B-A3B (128 experts, top-8) at EP16: two 8-GPU nodes, or one 16-GPU NVLink domain.
+MOE = recipe_job_model("qwen3_30b_a3b", expert_model_parallel_size=16)
 
 
 @pytest.mark.parametrize(
@@ -44,16 +34,11 @@ def test_the_share_is_the_mean_of_remote_domains_over_remote_copies(group, local
 
 def _ep_seconds(dispatcher: dict[str, str], nodes: int) -> float:
     job = JobDescription(
-        model=dataclasses.replace(MOE, **dispatcher),
-        world_size=16,
-        gpu="h100",
-        micro_batch_size=1,
-        global_batch_size=64,
+        model=dataclasses.replace(MOE, **dispatcher), world_size=16, gpu="h100", micro_batch_size=1
     )
     plan = plan_comm_overlap(CommOverlapConfig(tp_comm_overlap=False), job)
-    (entry,) = [
-        c for c in estimate_step(plan, gpus_per_node=16 // nodes).communication if c.mode == "ep"
-    ]
+    estimate = estimate_step(plan, gpus_per_node=16 // nodes)
+    (entry,) = [c for c in estimate.communication if c.mode == "ep"]
     return entry.seconds_at_link_peak
 
 

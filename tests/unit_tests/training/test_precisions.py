@@ -328,3 +328,18 @@ def test_a_param_flag_set_on_the_model_is_replaced_with_a_warning(name, caplog):
         get_mixed_precision_config("bf16_mixed").setup(model)
     assert getattr(model, name) is False
     assert f"cfg.model.{name}=True is replaced" in caplog.text
+
+
+def test_the_fp8_dot_product_attention_flag_reaches_the_estimate(capsys):
+    documents = []
+    for extra in ([], ["--fp8-dot-product-attention"]):
+        argv = ["explain", "--recipe", "llama3_70b", "--gpu", "gb300", "--precision", "fp8_mx"]
+        assert main([*argv, *extra, "--json"]) == EXIT_OK
+        documents.append(json.loads(capsys.readouterr().out))
+    said = [
+        any("core attention at the BF16 peak" in a for a in d["estimate"]["assumptions"])
+        for d in documents
+    ]
+    assert said == [True, False]
+    seconds = [d["estimate"]["step"]["compute_seconds_at_peak"] for d in documents]
+    assert seconds[1] < seconds[0]
