@@ -256,7 +256,8 @@ def ep_transfers(job: JobDescription, stage: Stage) -> list[Transfer]:
             stage.micro_batches * count * (ep - 1) / ep * a2a,
             job.etp_size * ep,
             "overlap_moe_expert_parallel_comm",
-            "M x 4/MoE layer x (EP-1)/EP x tokens x topk x h x 2B",
+            "M x 4/MoE layer x (EP-1)/EP x tokens x topk x h x 2B"
+            + ("; the network carries one copy per remote NVLink domain" if routed else ""),
             group=ep,
             stride=job.etp_size,
             routed=routed,
