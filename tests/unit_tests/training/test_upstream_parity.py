@@ -342,3 +342,19 @@ def test_build_model_is_quiet_when_the_build_keeps_the_plan(stub_te, monkeypatch
         build_model(cfg, world_size=2)
     assert cfg.model.tp_comm_overlap is True
     assert not [r for r in caplog.records if r.name == "megatron.bridge.training.setup"]
+
+
+def test_auto_tp_overlap_is_not_requested_with_mtp_layers(te_available):
+    # 'auto' asks only for what the layout runs: the MTP layers' build turns TP overlap off.
+    cfgs = _tp_configs(mtp_num_layers=1)
+    plan = CommOverlapConfig(tp_comm_overlap="auto", strict=True).setup(
+        cfgs.model, cfgs.optimizer, cfgs.ddp, data_parallel_size=4
+    )
+    assert plan.value("tp_comm_overlap") is False
+    assert "#4227" in plan.decision("tp_comm_overlap").reason
+    assert not any("mtp" in w for w in plan.warnings)
+    plain = _tp_configs()
+    auto = CommOverlapConfig(tp_comm_overlap="auto").setup(
+        plain.model, plain.optimizer, plain.ddp, data_parallel_size=4
+    )
+    assert auto.value("tp_comm_overlap") is True

@@ -57,8 +57,9 @@ def decide_tp(planner: Planner) -> None:
     """Decide TP overlap, its preset and bootstrap backend.
 
     ``tp_comm_overlap=True`` that the layout cannot run is refused with a warning naming why;
-    ``"auto"`` turns it on exactly when :func:`tp_overlap_blockers` finds nothing (and TE's
-    userbuffers rows divide), and otherwise says why it was not requested.
+    ``"auto"`` turns it on exactly when :func:`tp_overlap_blockers` finds nothing, TE's
+    userbuffers rows divide and the model has no multi-token-prediction layers (whose build
+    turns TP overlap off again), and otherwise says why it was not requested.
     """
     f, user = planner.job, planner.user
     preset, where = _preset(planner)
@@ -75,6 +76,10 @@ def decide_tp(planner: Planner) -> None:
     failed = tp_overlap_blockers(f)
     if failed and auto:
         _not_requested(planner, preset, "; ".join(failed))
+        return
+    if auto and f.model.mtp_num_layers and not failed:
+        # The build turns TP overlap off again (see the warning an explicit request gets).
+        _not_requested(planner, preset, mtp_userbuffers_pitfall(f.model.mtp_num_layers))
         return
     if failed:
         reason = "requested but refused: " + "; ".join(failed)
