@@ -102,12 +102,27 @@ class GPTModelProvider(TransformerConfig):
     """MLA value head dimension."""
     hybrid_layer_pattern: str | None = None
     """A hybrid model's layer pattern (megatron-core's HybridModel symbols); None: a transformer."""
+    config_attributes: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """Settings megatron-core reads off the config by name without declaring them, only where
+    they apply (the YaRN rotary settings ``GPTModel`` passes to ``YarnRotaryEmbedding``; declared
+    with a None default, its attention would read them everywhere): each is set as an attribute
+    of this config at construction and at :meth:`finalize`, and a saved config keeps them here."""
 
     def __post_init__(self) -> None:
         # Deliberately not calling TransformerConfig.__post_init__: recipes set parallel sizes
         # after construction, and megatron-core's checks only make sense on the final values.
         # finalize() runs them, and records what they derived (write_record, writer "finalize").
-        pass
+        self._set_config_attributes()
+
+    def _set_config_attributes(self) -> None:
+        declared = {f.name for f in dataclasses.fields(self)}
+        for name, value in self.config_attributes.items():
+            if name in declared:
+                raise ValueError(
+                    f"GPTModelProvider.config_attributes[{name!r}]: {name} is a field of the "
+                    f"provider; set cfg.model.{name} instead."
+                )
+            setattr(self, name, value)
 
     def finalize(self) -> None:
         """Run megatron-core's ``TransformerConfig`` validation and derivations on the current values.
@@ -118,6 +133,7 @@ class GPTModelProvider(TransformerConfig):
         """
         self.clear_derived()
         self._check_gpt_fields()
+        self._set_config_attributes()
         names = [f.name for f in dataclasses.fields(TransformerConfig)]
         before = {name: getattr(self, name) for name in names}
         TransformerConfig.__post_init__(self)

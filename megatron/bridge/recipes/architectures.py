@@ -29,18 +29,15 @@ MODEL_PROVIDER = "megatron.bridge.recipes.architectures:model_provider"
 def model_provider(**fields: Any) -> GPTModelProvider:
     """A ``GPTModelProvider`` for a recipe to write its description over.
 
-    ``fields`` set provider fields (and the attributes megatron-core reads without declaring
-    them, such as ``yarn_rotary_scaling_factor``); a recipe writes its whole job description over the result
+    ``fields`` set provider fields; a name the provider does not declare (one megatron-core reads
+    off the config by name, such as ``yarn_rotary_scaling_factor``) goes to its
+    ``config_attributes``. A recipe writes its whole job description over the result
     (``job_configs.write_model``). Imports torch and megatron-core when called.
     """
     from megatron.bridge.models.gpt_provider import GPTModelProvider
 
     declared = {f.name for f in dataclasses.fields(GPTModelProvider)}
-    provider = GPTModelProvider(**{k: v for k, v in fields.items() if k in declared})
-    for name, value in fields.items():
-        if name not in declared:
-            # Settings megatron-core reads off the config by name only when they apply (the
-            # YaRN settings GPTModel passes to YarnRotaryEmbedding): declaring them with a None
-            # default would break its attention, which reads them whenever they exist.
-            setattr(provider, name, value)
-    return provider
+    return GPTModelProvider(
+        **{k: v for k, v in fields.items() if k in declared},
+        config_attributes={k: v for k, v in fields.items() if k not in declared},
+    )
