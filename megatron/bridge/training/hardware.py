@@ -50,6 +50,8 @@ class GpuSpec:
     """Peak NVLink bandwidth of one GPU, GB/s per direction (the datasheet's bidirectional / 2)."""
     network_gb_per_s: float = 0.0
     """Peak scale-out (InfiniBand/RoCE) bandwidth of one GPU's NIC, GB/s per direction."""
+    hbm_gb_per_s: float
+    """Peak HBM bandwidth of one GPU, GB/s (read and write together), from NVIDIA's datasheet."""
     nvlink_domain: int | None = None
     """GPUs sharing one NVLink domain beyond a node (GB200 NVL72: 72); None: NVLink spans a node."""
     gpus_per_node: int = 8
@@ -114,11 +116,13 @@ def _gpu(
     *,
     peaks: tuple[float, float | None, float | None],
     links: tuple[float, float],
+    hbm_gb_per_s: float,
     nvlink_domain: int | None = None,
     gpus_per_node: int = 8,
 ) -> GpuSpec:
     """One catalogue entry: ``peaks`` are the dense BF16, FP8 and FP4 TFLOP/s (None: no such
-    tensor cores), ``links`` the NVLink and scale-out GB/s per direction."""
+    tensor cores), ``links`` the NVLink and scale-out GB/s per direction, ``hbm_gb_per_s`` the
+    HBM bandwidth."""
     bf16, fp8, fp4 = peaks
     nvlink, network = links
     return GpuSpec(
@@ -130,20 +134,22 @@ def _gpu(
         peak_fp4_tflops=fp4,
         nvlink_gb_per_s=nvlink,
         network_gb_per_s=network,
+        hbm_gb_per_s=hbm_gb_per_s,
         nvlink_domain=nvlink_domain,
         gpus_per_node=gpus_per_node,
     )
 
 
 def _nvl72(chip: GpuSpec, name: str, peaks: tuple[float, float, float]) -> GpuSpec:
-    """``chip`` in an NVL72 rack at a higher power limit: its own dense peaks, the chip's presets
-    and links, one 72-GPU NVLink domain, 4 GPUs a compute tray."""
+    """``chip`` in an NVL72 rack at a higher power limit: its own dense peaks, the chip's presets,
+    links and HBM, one 72-GPU NVLink domain, 4 GPUs a compute tray."""
     return _gpu(
         name,
         chip.compute_capability,
         chip.preset_family,
         peaks=peaks,
         links=(chip.nvlink_gb_per_s, chip.network_gb_per_s),
+        hbm_gb_per_s=chip.hbm_gb_per_s,
         nvlink_domain=72,
         gpus_per_node=4,
     )
@@ -181,19 +187,50 @@ def _nvl72(chip: GpuSpec, name: str, peaks: tuple[float, float, float]) -> GpuSp
 #:   FP16/BF16 and 720 PF FP8 with sparsity, FP4 1,440 PF with sparsity | 1,080 PF dense, over 72
 #:   GPUs); NVLink5 1.8 TB/s bidirectional across a 72-GPU domain (130 TB/s per rack); one 800 Gb/s
 #:   ConnectX-8 SuperNIC per GPU; 4 GPUs per compute tray (GB300 NVL72 datasheet).
+#: HBM bandwidth per GPU (datasheets' "GPU memory bandwidth"; a system's figure over its GPUs):
+#: - A100 80GB SXM: 2,039 GB/s HBM2e (NVIDIA A100 datasheet).
+#: - H100 SXM: 3.35 TB/s HBM3 (H100 datasheet).
+#: - H200 SXM: 4.8 TB/s HBM3e (H200 datasheet).
+#: - B200: 8 TB/s HBM3e (HGX B200 datasheet: 64 TB/s for 8 GPUs; DGX B200 datasheet).
+#: - GB200 NVL72: 8 TB/s HBM3e (GB200 NVL72 datasheet: 576 TB/s over 72 GPUs).
+#: - B300: 8 TB/s HBM3e (HGX B300 datasheet: 64 TB/s for 8 GPUs).
+#: - GB300 NVL72: 8 TB/s HBM3e (GB300 NVL72 datasheet: 576 TB/s over 72 GPUs).
 #: Compute capabilities: CUDA's table (A100 8.0, H100/H200 9.0, B200/GB200 10.0, B300/GB300 10.3).
-_H100 = _gpu("h100", (9, 0), "h100", peaks=(989.0, 1979.0, None), links=(450.0, 50.0))
-_B200 = _gpu("b200", (10, 0), "b200", peaks=(2250.0, 4500.0, 9000.0), links=(900.0, 50.0))
-_B300 = _gpu("b300", (10, 3), "b200", peaks=(2250.0, 4500.0, 13500.0), links=(900.0, 100.0))
+_H100 = _gpu(
+    "h100", (9, 0), "h100", peaks=(989.0, 1979.0, None), links=(450.0, 50.0), hbm_gb_per_s=3350.0
+)
+_B200 = _gpu(
+    "b200",
+    (10, 0),
+    "b200",
+    peaks=(2250.0, 4500.0, 9000.0),
+    links=(900.0, 50.0),
+    hbm_gb_per_s=8000.0,
+)
+_B300 = _gpu(
+    "b300",
+    (10, 3),
+    "b200",
+    peaks=(2250.0, 4500.0, 13500.0),
+    links=(900.0, 100.0),
+    hbm_gb_per_s=8000.0,
+)
 
 GPUS: Mapping[str, GpuSpec] = MappingProxyType(
     {
         spec.name: spec
         for spec in (
-            _gpu("a100", (8, 0), None, peaks=(312.0, None, None), links=(300.0, 25.0)),
+            _gpu(
+                "a100",
+                (8, 0),
+                None,
+                peaks=(312.0, None, None),
+                links=(300.0, 25.0),
+                hbm_gb_per_s=2039.0,
+            ),
             _H100,
-            # The H100 chip with more memory: the same tensor cores, NVLink and NIC.
-            dataclasses.replace(_H100, name="h200"),
+            # The H100 chip with more and faster memory: the same tensor cores, NVLink and NIC.
+            dataclasses.replace(_H100, name="h200", hbm_gb_per_s=4800.0),
             _B200,
             # The B200 chip at a higher power limit, in a 72-GPU NVLink domain, 4 GPUs a tray.
             _nvl72(_B200, "gb200", peaks=(2500.0, 5000.0, 10000.0)),

@@ -285,7 +285,12 @@ def test_to_dict_has_exactly_the_documented_keys():
         "achievable_source",
     }
     assert set(data["prediction"]) == set(data["without_overlap"]) == prediction_keys
-    assert set(data["step"]) == {"tokens", "flops_per_gpu", "compute_seconds_at_peak"}
+    assert set(data["step"]) == {
+        "tokens",
+        "flops_per_gpu",
+        "compute_seconds_at_peak",
+        "memory_seconds_at_peak",
+    }
     assert {frozenset(c) for c in data["communication"]} == {
         frozenset(
             {

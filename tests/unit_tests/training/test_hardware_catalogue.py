@@ -22,17 +22,17 @@ from megatron.bridge.training.precisions import PRECISIONS
 from megatron.bridge.training.userbuffers import find_userbuffers_preset
 
 # name: (compute capability, BF16, FP8, FP4 dense TFLOP/s, NVLink GB/s, network GB/s,
-#        NVLink domain, GPUs per node, preset family)
+#        HBM GB/s, NVLink domain, GPUs per node, preset family)
 DATASHEET = {
-    "a100": ((8, 0), 312.0, None, None, 300.0, 25.0, None, 8, None),
-    "h100": ((9, 0), 989.0, 1979.0, None, 450.0, 50.0, None, 8, "h100"),
-    "h200": ((9, 0), 989.0, 1979.0, None, 450.0, 50.0, None, 8, "h100"),
-    "b200": ((10, 0), 2250.0, 4500.0, 9000.0, 900.0, 50.0, None, 8, "b200"),
-    "gb200": ((10, 0), 2500.0, 5000.0, 10000.0, 900.0, 50.0, 72, 4, "b200"),
+    "a100": ((8, 0), 312.0, None, None, 300.0, 25.0, 2039.0, None, 8, None),
+    "h100": ((9, 0), 989.0, 1979.0, None, 450.0, 50.0, 3350.0, None, 8, "h100"),
+    "h200": ((9, 0), 989.0, 1979.0, None, 450.0, 50.0, 4800.0, None, 8, "h100"),
+    "b200": ((10, 0), 2250.0, 4500.0, 9000.0, 900.0, 50.0, 8000.0, None, 8, "b200"),
+    "gb200": ((10, 0), 2500.0, 5000.0, 10000.0, 900.0, 50.0, 8000.0, 72, 4, "b200"),
     # HGX B300: FP4 108 PF dense over 8 GPUs; ConnectX-8 800 Gb/s per GPU.
-    "b300": ((10, 3), 2250.0, 4500.0, 13500.0, 900.0, 100.0, None, 8, "b200"),
+    "b300": ((10, 3), 2250.0, 4500.0, 13500.0, 900.0, 100.0, 8000.0, None, 8, "b200"),
     # GB300 NVL72: FP4 1,080 PF dense over 72 GPUs; ConnectX-8 800 Gb/s per GPU.
-    "gb300": ((10, 3), 2500.0, 5000.0, 15000.0, 900.0, 100.0, 72, 4, "b200"),
+    "gb300": ((10, 3), 2500.0, 5000.0, 15000.0, 900.0, 100.0, 8000.0, 72, 4, "b200"),
 }
 
 # Every system in Megatron-Bridge's docs/performance-summary.md and its archive.
@@ -55,6 +55,7 @@ def test_each_gpu_carries_its_datasheet_figures(name):
         spec.peak_fp4_tflops,
         spec.nvlink_gb_per_s,
         spec.network_gb_per_s,
+        spec.hbm_gb_per_s,
         spec.nvlink_domain,
         spec.gpus_per_node,
         spec.preset_family,

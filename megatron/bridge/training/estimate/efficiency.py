@@ -106,12 +106,12 @@ ACHIEVABLE: Mapping[tuple[str, str], Achievable] = MappingProxyType(
     {
         key: Achievable(fraction, f"fitted on {FIT_ROWS[key].source}")
         for key, fraction in {
-            ("gb300", "fp8_mx"): 0.505,
-            ("gb300", "nvfp4"): 0.318,
-            ("gb200", "fp8_mx"): 0.389,
-            ("gb200", "nvfp4"): 0.290,
-            ("h100", "fp8_cs"): 0.464,
-            ("b200", "fp8_cs"): 0.394,
+            ("gb300", "fp8_mx"): 0.538,
+            ("gb300", "nvfp4"): 0.350,
+            ("gb200", "fp8_mx"): 0.409,
+            ("gb200", "nvfp4"): 0.310,
+            ("h100", "fp8_cs"): 0.489,
+            ("b200", "fp8_cs"): 0.427,
         }.items()
     }
 )

@@ -1,8 +1,9 @@
-"""FLOPs and parameter counts of a model, read from its :class:`ModelDescription`.
+"""FLOPs, memory-bound bytes and parameter counts of a model, read from its :class:`ModelDescription`.
 
 :class:`ModelCost` owns the per-token FLOPs definition behind "Model TFLOP/s/GPU" (upstream
 Megatron-Bridge's ``training/utils/flop_utils.py`` ``num_floating_point_operations``, for
-transformers and hybrid Mamba models) and the parameters one GPU holds of a layer, the embedding
+transformers and hybrid Mamba models), the bytes per token its layers' memory-bound kernels move
+(:meth:`ModelCost.elementwise_bytes_per_token`) and the parameters one GPU holds of a layer, the embedding
 and the output layer; it knows nothing of the step, the pipeline stage or the links.
 """
 
@@ -344,6 +345,157 @@ class ModelCost:
             return self.moe_mlp_flops_per_token()
         return 0.0
 
+    # --- memory-bound (elementwise) bytes -------------------------------------------------------
+    #
+    # What a layer runs besides its GEMMs and core attention's math: norms, rotary embeddings,
+    # the attention kernel's reads of Q, K, V and write of its output, activations, the router's
+    # scores, token permutation, the Mamba conv1d and scan I/O, residual adds. These kernels are
+    # bound by HBM bandwidth, not tensor cores: their cost is bytes, ~ hidden per token, where the
+    # GEMMs' FLOPs grow with hidden^2. Each helper below counts one block's forward elements per
+    # token (reads plus writes); activations are 16-bit (_ACTIVATION_BYTES); the backward of an
+    # elementwise kernel reads the saved input and the output gradient and writes the input
+    # gradient, twice the forward's traffic (_FORWARD_AND_BACKWARD = 1 + 2).
+
+    def _norm_elements(self) -> int:
+        """A block's pre-norm: reads the block input and writes the normalized copy its first
+        GEMM reads (TE's LayerNormLinear / LayerNormMLP norm output)."""
+        return 2 * self.model.hidden_size
+
+    def _residual_elements(self) -> int:
+        """A block's residual add: megatron-core's bias-dropout-add reads the block output and the
+        residual and writes their sum."""
+        return 3 * self.model.hidden_size
+
+    def _attention_elements(self) -> int:
+        """Forward elements per token of an attention block's memory-bound kernels.
+
+        Pre-norm and residual add; rotary embedding (``apply_rotary_pos_emb``) reads and writes Q
+        and K when position_embedding_type is rope, yarn or mrope; the core-attention kernel
+        reads Q, K, V and writes its output; with attention_output_gate the sigmoid gate reads
+        the output and the gate and writes the gated output. GQA: Q and the output are heads x
+        head_dim wide, K and V groups x head_dim each. MLA: Q and K are heads x (qk_head_dim +
+        qk_pos_emb_head_dim) as core attention reads them (the rotary step writes them whole:
+        megatron-core's fused MLA rope kernel, or apply_rotary_pos_emb and the concatenation of
+        the rotary and non-rotary parts), V and the output heads x v_head_dim; its latent norms
+        (q_layernorm over q_lora_rank, kv_layernorm over kv_lora_rank) read and write their
+        latents.
+        """
+        m = self.model
+        n = m.num_attention_heads
+        latent_norms = 0
+        if m.multi_latent_attention:
+            query = key = n * (m.qk_head_dim + m.qk_pos_emb_head_dim)
+            value = output = n * m.v_head_dim
+            latent_norms = 2 * ((m.q_lora_rank or 0) + m.kv_lora_rank)
+        else:
+            query = output = self.query_width
+            key = value = self.kv_width
+        rotary = 2 * (query + key) if m.position_embedding_type in _ROTARY else 0
+        core_io = query + key + value + output
+        gate = 3 * output if m.attention_output_gate and not m.multi_latent_attention else 0
+        return (
+            self._norm_elements()
+            + latent_norms
+            + rotary
+            + core_io
+            + gate
+            + self._residual_elements()
+        )
+
+    def _activation_elements(self, width: int) -> int:
+        """The MLP activation over ``width`` (megatron-core's GLU activation, bias_swiglu /
+        bias_geglu, reads both fc1 halves and writes one; a plain activation reads and writes
+        one)."""
+        return (3 if self.model.gated_linear_unit else 2) * width
+
+    def _dense_mlp_elements(self) -> int:
+        """Forward elements per token of a dense MLP block: pre-norm, activation, residual add."""
+        return (
+            self._norm_elements()
+            + self._activation_elements(self.model.ffn_size)
+            + self._residual_elements()
+        )
+
+    def _moe_mlp_elements(self) -> int:
+        """Forward elements per token of an MoE block's memory-bound kernels.
+
+        Pre-norm; the router's scores, fp32 over the experts, read and written (4 x experts
+        16-bit element-equivalents); ``moe_utils.permute`` reads the token and writes topk
+        copies; each routed copy's activation over moe_ffn_hidden_size; ``moe_utils.unpermute``
+        reads the topk copies and writes the combined token; the shared experts' activation;
+        the residual add. With moe_latent_size the dispatcher moves latent-wide tokens (the
+        latent projections run before dispatch and after combine).
+        """
+        m = self.model
+        k = m.moe_router_topk
+        token = m.moe_latent_size or m.hidden_size
+        router = 4 * (m.num_moe_experts or 0)
+        permute = (1 + k) * token
+        experts = k * self._activation_elements(m.moe_ffn_hidden_size or m.ffn_size)
+        unpermute = (k + 1) * token
+        shared = self._activation_elements(m.moe_shared_expert_intermediate_size or 0)
+        return (
+            self._norm_elements()
+            + router
+            + permute
+            + experts
+            + unpermute
+            + shared
+            + self._residual_elements()
+        )
+
+    def _mamba_elements(self) -> int:
+        """Forward elements per token of a Mamba layer's memory-bound kernels (MambaMixer).
+
+        Pre-norm; the causal conv1d over x, B and C (d_inner + 2 x groups x state) read and
+        written; the scan reads x, B, C and dt (one per head) and writes y; the gated norm reads
+        y and z and writes its output; the residual add. d_inner = 2h and the heads as
+        :meth:`_hybrid_layer_flops` takes them.
+        """
+        m = self.model
+        d_in = 2 * m.hidden_size
+        heads = m.mamba_num_heads or d_in // m.mamba_head_dim
+        bc = 2 * m.mamba_num_groups * m.mamba_state_dim
+        conv = 2 * (d_in + bc)
+        scan = d_in + bc + heads + d_in
+        gated_norm = 3 * d_in
+        return self._norm_elements() + conv + scan + gated_norm + self._residual_elements()
+
+    def _hybrid_layer_elements(self, symbol: str) -> int:
+        """Forward elements per token of one hybrid layer, by its pattern symbol; the gated
+        delta net (``G``), DSA (``D``) and MLA (``+``) layers are not priced."""
+        if symbol == _ATTENTION:
+            return self._attention_elements()
+        if symbol == _MAMBA:
+            return self._mamba_elements()
+        if symbol == _MLP:
+            return self._dense_mlp_elements()
+        if symbol == _MOE:
+            return self._moe_mlp_elements()
+        return 0
+
+    def elementwise_bytes_per_token(self) -> float:
+        """Bytes per token the mean decoder layer moves through HBM in its memory-bound kernels,
+        forward and backward (the backward twice the forward), 16-bit activations.
+
+        A transformer layer is an attention block and a dense or MoE MLP block (by
+        moe_layer_pattern); a hybrid model's pattern symbols are spread over its layers as
+        :meth:`decoder_flops_per_token` does. MTP layers and the output layer are not counted.
+        """
+        self._check_attention_variant()
+        m = self.model
+        if m.hybrid_layer_pattern is not None:
+            main = parse_hybrid_pattern(m.hybrid_layer_pattern).main
+            elements = sum(self._hybrid_layer_elements(symbol) for symbol in main)
+        else:
+            moe_layers = sum(m.moe_layer_pattern) if m.moe else 0
+            elements = (
+                m.num_layers * self._attention_elements()
+                + moe_layers * self._moe_mlp_elements()
+                + (m.num_layers - moe_layers) * self._dense_mlp_elements()
+            )
+        return _FORWARD_AND_BACKWARD * _ACTIVATION_BYTES * elements / m.num_layers
+
     # --- parameters --------------------------------------------------------------------------
 
     def _norm_params(self) -> int:
@@ -397,6 +549,13 @@ class ModelCost:
             params += self.padded_vocab(tp_size) * self.model.hidden_size // tp_size
         return params
 
+
+# Bytes of one activation element (bf16/fp16: activations stay 16-bit whatever the GEMMs'
+# format), and an elementwise kernel's traffic over forward and backward, in forwards.
+_ACTIVATION_BYTES = 2
+_FORWARD_AND_BACKWARD = 3
+# Position embeddings megatron-core applies as a rotation of Q and K (apply_rotary_pos_emb).
+_ROTARY = frozenset({"rope", "yarn", "mrope"})
 
 # Layer symbols of megatron-core's hybrid pattern (``hybrid_layer_allocation.Symbols``).
 _MAMBA, _GDN, _ATTENTION, _MLP, _MOE = "M", "G", "*", "-", "E"

@@ -32,7 +32,11 @@ class StepCost:
     compute_seconds_at_peak: float
     """Executed FLOPs (model + recompute) over the GPU's peak dense tensor-core FLOP/s: the
     compute dtype's peak for the GEMMs, the 16-bit peak for core attention unless
-    ``fp8_dot_product_attention``."""
+    ``fp8_dot_product_attention``. FLOPs only: the memory-bound kernels are
+    :attr:`memory_seconds_at_peak`."""
+    memory_seconds_at_peak: float
+    """Bytes the memory-bound (non-GEMM, non-core-attention) kernels move, recompute included,
+    over the GPU's peak HBM bandwidth (:meth:`ModelCost.elementwise_bytes_per_token`)."""
 
 
 @dataclass(frozen=True)
@@ -72,7 +76,8 @@ class Prediction:
     step_seconds: float
     """Predicted step time: compute + bubble + exposed communication."""
     compute_seconds: float
-    """Executed FLOPs over peak x achievable fraction."""
+    """Executed FLOPs over peak x achievable fraction, plus the memory-bound kernels' bytes over
+    the HBM peak."""
     bubble_seconds: float
     """The pipeline bubble: (PP-1)/(VPP x micro-batches) of the compute."""
     exposed_seconds: float
@@ -173,7 +178,8 @@ class Estimate:
         lines = [
             f"model FLOPs/token {self.model_flops_per_token:.4g}; step: {s.tokens} tokens, "
             f"{s.flops_per_gpu:.4g} model FLOPs/GPU (pipeline stage {self.pipeline_rank}), "
-            f"compute >= {s.compute_seconds_at_peak * 1e3:.1f} ms at peak",
+            f"compute >= {s.compute_seconds_at_peak * 1e3:.1f} ms at peak + "
+            f"{s.memory_seconds_at_peak * 1e3:.1f} ms memory-bound at HBM peak",
         ]
         header = (
             "mode",

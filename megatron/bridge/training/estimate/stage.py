@@ -1,4 +1,4 @@
-"""The pipeline stage a step estimate describes: its layers, FLOPs, recompute and parameters.
+"""The pipeline stage a step estimate describes: its layers, FLOPs, bytes, recompute and parameters.
 
 megatron-core splits the transformer layers over the pipeline ranks; :func:`busiest_stage`
 picks the rank with the most model FLOPs and returns it as a :class:`Stage`, the one object the
@@ -47,6 +47,12 @@ class Stage:
     multi-token-prediction layers on the stage that builds them."""
     recompute_flops_per_token: float
     """Forward FLOPs per token that recomputation executes again on this stage."""
+    elementwise_bytes_per_token: float
+    """HBM bytes per token this stage's layers move in memory-bound kernels, forward and backward
+    (:meth:`ModelCost.elementwise_bytes_per_token` x layers)."""
+    recompute_elementwise_bytes_per_token: float
+    """HBM bytes per token the recomputed forwards of whole layers move again (full recompute:
+    the forward's third of the recomputed layers' bytes; selective recompute adds none)."""
 
     @property
     def moe_layers(self) -> float:
@@ -104,6 +110,8 @@ def busiest_stage(
     multi-token-prediction layers adds them (:meth:`ModelCost.mtp_flops_per_token`, their
     output heads included). Recompute adds forward passes: a full layer's forward is a third of
     its training FLOPs, core attention's (:meth:`ModelCost.core_attention_flops_per_token`).
+    The stage's memory-bound bytes are its layers' (:meth:`ModelCost.elementwise_bytes_per_token`),
+    full recompute adding the forward third of the recomputed layers'.
     """
     tp, pp = job.tp_size, job.pp_size
     vpp = job.vpp_size if job.interleaved else 1
@@ -125,6 +133,7 @@ def busiest_stage(
     layer_fwd = per_layer / 3
     core_fwd = dims.core_attention_flops_per_token() / 3
     mlp_fwd = (per_layer - dims.attention_flops_per_token()) / 3
+    layer_bytes = dims.elementwise_bytes_per_token()
     return Stage(
         rank=rank,
         layers=layers,
@@ -139,6 +148,8 @@ def busiest_stage(
         recompute_mlp=mlp,
         flops_per_token=stage_flops(rank),
         recompute_flops_per_token=layers * (full * layer_fwd + core * core_fwd + mlp * mlp_fwd),
+        elementwise_bytes_per_token=layers * layer_bytes,
+        recompute_elementwise_bytes_per_token=layers * full * layer_bytes / 3,
     )
 
 

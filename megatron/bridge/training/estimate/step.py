@@ -2,9 +2,10 @@
 
 It checks the job has what the estimate needs, sizes the batch, picks the busiest pipeline stage
 (:mod:`.stage`), prices its compute at the GPU's peak and its communication per mode
-(:mod:`.comm`), places both on megatron-core's schedule (:mod:`.schedule`) with the compute at
-the achievable fraction of peak (:mod:`.efficiency`), once with the plan's overlap and once
-with all of it off, and states the assumptions behind the numbers.
+(:mod:`.comm`), places both on megatron-core's schedule (:mod:`.schedule`) with the FLOPs at
+the achievable fraction of peak (:mod:`.efficiency`) plus the memory-bound kernels' bytes at
+the HBM peak, once with the plan's overlap and once with all of it off, and states the
+assumptions behind the numbers.
 """
 
 from __future__ import annotations
@@ -87,10 +88,12 @@ def estimate_step(
     split = tp * cp  # a micro-batch's work is split over TP and its tokens over CP
     model_flops = tokens_per_dp_rank * stage.flops_per_token / split
     executed = model_flops + tokens_per_dp_rank * stage.recompute_flops_per_token / split
+    memory_forward, memory = _memory_seconds(gpu, stage, tokens_per_dp_rank / split)
     step = StepCost(
         tokens=tokens,
         flops_per_gpu=model_flops,
         compute_seconds_at_peak=executed * seconds_per_flop,
+        memory_seconds_at_peak=memory,
     )
 
     dense_params, expert_params = stage_params(f, dims, stage)
@@ -110,9 +113,10 @@ def estimate_step(
     achievable = achievable or achievable_fraction(gpu.name, f.compute_dtype)
     rate = achievable.fraction / seconds_per_flop
     attention_flops = stage.layers * dims.attention_flops_per_token() / stage.flops_per_token
+    segments = micro_batches * stage.vpp
     shape = _Shape(
-        forward=model_flops / 3 / (micro_batches * stage.vpp) / rate,
-        backward=(executed - model_flops / 3) / (micro_batches * stage.vpp) / rate,
+        forward=(model_flops / 3 / rate + memory_forward) / segments,
+        backward=((executed - model_flops / 3) / rate + memory - memory_forward) / segments,
         attention_share=min(1.0, time_share(max(attention_flops, core_share))),
         core_attention_share=time_share(core_share),
     )
@@ -148,6 +152,24 @@ def estimate_step(
         pipeline_rank=stage.rank,
         knobs_off=tuple(knobs_off),
     )
+
+
+def _memory_seconds(gpu: GpuSpec, stage: Stage, tokens: float) -> tuple[float, float]:
+    """(forward, forward + backward + recompute) seconds of the stage's memory-bound kernels for
+    ``tokens`` tokens on one GPU, their bytes over the GPU's peak HBM bandwidth.
+
+    A lower bound of its own, at the HBM peak: the achievable fraction of the tensor-core peak
+    does not apply to it. The forward is a third of the layers' bytes; recompute runs in the
+    backward.
+    """
+    bandwidth = gpu.hbm_gb_per_s * 1e9
+    forward = tokens * stage.elementwise_bytes_per_token / 3 / bandwidth
+    total = (
+        tokens
+        * (stage.elementwise_bytes_per_token + stage.recompute_elementwise_bytes_per_token)
+        / bandwidth
+    )
+    return forward, total
 
 
 def _seconds_per_flop(
@@ -212,6 +234,10 @@ def _assumptions(
         "attention), whatever the overlap knobs say",
         "model FLOPs: Megatron's definition (no norms, softmax, router or loss); "
         "recomputed forwards count only in compute_seconds_at_peak",
+        "memory-bound kernels (norms, rotary, attention I/O, activations, router, permutation, "
+        "residual adds; 16-bit activations, backward twice the forward) at the HBM peak "
+        f"({gpu.hbm_gb_per_s:.0f} GB/s), added to the compute without the achievable fraction; "
+        "split over TP x CP; MTP layers and the output layer's not counted",
     ]
     if job.model.moe:
         assumptions.append(
