@@ -1,10 +1,10 @@
-"""FLOPs, memory-bound bytes and parameter counts of a model, read from its :class:`ModelDescription`.
+"""FLOPs, memory-bound bytes and parameters of a model, read from its :class:`ModelDescription`.
 
 :class:`ModelCost` owns the per-token FLOPs definition behind "Model TFLOP/s/GPU" (upstream
 Megatron-Bridge's ``training/utils/flop_utils.py`` ``num_floating_point_operations``, for
 transformers and hybrid Mamba models), the bytes per token its layers' memory-bound kernels move
-(:meth:`ModelCost.elementwise_bytes_per_token`) and the parameters one GPU holds of a layer, the embedding
-and the output layer; it knows nothing of the step, the pipeline stage or the links.
+(:meth:`ModelCost.elementwise_bytes_per_token`) and the parameters one GPU holds of a layer, the
+embedding and the output layer; it knows nothing of the step, the pipeline stage or the links.
 """
 
 from __future__ import annotations
