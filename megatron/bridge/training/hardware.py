@@ -207,13 +207,14 @@ _B200 = _gpu(
     links=(900.0, 50.0),
     hbm_gb_per_s=8000.0,
 )
-_B300 = _gpu(
-    "b300",
-    (10, 3),
-    "b200",
-    peaks=(2250.0, 4500.0, 13500.0),
-    links=(900.0, 100.0),
-    hbm_gb_per_s=8000.0,
+# Blackwell Ultra (SM103): the B200's BF16/FP8 peaks, NVLink and HBM bandwidth; its own FP4
+# peak and ConnectX-8 NIC.
+_B300 = dataclasses.replace(
+    _B200,
+    name="b300",
+    compute_capability=(10, 3),
+    peak_fp4_tflops=13500.0,
+    network_gb_per_s=100.0,
 )
 
 GPUS: Mapping[str, GpuSpec] = MappingProxyType(

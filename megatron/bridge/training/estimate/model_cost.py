@@ -461,32 +461,26 @@ class ModelCost:
         gated_norm = 3 * d_in
         return self._norm_elements() + conv + scan + gated_norm + self._residual_elements()
 
-    def _hybrid_layer_elements(self, symbol: str) -> int:
-        """Forward elements per token of one hybrid layer, by its pattern symbol; the gated
-        delta net (``G``), DSA (``D``) and MLA (``+``) layers are not priced."""
-        if symbol == _ATTENTION:
-            return self._attention_elements()
-        if symbol == _MAMBA:
-            return self._mamba_elements()
-        if symbol == _MLP:
-            return self._dense_mlp_elements()
-        if symbol == _MOE:
-            return self._moe_mlp_elements()
-        return 0
-
     def elementwise_bytes_per_token(self) -> float:
         """Bytes per token the mean decoder layer moves through HBM in its memory-bound kernels,
         forward and backward (the backward twice the forward), 16-bit activations.
 
         A transformer layer is an attention block and a dense or MoE MLP block (by
-        moe_layer_pattern); a hybrid model's pattern symbols are spread over its layers as
-        :meth:`decoder_flops_per_token` does. MTP layers and the output layer are not counted.
+        moe_layer_pattern); a hybrid model's attention, Mamba, MLP and MoE layers are spread over
+        its layers as :meth:`decoder_flops_per_token` does (its gated-delta-net, DSA and MLA
+        layers are not priced). MTP layers and the output layer are not counted.
         """
         self._check_attention_variant()
         m = self.model
         if m.hybrid_layer_pattern is not None:
+            # The gated delta net (G), DSA (D) and MLA (+) layers are not priced.
             main = parse_hybrid_pattern(m.hybrid_layer_pattern).main
-            elements = sum(self._hybrid_layer_elements(symbol) for symbol in main)
+            elements = (
+                main.count(_ATTENTION) * self._attention_elements()
+                + main.count(_MAMBA) * self._mamba_elements()
+                + main.count(_MLP) * self._dense_mlp_elements()
+                + main.count(_MOE) * self._moe_mlp_elements()
+            )
         else:
             moe_layers = sum(m.moe_layer_pattern) if m.moe else 0
             elements = (
