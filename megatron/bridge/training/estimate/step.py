@@ -43,8 +43,6 @@ from megatron.bridge.training.hardware import GpuSpec, gpu_spec
 from megatron.bridge.training.job import JobDescription
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from megatron.bridge.training.comm_overlap import OverlapPlan
 
 __all__ = ["estimate_step"]
@@ -83,7 +81,7 @@ def estimate_step(
     tokens_per_dp_rank = tokens // dp
     domain = nvlink_domain or gpu.nvlink_domain or gpus_per_node or gpu.gpus_per_node
     stage = busiest_stage(f, dims, micro_batch_size=mbs, micro_batches=micro_batches)
-    seconds_per_flop, core_share, time_share = _seconds_per_flop(f, gpu, dims, stage)
+    seconds_per_flop, mixer_share, core_share = _seconds_per_flop(f, gpu, dims, stage)
 
     split = tp * cp  # a micro-batch's work is split over TP and its tokens over CP
     model_flops = tokens_per_dp_rank * stage.flops_per_token / split
@@ -112,13 +110,12 @@ def estimate_step(
 
     achievable = achievable or achievable_fraction(gpu.name, f.compute_dtype)
     rate = achievable.fraction / seconds_per_flop
-    attention_flops = stage.layers * dims.attention_flops_per_token() / stage.flops_per_token
     segments = micro_batches * stage.vpp
     shape = _Shape(
         forward=(model_flops / 3 / rate + memory_forward) / segments,
         backward=((executed - model_flops / 3) / rate + memory - memory_forward) / segments,
-        attention_share=min(1.0, time_share(max(attention_flops, core_share))),
-        core_attention_share=time_share(core_share),
+        attention_share=mixer_share,
+        core_attention_share=core_share,
     )
     with_plan = _predict(
         plan, entries, stage, shape, achievable, tokens, dense_params, expert_params, overlap=True
@@ -174,9 +171,9 @@ def _memory_seconds(gpu: GpuSpec, stage: Stage, tokens: float) -> tuple[float, f
 
 def _seconds_per_flop(
     job: JobDescription, gpu: GpuSpec, dims: ModelCost, stage: Stage
-) -> tuple[float, float, Callable[[float], float]]:
-    """Seconds per executed FLOP at peak, core attention's share of the FLOPs, and a function
-    from a share of the FLOPs that holds all of core attention to its share of the time.
+) -> tuple[float, float, float]:
+    """Seconds per executed FLOP at peak, and the shares of the time at peak of the token
+    mixers (attention, or a hybrid model's mixers) and of core attention.
 
     The GEMMs run at the peak of the compute dtype's tensor cores. Core attention runs at the
     16-bit peak, or at the FP8 peak (never above the GEMMs') with ``fp8_dot_product_attention``:
@@ -188,14 +185,16 @@ def _seconds_per_flop(
     attention_dtype = "fp8_cs" if job.model.fp8_dot_product_attention else "bf16"
     core_peak = min(gemm, gpu.peak_tflops(attention_dtype) * 1e12)
     scan_peak = min(gemm, gpu.peak_tflops("bf16") * 1e12)
+    # Shares of the stage's model FLOPs: core attention and the scans are parts of the mixers'.
     core = min(1.0, stage.layers * dims.core_attention_flops_per_token() / stage.flops_per_token)
     scan = min(1.0 - core, stage.layers * dims.scan_flops_per_token() / stage.flops_per_token)
+    mixers = min(
+        1.0,
+        max(stage.layers * dims.attention_flops_per_token() / stage.flops_per_token, core + scan),
+    )
     per_flop = (1 - core - scan) / gemm + core / core_peak + scan / scan_peak
-
-    def time_share(flops_share: float) -> float:
-        return ((flops_share - core) / gemm + core / core_peak) / per_flop
-
-    return per_flop, core, time_share
+    mixer_time = (mixers - core - scan) / gemm + core / core_peak + scan / scan_peak
+    return per_flop, mixer_time / per_flop, core / core_peak / per_flop
 
 
 def _assumptions(
