@@ -243,7 +243,7 @@ def ep_transfers(job: JobDescription, stage: Stage) -> list[Transfer]:
     # DeepEP's internode dispatch (csrc/kernels/internode.cu: one RDMA send per destination
     # node, with the bitmap of that node's NVLink ranks that need the token) and HybridEP's
     # hierarchical RDMA-then-NVLink design both cross the network once per remote node.
-    routed = (m.num_moe_experts, m.moe_router_topk) if job.model.flex_backend else None
+    routed = (m.num_moe_experts, m.moe_router_topk) if m.flex_backend else None
     seq, mbs = job.model.seq_length, stage.micro_batch_size
     local_tokens = mbs * seq // (job.cp_size * (job.tp_size if job.sequence_parallel else 1))
     a2a = local_tokens * job.model.moe_router_topk * job.model.hidden_size * _ACT_BYTES

@@ -77,7 +77,7 @@ def decide_tp(planner: Planner) -> None:
     if failed and auto:
         _not_requested(planner, preset, "; ".join(failed))
         return
-    if auto and f.model.mtp_num_layers and not failed:
+    if auto and f.model.mtp_num_layers:
         # The build turns TP overlap off again (see the warning an explicit request gets).
         _not_requested(planner, preset, mtp_userbuffers_pitfall(f.model.mtp_num_layers))
         return
