@@ -1,4 +1,6 @@
-"""The achievable fraction of peak tensor-core throughput, per GPU and compute dtype, with its source.
+"""Measured efficiencies the step estimate applies, each with its source.
+
+**The achievable fraction** of peak tensor-core throughput, per GPU and compute dtype.
 
 A step's compute time is its executed FLOPs over ``peak x fraction``: the fraction is what the
 GEMMs, attention kernels and the unmodelled elementwise work reach on average, with the
@@ -16,6 +18,16 @@ or on B200, which publishes Llama-3 8B only, that row. Every other published row
 A compute dtype without a fitted row takes, in this order: the same GPU's fitted dtype of the
 same tensor-core format (FP8 current scaling and MXFP8 both run FP8 GEMMs), the H100 figure of
 that format, else the quoted H100 BF16 figure; the source says which.
+
+**The share of EP all-to-all time that ``overlap_moe_expert_parallel_comm`` hides**
+(:data:`EP_OVERLAP`): the schedule (:mod:`.schedule`) bounds what the combined 1F1B slots can
+hide; of that, a measured share comes off the step. The measurement is upstream's profiled A/B:
+the step time the overlap saved over the time the EP communication kernels ran without it. In
+that profile the overlapped all-to-all kernels ran 31 % longer (10.83 s against 8.25 s per
+step) and about a third of their time ran beside GEMMs and attention: overlapped kernels share
+the GPU's SMs and memory, so overlap hides less than the windows allow. One measurement, on
+H100 with HybridEP, serves every GPU and dispatcher; the alltoall A/B on the same shape (PR
+3862) is the check (``tests/unit_tests/training/test_step_model.py``).
 """
 
 from __future__ import annotations
@@ -26,7 +38,16 @@ from types import MappingProxyType
 
 from megatron.bridge.training.precisions import PRECISIONS, canonical_precision
 
-__all__ = ["ACHIEVABLE", "FIT_ROWS", "QUOTED_BF16", "Achievable", "FitRow", "achievable_fraction"]
+__all__ = [
+    "ACHIEVABLE",
+    "EP_OVERLAP",
+    "FIT_ROWS",
+    "QUOTED_BF16",
+    "Achievable",
+    "FitRow",
+    "OverlapAB",
+    "achievable_fraction",
+]
 
 
 @dataclass(frozen=True)
@@ -152,3 +173,39 @@ def achievable_fraction(gpu: str, precision: str | None) -> Achievable:
     return Achievable(
         QUOTED_BF16.fraction, f"no fitted row for {gpu} {dtype}: {QUOTED_BF16.source}"
     )
+
+
+@dataclass(frozen=True)
+class OverlapAB:
+    """A measured A/B of one overlap knob: the step without and with it, and the time its
+    communication's kernels ran per step without it."""
+
+    step_without: float
+    """Seconds per step with the knob off."""
+    step_with: float
+    """Seconds per step with the knob on, all else held."""
+    comm_seconds: float
+    """Seconds per step the communication's kernels ran with the knob off."""
+    source: str
+    """Where the figures are published."""
+
+    @property
+    def hidden_share(self) -> float:
+        """Share of the communication's time the knob took off the step."""
+        return (self.step_without - self.step_with) / self.comm_seconds
+
+
+#: Upstream's profiled EP-overlap A/B (Megatron-Bridge PR 5094; skills/
+#: nemo-mbridge-perf-expert-parallel-overlap/SKILL.md, "HybridEP Production-Shape Benchmark"):
+#: Qwen3-30B-A3B, 16 x H100, BF16, seq 4096, MBS 1, GBS 1024, TP1 PP1 CP1 EP16, forced load
+#: balancing, flex dispatcher with HybridEP. Steady step 24.7138 s off, 20.9920 s on (the
+#: independent validation run). Nsight: with the knob off, 9.079 ms of communication ran beside
+#: GEMMs and attention, 0.11 % of the communication time, which is 8.254 s per step.
+EP_OVERLAP = OverlapAB(
+    step_without=24.7138,
+    step_with=20.9920,
+    comm_seconds=9.079e-3 / 0.0011,
+    source="Megatron-Bridge PR 5094: Qwen3-30B-A3B on 16 x H100, BF16, EP16, HybridEP; "
+    "24.714 s per step without overlap_moe_expert_parallel_comm, 20.992 s with it, and 8.25 s "
+    "of EP communication kernels per step without it (Nsight)",
+)

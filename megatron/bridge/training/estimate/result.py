@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 
+from megatron.bridge.training.estimate.efficiency import EP_OVERLAP
+
 __all__ = ["CP_RING", "CommEntry", "Estimate", "Link", "Prediction", "StepCost"]
 
 Link = Literal["nvlink", "network"]
@@ -163,7 +165,12 @@ class Estimate:
             ms = sum(c.hidden_seconds for c in entries) * 1e3
             total = sum(c.seconds_at_link_peak for c in entries) * 1e3
             what = ", ".join(f"{c.mode} {c.collective}" for c in entries)
-            lines.append(f"{knob} hides {ms:.1f} of {total:.1f} ms/step ({what})")
+            share = (
+                f"; {EP_OVERLAP.hidden_share:.0%} of what its slots allow, the measured share"
+                if knob == "overlap_moe_expert_parallel_comm"
+                else ""
+            )
+            lines.append(f"{knob} hides {ms:.1f} of {total:.1f} ms/step ({what}{share})")
         for knob in self.knobs_off:
             ms = (
                 sum(c.seconds_at_link_peak for c in self.communication if _knob_for(c) == knob)

@@ -13,7 +13,8 @@ stream in the compute window that schedule gives it:
   ``overlap_p2p_comm`` under the segment; EP's all-to-alls with
   ``overlap_moe_expert_parallel_comm`` only in a combined forward-backward pair, slot by slot
   as ``TransformerLayerSchedulePlan.run`` pairs them (comm: combine-bwd | dispatch-fwd,
-  dispatch-bwd | combine-fwd; compute: attention-fwd | MLP-bwd, MLP-fwd | attention-bwd).
+  dispatch-bwd | combine-fwd; compute: attention-fwd | MLP-bwd, MLP-fwd | attention-bwd), the
+  stream's ``hideable`` share of what the slots allow.
   Streams on one link share it: together they hide at most the segment's compute.
 - **gradient reduction** (DP reduce-scatter or all-reduce) with ``overlap_grad_reduce``:
   megatron-core enables grad sync only for each model chunk's last micro-batch, so the buckets
@@ -54,7 +55,8 @@ class LayerStream:
     backward_seconds: float
     """Its time on the link in one backward segment."""
     hideable: float
-    """Share of it that may hide (0: exposed; TP under userbuffers: (TP-1)/TP)."""
+    """Share of it that may hide (0: exposed; TP under userbuffers: (TP-1)/TP; EP: the measured
+    share of what its slots allow)."""
     window: str
     """What it hides under: gemm, core (core attention), all (the segment), a2a (EP slots)."""
 

@@ -4,8 +4,8 @@ It checks the job has what the estimate needs, sizes the batch, picks the busies
 (:mod:`.stage`), prices its compute at the GPU's peak and its communication per mode
 (:mod:`.comm`), places both on megatron-core's schedule (:mod:`.schedule`) with the FLOPs at
 the achievable fraction of peak (:mod:`.efficiency`) plus the memory-bound kernels' bytes at
-the HBM peak, once with the plan's overlap and once with all of it off, and states the
-assumptions behind the numbers.
+the HBM peak and EP overlap hiding its measured share (:mod:`.efficiency`), once with the plan's
+overlap and once with all of it off, and states the assumptions behind the numbers.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from megatron.bridge.training.estimate.comm import (
     price,
     tp_transfers,
 )
-from megatron.bridge.training.estimate.efficiency import Achievable, achievable_fraction
+from megatron.bridge.training.estimate.efficiency import EP_OVERLAP, Achievable, achievable_fraction
 from megatron.bridge.training.estimate.model_cost import ModelCost
 from megatron.bridge.training.estimate.result import (
     CP_RING,
@@ -243,6 +243,12 @@ def _assumptions(
             "MoE: uniform routing (no imbalance, no dropped tokens); MoE layers spread evenly "
             "over stages; expert-TP traffic not modelled"
         )
+    if job.model.moe and job.ep_size > 1:
+        assumptions.append(
+            "overlap_moe_expert_parallel_comm hides "
+            f"{EP_OVERLAP.hidden_share:.0%} of the EP all-to-all time its combined 1F1B slots "
+            f"could hide: the share measured in {EP_OVERLAP.source}"
+        )
     return tuple(assumptions)
 
 
@@ -312,7 +318,7 @@ def _predict(
                     c.link,
                     t * fwd_share / segments,
                     t * (1 - fwd_share) / segments,
-                    1.0 if on("overlap_moe_expert_parallel_comm") else 0.0,
+                    EP_OVERLAP.hidden_share if on("overlap_moe_expert_parallel_comm") else 0.0,
                     "a2a",
                 )
             )
