@@ -209,6 +209,29 @@ def test_split_over_tp_and_cp():
     assert seconds[1] == pytest.approx(seconds[0] / 4, rel=1e-12)
 
 
+def test_without_sequence_parallelism_every_tp_rank_runs_the_hidden_wide_kernels_whole():
+    # One layer: the norms and residual adds are hidden-wide, 2 x (8192 + 12288) = 40960
+    # elements; rotary 10240, core I/O 10240 and SwiGLU 43008 (63488) are head- and FFN-wide,
+    # halved over TP 2.
+    job = h100_job(LLAMA3_8B, tp_size=2, sequence_parallel=False, global_batch_size=4)
+    estimate = estimate_step(plan_comm_overlap(CommOverlapConfig(tp_comm_overlap=False), job))
+    tokens = 4 * 4096
+    assert estimate.step.memory_seconds_at_peak == pytest.approx(
+        tokens * 32 * (40960 + 63488 / 2) * BYTES_FWD_BWD / 3350e9, rel=1e-12
+    )
+
+
+@pytest.mark.parametrize("model", [DENSE, MOE, MLA, HYBRID], ids=["dense", "moe", "mla", "hybrid"])
+@pytest.mark.parametrize("tp", [2, 4])
+def test_tp_splits_all_bytes_with_sequence_parallelism_and_only_some_without(model, tp):
+    cost = ModelCost(model)
+    whole = cost.elementwise_bytes_per_token()
+    with_sp = cost.elementwise_bytes_per_token(tp_size=tp, sequence_parallel=True)
+    without_sp = cost.elementwise_bytes_per_token(tp_size=tp, sequence_parallel=False)
+    assert with_sp == pytest.approx(whole / tp, rel=1e-12)
+    assert whole / tp < without_sp < whole
+
+
 def test_h200_has_more_hbm_bandwidth_than_h100_and_nothing_else_faster():
     h100, h200 = gpu_spec("h100"), gpu_spec("h200")
     assert h200.hbm_gb_per_s > h100.hbm_gb_per_s

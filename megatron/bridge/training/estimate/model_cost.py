@@ -354,19 +354,20 @@ class ModelCost:
     # GEMMs' FLOPs grow with hidden^2. Each helper below counts one block's forward elements per
     # token (reads plus writes); activations are 16-bit (_ACTIVATION_BYTES); the backward of an
     # elementwise kernel reads the saved input and the output gradient and writes the input
-    # gradient, twice the forward's traffic (_FORWARD_AND_BACKWARD = 1 + 2).
+    # gradient, twice the forward's traffic (_FORWARD_AND_BACKWARD = 1 + 2). Each count is an
+    # _Elements: the hidden-wide tensors (norms, residual adds, MLA latents, the router and the
+    # token permutation) every TP rank holds whole unless sequence parallelism splits the tokens,
+    # and the head-, FFN- and channel-wide ones TP splits (megatron-core's column-parallel
+    # outputs: Q, K, V, the attention output, fc1's activation, the Mamba mixer's channels).
 
-    def _norm_elements(self) -> int:
-        """A block's pre-norm: reads the block input and writes the normalized copy its first
-        GEMM reads (TE's LayerNormLinear / LayerNormMLP norm output)."""
-        return 2 * self.model.hidden_size
+    def _norm_and_residual(self) -> _Elements:
+        """A block's pre-norm, which reads the block input and writes the normalized copy its
+        first GEMM reads (TE's LayerNormLinear / LayerNormMLP norm output), and its residual add
+        (megatron-core's bias-dropout-add reads the block output and the residual and writes
+        their sum)."""
+        return _Elements(whole=(2 + 3) * self.model.hidden_size)
 
-    def _residual_elements(self) -> int:
-        """A block's residual add: megatron-core's bias-dropout-add reads the block output and the
-        residual and writes their sum."""
-        return 3 * self.model.hidden_size
-
-    def _attention_elements(self) -> int:
+    def _attention_elements(self) -> _Elements:
         """Forward elements per token of an attention block's memory-bound kernels.
 
         Pre-norm and residual add; rotary embedding (``apply_rotary_pos_emb``) reads and writes Q
@@ -393,13 +394,8 @@ class ModelCost:
         rotary = 2 * (query + key) if m.position_embedding_type in _ROTARY else 0
         core_io = query + key + value + output
         gate = 3 * output if m.attention_output_gate and not m.multi_latent_attention else 0
-        return (
-            self._norm_elements()
-            + latent_norms
-            + rotary
-            + core_io
-            + gate
-            + self._residual_elements()
+        return self._norm_and_residual() + _Elements(
+            whole=latent_norms, split=rotary + core_io + gate
         )
 
     def _activation_elements(self, width: int) -> int:
@@ -408,15 +404,13 @@ class ModelCost:
         one)."""
         return (3 if self.model.gated_linear_unit else 2) * width
 
-    def _dense_mlp_elements(self) -> int:
+    def _dense_mlp_elements(self) -> _Elements:
         """Forward elements per token of a dense MLP block: pre-norm, activation, residual add."""
-        return (
-            self._norm_elements()
-            + self._activation_elements(self.model.ffn_size)
-            + self._residual_elements()
+        return self._norm_and_residual() + _Elements(
+            split=self._activation_elements(self.model.ffn_size)
         )
 
-    def _moe_mlp_elements(self) -> int:
+    def _moe_mlp_elements(self) -> _Elements:
         """Forward elements per token of an MoE block's memory-bound kernels.
 
         Pre-norm; the router's scores, fp32 over the experts, read and written (4 x experts
@@ -434,17 +428,11 @@ class ModelCost:
         experts = k * self._activation_elements(m.moe_ffn_hidden_size or m.ffn_size)
         unpermute = (k + 1) * token
         shared = self._activation_elements(m.moe_shared_expert_intermediate_size or 0)
-        return (
-            self._norm_elements()
-            + router
-            + permute
-            + experts
-            + unpermute
-            + shared
-            + self._residual_elements()
+        return self._norm_and_residual() + _Elements(
+            whole=router + permute + unpermute, split=experts + shared
         )
 
-    def _mamba_elements(self) -> int:
+    def _mamba_elements(self) -> _Elements:
         """Forward elements per token of a Mamba layer's memory-bound kernels (MambaMixer).
 
         Pre-norm; the causal conv1d over x, B and C (d_inner + 2 x groups x state) read and
@@ -459,11 +447,16 @@ class ModelCost:
         conv = 2 * (d_in + bc)
         scan = d_in + bc + heads + d_in
         gated_norm = 3 * d_in
-        return self._norm_elements() + conv + scan + gated_norm + self._residual_elements()
+        return self._norm_and_residual() + _Elements(split=conv + scan + gated_norm)
 
-    def elementwise_bytes_per_token(self) -> float:
+    def elementwise_bytes_per_token(
+        self, *, tp_size: int = 1, sequence_parallel: bool = True
+    ) -> float:
         """Bytes per token the mean decoder layer moves through HBM in its memory-bound kernels,
-        forward and backward (the backward twice the forward), 16-bit activations.
+        forward and backward (the backward twice the forward), 16-bit activations, on one of
+        ``tp_size`` TP ranks: TP splits the head-, FFN- and channel-wide tensors, and the
+        hidden-wide ones only with ``sequence_parallel`` (without it every TP rank normalizes,
+        adds and routes every token).
 
         A transformer layer is an attention block and a dense or MoE MLP block (by
         moe_layer_pattern); a hybrid model's attention, Mamba, MLP and MoE layers are spread over
@@ -488,7 +481,8 @@ class ModelCost:
                 + moe_layers * self._moe_mlp_elements()
                 + (m.num_layers - moe_layers) * self._dense_mlp_elements()
             )
-        return _FORWARD_AND_BACKWARD * _ACTIVATION_BYTES * elements / m.num_layers
+        per_rank = elements.split / tp_size + elements.whole / (tp_size if sequence_parallel else 1)
+        return _FORWARD_AND_BACKWARD * _ACTIVATION_BYTES * per_rank / m.num_layers
 
     # --- parameters --------------------------------------------------------------------------
 
@@ -542,6 +536,23 @@ class ModelCost:
         if not self.model.share_embeddings_and_output_weights or pp_size > 1:
             params += self.padded_vocab(tp_size) * self.model.hidden_size // tp_size
         return params
+
+
+@dataclass(frozen=True)
+class _Elements:
+    """Forward elements per token of memory-bound kernels: ``whole`` on hidden-wide tensors
+    (split over TP only with sequence parallelism), ``split`` on tensors TP splits."""
+
+    whole: int = 0
+    split: int = 0
+
+    def __add__(self, other: _Elements) -> _Elements:
+        return _Elements(self.whole + other.whole, self.split + other.split)
+
+    def __mul__(self, count: int) -> _Elements:
+        return _Elements(self.whole * count, self.split * count)
+
+    __rmul__ = __mul__
 
 
 # Bytes of one activation element (bf16/fp16: activations stay 16-bit whatever the GEMMs'

@@ -48,8 +48,8 @@ class Stage:
     recompute_flops_per_token: float
     """Forward FLOPs per token that recomputation executes again on this stage."""
     elementwise_bytes_per_token: float
-    """HBM bytes per token this stage's layers move in memory-bound kernels, forward and backward
-    (:meth:`ModelCost.elementwise_bytes_per_token` x layers)."""
+    """HBM bytes per token this stage's layers move in memory-bound kernels on one TP rank,
+    forward and backward (:meth:`ModelCost.elementwise_bytes_per_token` x layers)."""
     recompute_elementwise_bytes_per_token: float
     """HBM bytes per token the recomputed forwards of whole layers move again (full recompute:
     the forward's third of the recomputed layers' bytes; selective recompute adds none)."""
@@ -110,8 +110,9 @@ def busiest_stage(
     multi-token-prediction layers adds them (:meth:`ModelCost.mtp_flops_per_token`, their
     output heads included). Recompute adds forward passes: a full layer's forward is a third of
     its training FLOPs, core attention's (:meth:`ModelCost.core_attention_flops_per_token`).
-    The stage's memory-bound bytes are its layers' (:meth:`ModelCost.elementwise_bytes_per_token`),
-    full recompute adding the forward third of the recomputed layers'.
+    The stage's memory-bound bytes are its layers' on one TP rank
+    (:meth:`ModelCost.elementwise_bytes_per_token`), full recompute adding the forward third of
+    the recomputed layers'.
     """
     tp, pp = job.tp_size, job.pp_size
     vpp = job.vpp_size if job.interleaved else 1
@@ -133,7 +134,9 @@ def busiest_stage(
     layer_fwd = per_layer / 3
     core_fwd = dims.core_attention_flops_per_token() / 3
     mlp_fwd = (per_layer - dims.attention_flops_per_token()) / 3
-    layer_bytes = dims.elementwise_bytes_per_token()
+    layer_bytes = dims.elementwise_bytes_per_token(
+        tp_size=tp, sequence_parallel=job.sequence_parallel
+    )
     return Stage(
         rank=rank,
         layers=layers,

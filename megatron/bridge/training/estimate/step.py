@@ -86,7 +86,8 @@ def estimate_step(
     split = tp * cp  # a micro-batch's work is split over TP and its tokens over CP
     model_flops = tokens_per_dp_rank * stage.flops_per_token / split
     executed = model_flops + tokens_per_dp_rank * stage.recompute_flops_per_token / split
-    memory_forward, memory = _memory_seconds(gpu, stage, tokens_per_dp_rank / split)
+    # The stage's memory-bound bytes are per TP rank already: the tokens split over CP.
+    memory_forward, memory = _memory_seconds(gpu, stage, tokens_per_dp_rank / cp)
     step = StepCost(
         tokens=tokens,
         flops_per_gpu=model_flops,
@@ -236,7 +237,8 @@ def _assumptions(
         "memory-bound kernels (norms, rotary, attention I/O, activations, router, permutation, "
         "residual adds; 16-bit activations, backward twice the forward) at the HBM peak "
         f"({gpu.hbm_gb_per_s:.0f} GB/s), added to the compute without the achievable fraction; "
-        "split over TP x CP; MTP layers and the output layer's not counted",
+        "split over CP, and over TP except the hidden-wide tensors without sequence parallelism; "
+        "MTP layers and the output layer's not counted",
     ]
     if job.model.moe:
         assumptions.append(
