@@ -259,11 +259,13 @@ _CONNECTION_FIELDS = (
     "pp_size",
     "moe_flex_dispatcher_backend",
     "a2a_overlap",
+    "megatron_fsdp",
 )
 
 
 def connection_layout(*values) -> dict:
-    """A row's (gpu, tp, cp, dp, pp, flex backend, a2a overlap) as launch-environment keywords."""
+    """A row's (gpu, tp, cp, dp, pp, flex backend, a2a overlap, Megatron-FSDP) as
+    launch-environment keywords."""
     return dict(zip(_CONNECTION_FIELDS, values, strict=True))
 
 
@@ -284,6 +286,7 @@ def _connection_matrix() -> list:
                 int(row["pp"]),
                 row["flex_backend"] or None,
                 {"yes": True, "no": False}[row["a2a_overlap"]],
+                {"yes": True, "no": False}[row["megatron_fsdp"]],
             ),
             int(row["expected"]),
             id=row["id"],
@@ -299,7 +302,7 @@ CONNECTION_MATRIX = _connection_matrix()
 
 def connection_rule_inputs(layout: dict) -> dict:
     """The keywords of a matrix row ``launch_env.cuda_device_max_connections`` reads."""
-    keys = ("gpu_sm100_or_newer", "tp_size", "cp_size", "a2a_overlap")
+    keys = ("gpu_sm100_or_newer", "tp_size", "cp_size", "a2a_overlap", "megatron_fsdp")
     return {k: layout[k] for k in keys}
 
 

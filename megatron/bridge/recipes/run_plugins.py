@@ -252,6 +252,7 @@ _LAYOUT_FIELDS = (
     "ep_size",
     "etp_size",
     "moe_flex_dispatcher_backend",
+    "megatron_fsdp",
 )
 
 
@@ -297,6 +298,9 @@ class PerfEnvPlugin(run.Plugin):
     """Total GPUs of the job; DP size is num_gpus // (tp_size * cp_size * pp_size)."""
     moe_flex_dispatcher_backend: str | None = None
     """MoE flex dispatcher backend in use ("deepep", "hybridep", "ncclep"), or None."""
+    megatron_fsdp: bool = False
+    """Whether the job runs Megatron-FSDP (``cfg.ddp.use_megatron_fsdp``), which refuses
+    CUDA_DEVICE_MAX_CONNECTIONS=1."""
     a2a_overlap: bool = False
     """Whether EP all-to-all communication overlap is on."""
     script_args_converter_fn: Callable[[PerfEnvPluginScriptArgs], list[str]] | None = None
@@ -311,6 +315,7 @@ class PerfEnvPlugin(run.Plugin):
             "enable_layernorm_sm_margin",
             "enable_vboost",
             "enable_manual_gc",
+            "megatron_fsdp",
             "a2a_overlap",
         ):
             check_bool(owner, name, getattr(self, name))

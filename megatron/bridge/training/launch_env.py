@@ -18,15 +18,17 @@ Two kinds of value live here, kept apart:
   holds every such rule and is the only one that warns). ``CUDA_DEVICE_MAX_CONNECTIONS`` must be
   above 1 when EP all-to-all overlap runs: megatron-core issues the all-to-alls on their own
   stream (``pipeline_parallel/utils.set_streams``) to overlap them with another micro-batch's
-  compute, and one hardware queue runs the two streams' kernels one after the other.
-  HybridEP's ``NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN`` must divide the EP size (its
+  compute, and one hardware queue runs the two streams' kernels one after the other. It must
+  not be 1 under Megatron-FSDP either: Megatron-Bridge refuses that at config validation
+  (``ConfigContainer._validate_and_apply_megatron_fsdp_v1_configs``, as Megatron-LM's
+  ``validate_args`` does). HybridEP's ``NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN`` must divide the EP size (its
   ``HybridEPBuffer`` asserts it when the buffer is built).
 - **Tuned**: a value that works either way and that upstream Megatron-Bridge's performance
   recipes measured to be fastest; the plan exports it and accepts any other value a recipe or a
   user sets. ``CUDA_DEVICE_MAX_CONNECTIONS`` (:func:`cuda_device_max_connections`): 32 on
-  Blackwell (SM100) and newer, 1 on Hopper and older with TP or CP split and EP all-to-all
-  overlap off (kernels start in launch order, so each TP/CP comm kernel is queued before the
-  GEMM it overlaps), else 32. The LayerNorm SM margins: 20
+  Blackwell (SM100) and newer, 1 on Hopper and older with TP or CP split, EP all-to-all
+  overlap off and no Megatron-FSDP (kernels start in launch order, so each TP/CP comm kernel is
+  queued before the GEMM it overlaps), else 32. The LayerNorm SM margins: 20
   (:data:`DEFAULT_LAYERNORM_SM_MARGIN`).
 
 HybridEP's topology variables (:func:`hybrid_ep_environment`) are derived from the EP layout and
@@ -190,23 +192,32 @@ def cuda_device_max_connections(
     tp_size: int,
     cp_size: int,
     a2a_overlap: bool,
+    megatron_fsdp: bool = False,
 ) -> tuple[int, str]:
     """Return the tuned ``CUDA_DEVICE_MAX_CONNECTIONS`` for a layout and a one-line reason.
 
     The values upstream Megatron-Bridge's performance recipes set (``perf_recipes/*/<system>/
     *.py``, ``cfg.env_vars``): 32 on Blackwell (SM100) and newer whatever the layout; on Hopper
-    and older 1 with a TP or CP split and EP all-to-all overlap off, else 32. A value is
-    *required* only where :func:`check_live_environment` says so.
+    and older 1 with a TP or CP split, EP all-to-all overlap off and no Megatron-FSDP
+    (``megatron_fsdp``, which refuses 1), else 32. A value is *required* only where
+    :func:`check_live_environment` says so.
     """
     for name, value in (("tp_size", tp_size), ("cp_size", cp_size)):
         validate_parallel_size(name, value)
     check_bool("", "gpu_sm100_or_newer", gpu_sm100_or_newer)
     check_bool("", "a2a_overlap", a2a_overlap)
+    check_bool("", "megatron_fsdp", megatron_fsdp)
 
     if gpu_sm100_or_newer:
         return 32, (
             "Blackwell (SM100+): many hardware queues so TP/CP, DP/PP and EP communication "
             "kernels run beside compute (upstream's tuned value on every Blackwell recipe)"
+        )
+    if megatron_fsdp:
+        return 32, (
+            "Hopper or older with Megatron-FSDP: Megatron-Bridge refuses 1 with it (required: "
+            "more than 1; 32 is upstream's tuned value), so TP/CP comm kernels are not ordered "
+            "by one queue"
         )
     if (tp_size > 1 or cp_size > 1) and not a2a_overlap:
         return 1, (
@@ -355,6 +366,7 @@ def plan_launch_env(
     ep_size: int = 1,
     etp_size: int = 1,
     moe_flex_dispatcher_backend: str | None = None,
+    megatron_fsdp: bool = False,
     a2a_overlap: bool = False,
     enable_layernorm_sm_margin: bool = True,
     layernorm_sm_margin: int = DEFAULT_LAYERNORM_SM_MARGIN,
@@ -375,6 +387,7 @@ def plan_launch_env(
         tp_size=tp_size,
         cp_size=cp_size,
         a2a_overlap=a2a_overlap,
+        megatron_fsdp=megatron_fsdp,
     )
     if enable_layernorm_sm_margin:
         margin_setting = (
@@ -433,6 +446,7 @@ def check_live_environment(
     etp_size: int = 1,
     a2a_overlap: bool,
     moe_flex_dispatcher_backend: str | None,
+    megatron_fsdp: bool = False,
     env: Mapping[str, str],
 ) -> list[str]:
     """Compare an environment with what the layout *requires*; return readable problems.
@@ -444,6 +458,8 @@ def check_live_environment(
 
     - EP all-to-all overlap: ``CUDA_DEVICE_MAX_CONNECTIONS`` above 1 (unset means CUDA's 8):
       the all-to-all stream and the compute stream must run side by side.
+    - Megatron-FSDP: ``CUDA_DEVICE_MAX_CONNECTIONS`` not 1 (Megatron-Bridge asserts it when it
+      validates the config).
     - HybridEP backend: ``NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN``, when set, an integer that
       divides the EP size (``HybridEPBuffer`` asserts it).
 
@@ -453,6 +469,7 @@ def check_live_environment(
     validate_parallel_size("ep_size", ep_size)
     validate_parallel_size("etp_size", etp_size)
     check_bool("", "a2a_overlap", a2a_overlap)
+    check_bool("", "megatron_fsdp", megatron_fsdp)
     problems = []
 
     live = _live_int(env, CUDA_DEVICE_MAX_CONNECTIONS)
@@ -467,6 +484,13 @@ def check_live_environment(
             "hardware queue, so the all-to-all stream and the compute stream run one after the "
             "other and nothing overlaps. It must be above 1 (upstream's tuned value: 32) and "
             "set before CUDA starts: put it on the launcher (PerfEnvPlugin does)."
+        )
+    if megatron_fsdp and live == 1:
+        problems.append(
+            f"Megatron-FSDP is on (use_megatron_fsdp), but {CUDA_DEVICE_MAX_CONNECTIONS}=1: "
+            "Megatron-Bridge refuses it when it validates the config ('FSDP requires "
+            f"{CUDA_DEVICE_MAX_CONNECTIONS} > 1 or unset'). Unset it or set it above 1 "
+            "(upstream's tuned value: 32) on the launcher."
         )
 
     if backend == "hybridep":
@@ -498,6 +522,7 @@ def launch_layout(job: JobDescription) -> dict[str, Any]:
         "ep_size": job.ep_size,
         "etp_size": job.etp_size,
         "moe_flex_dispatcher_backend": job.model.flex_backend,
+        "megatron_fsdp": job.use_megatron_fsdp,
     }
 
 

@@ -335,6 +335,25 @@ def test_from_config_reads_parallel_sizes():
     assert cfg.model.tp_comm_overlap is False and cfg.overlap_plan is None
 
 
+def test_from_config_reads_megatron_fsdp_and_never_exports_the_refused_one_queue():
+    cfg = _container(tensor_model_parallel_size=2, sequence_parallel=True)
+    cfg.ddp.use_megatron_fsdp = True
+    plugin = PerfEnvPlugin.from_config(cfg, num_gpus=8)
+    assert plugin.megatron_fsdp is True and plugin.tp_size == 2
+    executor = run.LocalExecutor()
+    plugin.setup(_script(), executor)
+    # Hopper at TP2 would take 1; Megatron-Bridge refuses 1 under Megatron-FSDP.
+    assert executor.env_vars["CUDA_DEVICE_MAX_CONNECTIONS"] == "32"
+
+
+def test_plugin_warns_about_one_queue_under_megatron_fsdp(caplog):
+    executor = run.LocalExecutor(env_vars={"CUDA_DEVICE_MAX_CONNECTIONS": "1"})
+    with caplog.at_level(logging.WARNING):
+        PerfEnvPlugin(tp_size=2, megatron_fsdp=True).setup(_script(), executor)
+    assert executor.env_vars["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"  # the executor's value wins
+    assert any("Megatron-FSDP is on" in r.getMessage() for r in caplog.records)
+
+
 def test_from_config_ignores_default_backend_of_dense_model():
     # megatron-core sets moe_flex_dispatcher_backend="deepep" on every TransformerConfig.
     cfg = _container(tensor_model_parallel_size=2)

@@ -12,8 +12,12 @@ import pytest
 from megatron.bridge.training.launch_env import (
     DEFAULT_LAYERNORM_SM_MARGIN,
     check_live_environment,
+    launch_layout,
     plan_launch_env,
+    plan_launch_env_for,
 )
+from tests.unit_tests.conftest import h100_job
+from tests.unit_tests.jobs import dense_model
 
 
 def _problems(env, *, tp=1, cp=1, dp=8, pp=1, ep=1, backend=None, a2a=False):
@@ -75,3 +79,19 @@ def test_layernorm_margin_is_upstreams_tuned_twenty_and_any_margin_passes():
     for margin in ("0", "16", "20"):
         env = {"NVTE_FWD_LAYERNORM_SM_MARGIN": margin, "NVTE_BWD_LAYERNORM_SM_MARGIN": margin}
         assert _problems(env, tp=2, a2a=False) == []
+
+
+@pytest.mark.parametrize(("tp", "cp"), [(2, 1), (1, 2), (4, 2)])
+def test_a_megatron_fsdp_job_never_gets_the_one_queue_megatron_bridge_refuses(tp, cp):
+    # Hopper with a TP/CP split would take 1; Megatron-FSDP refuses it (Megatron-Bridge's
+    # ConfigContainer._validate_and_apply_megatron_fsdp_v1_configs).
+    dense = h100_job(dense_model(), tp_size=tp, cp_size=cp, dp_size=2, sequence_parallel=tp > 1)
+    fsdp = dense.replace(use_megatron_fsdp=True)
+    assert plan_launch_env_for(dense, a2a_overlap=False).env["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"
+    plan = plan_launch_env_for(fsdp, a2a_overlap=False)
+    assert plan.env["CUDA_DEVICE_MAX_CONNECTIONS"] == "32"
+    assert "Megatron-FSDP" in plan.entry("CUDA_DEVICE_MAX_CONNECTIONS").reason
+    layout = launch_layout(fsdp)
+    assert check_live_environment(**layout, a2a_overlap=False, env=plan.env) == []
+    refused = {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+    assert len(check_live_environment(**layout, a2a_overlap=False, env=refused)) == 1

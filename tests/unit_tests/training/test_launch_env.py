@@ -115,8 +115,8 @@ def test_manual_gc_interval_validation():
 # ----------------------------------------------------------------------- live environment
 
 
-def _check(env, *, tp=2, cp=1, dp=4, pp=1, backend=None, a2a=False):
-    layout = connection_layout(False, tp, cp, dp, pp, backend, a2a)
+def _check(env, *, tp=2, cp=1, dp=4, pp=1, backend=None, a2a=False, fsdp=False):
+    layout = connection_layout(False, tp, cp, dp, pp, backend, a2a, fsdp)
     layout.pop("gpu_sm100_or_newer")
     return check_live_environment(**layout, env=env)
 
@@ -127,6 +127,20 @@ def test_check_accepts_every_tuned_value_without_a2a_overlap():
     for value in ({}, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}, {"CUDA_DEVICE_MAX_CONNECTIONS": "8"}):
         assert _check(value) == []
         assert _check(value, backend="deepep") == []
+
+
+@pytest.mark.parametrize("value", [None, "8", "32"])
+def test_check_accepts_megatron_fsdp_with_more_than_one_connection(value):
+    env = {} if value is None else {"CUDA_DEVICE_MAX_CONNECTIONS": value}
+    assert _check(env, fsdp=True) == []
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_check_refuses_one_connection_under_megatron_fsdp(tp):
+    problems = _check({"CUDA_DEVICE_MAX_CONNECTIONS": "1"}, tp=tp, fsdp=True)
+    assert len(problems) == 1
+    assert "Megatron-FSDP" in problems[0] and "CUDA_DEVICE_MAX_CONNECTIONS=1" in problems[0]
+    assert "> 1 or unset" in problems[0]
 
 
 def test_check_non_integer_value():
@@ -154,6 +168,7 @@ layouts = st.fixed_dictionaries(
         "pp_size": st.sampled_from([1, 2, 4, 16]),
         "moe_flex_dispatcher_backend": st.sampled_from([None, "deepep", "hybridep", "ncclep"]),
         "a2a_overlap": st.booleans(),
+        "megatron_fsdp": st.booleans(),
     }
 )
 
@@ -163,12 +178,13 @@ layouts = st.fixed_dictionaries(
 def test_connection_rules_invariants(layout):
     value, _ = cuda_device_max_connections(**connection_rule_inputs(layout))
     split = layout["tp_size"] > 1 or layout["cp_size"] > 1
-    if layout["gpu_sm100_or_newer"] or not split or layout["a2a_overlap"]:
+    needs_queues = layout["a2a_overlap"] or layout["megatron_fsdp"]
+    if layout["gpu_sm100_or_newer"] or not split or needs_queues:
         assert value == 32
     else:
         assert value == 1
-    if layout["a2a_overlap"]:
-        assert value > 1  # the requirement the live check holds
+    if needs_queues:
+        assert value > 1  # the requirements the live check holds
 
 
 @settings(max_examples=300, deadline=None)
@@ -190,6 +206,7 @@ def test_the_plan_always_passes_the_live_check(layout, ep, gpu):
         ep_size=ep,
         a2a_overlap=layout["a2a_overlap"],
         moe_flex_dispatcher_backend=layout["moe_flex_dispatcher_backend"],
+        megatron_fsdp=layout["megatron_fsdp"],
         env=plan.env,
     )
     assert problems == []
