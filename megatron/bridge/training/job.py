@@ -207,6 +207,11 @@ class ModelDescription:
     """Tokens an expert takes, as a factor of its even share (None: dropless)."""
     moe_pad_expert_input_to_capacity: bool = False
     """Pad each expert's input to its capacity (drop-and-pad MoE)."""
+    moe_router_padding_for_quantization: bool = False
+    """Pad the routing map so each expert's token count suits FP8/FP4 GEMMs (needs fp8 or fp4)."""
+    moe_router_padding_for_fp8: bool = False
+    """megatron-core's older name of moe_router_padding_for_quantization: it turns that on, and
+    with the alltoall dispatcher it keeps the MoE preprocess step out of CUDA graphs."""
     moe_ffn_hidden_size: int | None = None
     """Width of one routed expert (None: ffn_hidden_size)."""
     moe_shared_expert_intermediate_size: int | None = None

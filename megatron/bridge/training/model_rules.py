@@ -36,7 +36,9 @@ from megatron.bridge.training.job import ModelDescription
 
 __all__ = ["UNDESCRIBED_DEFAULTS", "check_model", "check_moe_layer_pattern"]
 
-UNDESCRIBED_DEFAULTS: Mapping[str, Any] = MappingProxyType({"fp8_quantizer_factory": None})
+UNDESCRIBED_DEFAULTS: Mapping[str, Any] = MappingProxyType(
+    {"fp8_quantizer_factory": None, "moe_enable_deepep": False}
+)
 """megatron-core ``TransformerConfig`` fields that :func:`check_model`'s rules read but
 ``ModelDescription`` does not hold, with megatron-core's defaults, which the rules assume. A
 config that sets one of them differently (a provider with ``attention_dropout=0.0``) can pass a
@@ -58,6 +60,8 @@ _RECOMPUTE_MODULES = (
     "gdn_norm_out",
 )
 _CUDA_GRAPH_IMPLS = ("none", "transformer_engine", "local", "full_iteration")
+_CAPACITY_LOAD_BALANCING = ("aux_loss", "seq_aux_loss", "global_aux_loss", "none")
+_UNPADDED_DISPATCHERS = ("allgather", "alltoall_seq")
 _CUDA_GRAPH_MODULES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba")
 # Deprecated module names and the cuda_graph_impl values each may be combined with.
 _DEPRECATED_CUDA_GRAPH_MODULES = {
@@ -281,6 +285,69 @@ def _check_flex_backend(
             "moe_flex_dispatcher_backend='ncclep' needs moe_token_dispatcher_type='flex', got "
             f"{moe_token_dispatcher_type!r}. Set moe_token_dispatcher_type='flex' or choose "
             "another moe_flex_dispatcher_backend."
+        )
+
+
+def _capacity_factor(model: ModelDescription) -> float | None:
+    """The expert capacity factor as megatron-core keeps it: a negative one reads as None
+    (dropless)."""
+    factor = model.moe_expert_capacity_factor
+    return None if factor is not None and factor < 0 else factor
+
+
+def _check_moe_capacity(model: ModelDescription) -> None:
+    # Mirrors transformer_config.py TransformerConfig.__post_init__ (for dense models too): the
+    # DeepEP flex backend does not pad expert inputs; token dropping needs a load-balancing type
+    # megatron-core pairs with a capacity; padding needs a capacity.
+    m = model
+    deepep = _D["moe_enable_deepep"] or m.moe_flex_dispatcher_backend == "deepep"
+    if m.moe_token_dispatcher_type == "flex" and m.moe_pad_expert_input_to_capacity and deepep:
+        raise ValueError(
+            "moe_pad_expert_input_to_capacity=True is not supported by the flex dispatcher's "
+            "deepep backend. Set moe_flex_dispatcher_backend='hybridep', or use the alltoall "
+            "dispatcher, or set moe_pad_expert_input_to_capacity=False."
+        )
+    if (
+        m.moe_expert_capacity_factor is not None
+        and m.moe_router_load_balancing_type not in _CAPACITY_LOAD_BALANCING
+    ):
+        raise ValueError(
+            f"moe_expert_capacity_factor={m.moe_expert_capacity_factor} needs "
+            f"moe_router_load_balancing_type in {list(_CAPACITY_LOAD_BALANCING)}, got "
+            f"{m.moe_router_load_balancing_type!r}. Change the load balancing, or set "
+            "moe_expert_capacity_factor=None (dropless)."
+        )
+    if m.moe_pad_expert_input_to_capacity and _capacity_factor(m) is None:
+        raise ValueError(
+            "moe_pad_expert_input_to_capacity=True needs a moe_expert_capacity_factor (got "
+            f"{m.moe_expert_capacity_factor}; a negative one means dropless). Set a capacity "
+            "factor, or moe_pad_expert_input_to_capacity=False."
+        )
+
+
+def _check_router_padding(model: ModelDescription) -> None:
+    # Mirrors transformer_config.py TransformerConfig.__post_init__ (for dense models too):
+    # moe_router_padding_for_fp8 turns moe_router_padding_for_quantization on, which pads
+    # routed token counts for FP8/FP4 GEMMs: it needs fp8 or fp4, and a dispatcher that permutes
+    # tokens itself.
+    m = model
+    if not (m.moe_router_padding_for_quantization or m.moe_router_padding_for_fp8):
+        return
+    name = (
+        "moe_router_padding_for_quantization"
+        if m.moe_router_padding_for_quantization
+        else "moe_router_padding_for_fp8"
+    )
+    if m.fp8 is None and m.fp4 is None:
+        raise ValueError(
+            f"{name}=True pads expert inputs for FP8/FP4 GEMMs and needs fp8 or fp4 set. Set "
+            f"the precision, or {name}=False."
+        )
+    if m.moe_token_dispatcher_type in _UNPADDED_DISPATCHERS:
+        raise ValueError(
+            f"{name}=True is not supported by moe_token_dispatcher_type="
+            f"{m.moe_token_dispatcher_type!r}. Use the alltoall or flex dispatcher, or "
+            f"{name}=False."
         )
 
 
@@ -543,13 +610,27 @@ def _check_cuda_graph_modules(
             f"{_freq_text(moe_layer_freq)} every layer is an MoE layer. Remove 'mlp' from "
             "cuda_graph_modules."
         )
-    if "moe" in modules and (
-        model.moe_expert_capacity_factor is None or not model.moe_pad_expert_input_to_capacity
-    ):
+    capacity = _capacity_factor(model)
+    if capacity is not None and model.moe_pad_expert_input_to_capacity:
+        return
+    if "moe" in modules:
         raise ValueError(
             f"{where}: 'moe' capture needs drop-and-pad MoE (moe_expert_capacity_factor and "
             "moe_pad_expert_input_to_capacity=True; megatron-core's default is dropless). Set "
             "both, or use 'moe_router' instead of 'moe'."
+        )
+    syncing = capacity is not None or model.moe_router_padding_for_fp8
+    if "moe_preprocess" in modules and model.moe_token_dispatcher_type == "alltoall" and syncing:
+        field, value = (
+            ("moe_expert_capacity_factor", capacity)
+            if capacity is not None
+            else ("moe_router_padding_for_fp8", True)
+        )
+        raise ValueError(
+            f"{where}: the alltoall dispatcher's preprocess step copies token counts to the host "
+            f"and synchronizes with {field}={value}, which a CUDA graph cannot capture. Remove "
+            "'moe_preprocess' (with cuda_graph_impl='local', 'moe_router' too), or unset "
+            f"{field}."
         )
 
 
@@ -656,6 +737,8 @@ def check_model(model: ModelDescription, *, te_version: str | None = None) -> No
         moe_token_dispatcher_type=m.moe_token_dispatcher_type,
         moe_flex_dispatcher_backend=m.moe_flex_dispatcher_backend,
     )
+    _check_moe_capacity(m)
+    _check_router_padding(m)
     _check_shared_experts(
         moe_shared_expert_intermediate_size=m.moe_shared_expert_intermediate_size,
         moe_shared_expert_overlap=m.moe_shared_expert_overlap,

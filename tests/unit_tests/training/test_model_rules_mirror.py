@@ -392,6 +392,39 @@ def cuda_graph_models(draw) -> ModelDescription:
 
 
 @st.composite
+def capacity_models(draw) -> ModelDescription:
+    """A valid small MoE or dense model whose capacity, padding, dispatcher, precision and
+    MoE CUDA graph fields vary.
+
+    Token dropping and padding combine with the load balancing, the flex backend, router
+    padding for FP8/FP4 (both of megatron-core's names) and the MoE capture regions; here
+    nothing else fails.
+    """
+    graph_names = ["moe", "moe_router", "moe_preprocess", "attn"]
+    return ModelDescription(
+        num_layers=4,
+        hidden_size=512,
+        num_attention_heads=8,
+        add_bias_linear=False,
+        bf16=True,
+        fp8=draw(st.sampled_from([None, "e4m3"])),
+        fp8_recipe="tensorwise",
+        num_moe_experts=draw(st.sampled_from([None, 8, 8, 8])),
+        moe_token_dispatcher_type=draw(st.sampled_from(["allgather", "alltoall", "flex"])),
+        moe_flex_dispatcher_backend=draw(st.sampled_from(["deepep", "hybridep"])),
+        moe_router_load_balancing_type=draw(st.sampled_from(["aux_loss", "none", "sinkhorn"])),
+        moe_expert_capacity_factor=draw(st.sampled_from([None, None, 1.0, -1.0])),
+        moe_pad_expert_input_to_capacity=draw(st.booleans()),
+        moe_router_padding_for_fp8=draw(st.booleans()),
+        moe_router_padding_for_quantization=draw(st.booleans()),
+        cuda_graph_impl=draw(st.sampled_from(["none", "local", "transformer_engine"])),
+        cuda_graph_modules=draw(
+            st.lists(st.sampled_from(graph_names), min_size=1, max_size=3, unique=True).map(tuple)
+        ),
+    )
+
+
+@st.composite
 def recompute_models(draw) -> tuple[ModelDescription, str | None]:
     """A valid small model whose recompute, FP8 and shared-expert fields vary, and a TE version.
 
@@ -445,6 +478,13 @@ def test_model_rules_equal_megatron_core_on_a_valid_layout(job) -> None:
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cuda_graph_models())
 def test_cuda_graph_rules_equal_megatron_core(model) -> None:
+    world_size = 1
+    assert_same_verdict((model, world_size, None))
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(capacity_models())
+def test_capacity_and_router_padding_rules_equal_megatron_core(model) -> None:
     world_size = 1
     assert_same_verdict((model, world_size, None))
 
@@ -648,6 +688,57 @@ REJECTED = [
         cuda_graph_modules=("moe",),
     ),
     _case(
+        "preprocess-graph-with-capacity",
+        r"preprocess step copies token counts to the host.*moe_expert_capacity_factor=1.0",
+        **MOE_NO_BIAS,
+        moe_expert_capacity_factor=1.0,
+        cuda_graph_impl="transformer_engine",
+        cuda_graph_modules=("moe_router", "moe_preprocess"),
+    ),
+    _case(
+        "local-router-graph-with-fp8-padding",
+        r"moe_router_padding_for_fp8=True.*'moe_router' too",
+        **MOE_NO_BIAS,
+        fp8="e4m3",
+        moe_router_padding_for_fp8=True,
+        cuda_graph_impl="local",
+        cuda_graph_modules=("moe_router",),
+    ),
+    _case(
+        "capacity-with-sinkhorn",
+        r"moe_expert_capacity_factor=1.0 needs moe_router_load_balancing_type",
+        **MOE,
+        moe_expert_capacity_factor=1.0,
+        moe_router_load_balancing_type="sinkhorn",
+    ),
+    _case(
+        "pad-without-capacity",
+        r"moe_pad_expert_input_to_capacity=True needs a moe_expert_capacity_factor",
+        **MOE,
+        moe_expert_capacity_factor=-1.0,
+        moe_pad_expert_input_to_capacity=True,
+    ),
+    _case(
+        "pad-with-deepep",
+        r"deepep backend",
+        **{**MOE, "moe_token_dispatcher_type": "flex"},
+        moe_expert_capacity_factor=1.0,
+        moe_pad_expert_input_to_capacity=True,
+    ),
+    _case(
+        "router-padding-without-fp8",
+        r"moe_router_padding_for_quantization=True .*needs fp8 or fp4",
+        **MOE,
+        moe_router_padding_for_quantization=True,
+    ),
+    _case(
+        "router-padding-allgather",
+        r"moe_router_padding_for_fp8=True is not supported by moe_token_dispatcher_type='allgather'",
+        **{**MOE, "moe_token_dispatcher_type": "allgather"},
+        fp8="e4m3",
+        moe_router_padding_for_fp8=True,
+    ),
+    _case(
         "full-recompute-per-layer-graph",
         r"cuda_graph_impl='full_iteration'",
         cuda_graph_impl="transformer_engine",
@@ -703,6 +794,24 @@ def test_rejected_like_megatron_core(fields: dict, te_version: str | None, messa
 
 ACCEPTED = [
     _case("default-dense"),
+    # megatron-core keeps the preprocess step out of graphs for the old padding name only.
+    _case(
+        "preprocess-graph-with-quantization-padding",
+        **MOE_NO_BIAS,
+        fp8="e4m3",
+        fp8_recipe="tensorwise",
+        moe_router_padding_for_quantization=True,
+        cuda_graph_impl="transformer_engine",
+        cuda_graph_modules=("moe_router", "moe_preprocess"),
+    ),
+    _case(
+        "drop-and-pad-moe-graph",
+        **MOE_NO_BIAS,
+        moe_expert_capacity_factor=1.0,
+        moe_pad_expert_input_to_capacity=True,
+        cuda_graph_impl="transformer_engine",
+        cuda_graph_modules=("moe",),
+    ),
     _case("moe-no-bias", **MOE, tensor_model_parallel_size=2, add_bias_linear=False),
     _case("moe-bias-etp1", **MOE, tensor_model_parallel_size=2, expert_tensor_parallel_size=1),
     _case(
