@@ -356,6 +356,16 @@ def assert_same_verdict(job: tuple[ModelDescription, int, str | None]) -> None:
     )
 
 
+#: The small bf16 model without biases the focused strategies below vary.
+SMALL_MODEL = {
+    "num_layers": 4,
+    "hidden_size": 512,
+    "num_attention_heads": 8,
+    "add_bias_linear": False,
+    "bf16": True,
+}
+
+
 @st.composite
 def cuda_graph_models(draw) -> ModelDescription:
     """A valid small model whose CUDA graph, recompute and MoE-layer fields vary.
@@ -368,11 +378,7 @@ def cuda_graph_models(draw) -> ModelDescription:
     full = granularity == "full"
     graph_names = [*CUDA_GRAPH_MODULE_NAMES, "full", "full_iteration", "full_iteration_inference"]
     return ModelDescription(
-        num_layers=4,
-        hidden_size=512,
-        num_attention_heads=8,
-        add_bias_linear=False,
-        bf16=True,
+        **SMALL_MODEL,
         num_moe_experts=draw(st.sampled_from([None, 1, 2, 8, 8])),
         moe_layer_freq=draw(st.sampled_from(MOE_LAYER_FREQS)),
         moe_token_dispatcher_type=draw(st.sampled_from(["allgather", "alltoall", "flex"])),
@@ -402,11 +408,7 @@ def capacity_models(draw) -> ModelDescription:
     """
     graph_names = ["moe", "moe_router", "moe_preprocess", "attn"]
     return ModelDescription(
-        num_layers=4,
-        hidden_size=512,
-        num_attention_heads=8,
-        add_bias_linear=False,
-        bf16=True,
+        **SMALL_MODEL,
         fp8=draw(st.sampled_from([None, "e4m3"])),
         fp8_recipe="tensorwise",
         num_moe_experts=draw(st.sampled_from([None, 8, 8, 8])),
@@ -433,11 +435,7 @@ def recompute_models(draw) -> tuple[ModelDescription, str | None]:
     """
     moe = draw(st.booleans())
     model = ModelDescription(
-        num_layers=4,
-        hidden_size=512,
-        num_attention_heads=8,
-        add_bias_linear=False,
-        bf16=True,
+        **SMALL_MODEL,
         fp8=draw(st.sampled_from([None, "e4m3", "hybrid"])),
         fp8_recipe=draw(st.sampled_from(["delayed", "tensorwise", "mxfp8", "blockwise"])),
         num_moe_experts=8 if moe else None,
