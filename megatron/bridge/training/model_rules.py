@@ -37,7 +37,7 @@ from megatron.bridge.training.job import ModelDescription
 __all__ = ["UNDESCRIBED_DEFAULTS", "check_model", "check_moe_layer_pattern"]
 
 UNDESCRIBED_DEFAULTS: Mapping[str, Any] = MappingProxyType(
-    {"fp8_quantizer_factory": None, "moe_enable_deepep": False}
+    {"fp8_quantizer_factory": None, "fp4_quantizer_factory": None, "moe_enable_deepep": False}
 )
 """megatron-core ``TransformerConfig`` fields that :func:`check_model`'s rules read but
 ``ModelDescription`` does not hold, with megatron-core's defaults, which the rules assume. A
@@ -158,6 +158,22 @@ def _check_fp8_recipe(*, fp8: str | None, fp8_recipe: str) -> None:
             f"fp8={fp8!r} with fp8_recipe='custom' needs fp8_quantizer_factory, which the job "
             "description does not hold (megatron-core's default: None). Choose fp8_recipe "
             "delayed, tensorwise, mxfp8 or blockwise."
+        )
+
+
+def _check_fp4(*, fp8: str | None, fp4: str | None, fp4_recipe: str) -> None:
+    # Mirrors transformer_config.py TransformerConfig.__post_init__ ("FP4 validation"): FP4 and
+    # FP8 GEMMs exclude each other, and fp4_recipe='custom' needs fp4_quantizer_factory.
+    if fp4 and fp8:
+        raise ValueError(
+            f"fp4={fp4!r} and fp8={fp8!r} are both set; megatron-core trains in one of them. "
+            "Set fp8=None for FP4 training, or fp4=None."
+        )
+    if fp4 and fp4_recipe == "custom" and not _D["fp4_quantizer_factory"]:
+        raise ValueError(
+            f"fp4={fp4!r} with fp4_recipe='custom' needs fp4_quantizer_factory, which the job "
+            "description does not hold (megatron-core's default: None). Choose fp4_recipe "
+            "nvfp4."
         )
 
 
@@ -307,15 +323,17 @@ def _check_moe_capacity(model: ModelDescription) -> None:
             "deepep backend. Set moe_flex_dispatcher_backend='hybridep', or use the alltoall "
             "dispatcher, or set moe_pad_expert_input_to_capacity=False."
         )
-    if (
-        m.moe_expert_capacity_factor is not None
-        and m.moe_router_load_balancing_type not in _CAPACITY_LOAD_BALANCING
+    balancing = m.moe_router_load_balancing_type
+    # megatron-core also takes a list of types (one per auxiliary loss) and checks each.
+    types = (balancing,) if isinstance(balancing, str) else tuple(balancing)
+    if m.moe_expert_capacity_factor is not None and any(
+        t not in _CAPACITY_LOAD_BALANCING for t in types
     ):
         raise ValueError(
-            f"moe_expert_capacity_factor={m.moe_expert_capacity_factor} needs "
+            f"moe_expert_capacity_factor={m.moe_expert_capacity_factor} needs every "
             f"moe_router_load_balancing_type in {list(_CAPACITY_LOAD_BALANCING)}, got "
-            f"{m.moe_router_load_balancing_type!r}. Change the load balancing, or set "
-            "moe_expert_capacity_factor=None (dropless)."
+            f"{balancing!r}. Change the load balancing, or set moe_expert_capacity_factor=None "
+            "(dropless)."
         )
     if m.moe_pad_expert_input_to_capacity and _capacity_factor(m) is None:
         raise ValueError(
@@ -611,27 +629,27 @@ def _check_cuda_graph_modules(
             "cuda_graph_modules."
         )
     capacity = _capacity_factor(model)
-    if capacity is not None and model.moe_pad_expert_input_to_capacity:
-        return
-    if "moe" in modules:
-        raise ValueError(
-            f"{where}: 'moe' capture needs drop-and-pad MoE (moe_expert_capacity_factor and "
-            "moe_pad_expert_input_to_capacity=True; megatron-core's default is dropless). Set "
-            "both, or use 'moe_router' instead of 'moe'."
-        )
-    syncing = capacity is not None or model.moe_router_padding_for_fp8
-    if "moe_preprocess" in modules and model.moe_token_dispatcher_type == "alltoall" and syncing:
-        field, value = (
-            ("moe_expert_capacity_factor", capacity)
-            if capacity is not None
-            else ("moe_router_padding_for_fp8", True)
-        )
-        raise ValueError(
-            f"{where}: the alltoall dispatcher's preprocess step copies token counts to the host "
-            f"and synchronizes with {field}={value}, which a CUDA graph cannot capture. Remove "
-            "'moe_preprocess' (with cuda_graph_impl='local', 'moe_router' too), or unset "
-            f"{field}."
-        )
+    if capacity is None or not model.moe_pad_expert_input_to_capacity:
+        if "moe" in modules:
+            raise ValueError(
+                f"{where}: 'moe' capture needs drop-and-pad MoE (moe_expert_capacity_factor and "
+                "moe_pad_expert_input_to_capacity=True; megatron-core's default is dropless). "
+                "Set both, or use 'moe_router' instead of 'moe'."
+            )
+        syncing = capacity is not None or model.moe_router_padding_for_fp8
+        alltoall = model.moe_token_dispatcher_type == "alltoall"
+        if "moe_preprocess" in modules and alltoall and syncing:
+            field, value = (
+                ("moe_expert_capacity_factor", capacity)
+                if capacity is not None
+                else ("moe_router_padding_for_fp8", True)
+            )
+            raise ValueError(
+                f"{where}: the alltoall dispatcher's preprocess step copies token counts to the "
+                f"host and synchronizes with {field}={value}, which a CUDA graph cannot capture. "
+                "Remove 'moe_preprocess' (with cuda_graph_impl='local', 'moe_router' too), or "
+                f"unset {field}."
+            )
 
 
 def _check_cuda_graph_recompute(
@@ -716,6 +734,7 @@ def check_model(model: ModelDescription, *, te_version: str | None = None) -> No
         add_bias_linear=m.add_bias_linear,
     )
     _check_fp8_recipe(fp8=m.fp8, fp8_recipe=m.fp8_recipe)
+    _check_fp4(fp8=m.fp8, fp4=m.fp4, fp4_recipe=m.fp4_recipe)
     _check_moe_fp8_te(num_moe_experts=m.num_moe_experts, fp8=m.fp8, te_version=te_version)
 
     _check_mla_output_gate(

@@ -409,14 +409,17 @@ def capacity_models(draw) -> ModelDescription:
     graph_names = ["moe", "moe_router", "moe_preprocess", "attn"]
     return ModelDescription(
         **SMALL_MODEL,
-        fp8=draw(st.sampled_from([None, "e4m3"])),
+        fp8=draw(st.sampled_from([None, "e4m3", "e4m3"])),
         fp8_recipe="tensorwise",
+        fp4=draw(st.sampled_from([None, None, "nvfp4"])),
         num_moe_experts=draw(st.sampled_from([None, 8, 8, 8])),
-        moe_token_dispatcher_type=draw(st.sampled_from(["allgather", "alltoall", "flex"])),
+        moe_token_dispatcher_type=draw(
+            st.sampled_from(["allgather", "alltoall", "alltoall", "flex"])
+        ),
         moe_flex_dispatcher_backend=draw(st.sampled_from(["deepep", "hybridep"])),
         moe_router_load_balancing_type=draw(st.sampled_from(["aux_loss", "none", "sinkhorn"])),
         moe_expert_capacity_factor=draw(st.sampled_from([None, None, 1.0, -1.0])),
-        moe_pad_expert_input_to_capacity=draw(st.booleans()),
+        moe_pad_expert_input_to_capacity=draw(st.sampled_from([False, False, True])),
         moe_router_padding_for_fp8=draw(st.booleans()),
         moe_router_padding_for_quantization=draw(st.booleans()),
         cuda_graph_impl=draw(st.sampled_from(["none", "local", "transformer_engine"])),
@@ -485,6 +488,33 @@ def test_cuda_graph_rules_equal_megatron_core(model) -> None:
 def test_capacity_and_router_padding_rules_equal_megatron_core(model) -> None:
     world_size = 1
     assert_same_verdict((model, world_size, None))
+
+
+@pytest.mark.parametrize(
+    ("balancing", "refused"),
+    [(["aux_loss", "seq_aux_loss"], False), (["aux_loss", "sinkhorn"], True)],
+)
+def test_a_list_of_load_balancing_types_is_checked_type_by_type(balancing, refused) -> None:
+    # megatron-core pairs a list of types with a list of auxiliary-loss coefficients, which the
+    # description does not hold: the config is built with one coefficient per type.
+    model = ModelDescription(
+        **SMALL_MODEL,
+        num_moe_experts=8,
+        moe_token_dispatcher_type="alltoall",
+        moe_expert_capacity_factor=1.0,
+        moe_router_load_balancing_type=tuple(balancing),
+    )
+    fields = transformer_config_fields(model) | {"moe_aux_loss_coeff": [0.01] * len(balancing)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if refused:
+            with pytest.raises(ValueError, match="moe_expert_capacity_factor only works"):
+                TransformerConfig(**fields)
+            with pytest.raises(ValueError, match="needs every moe_router_load_balancing_type"):
+                check_model(model)
+        else:
+            TransformerConfig(**fields)
+            check_model(model)
 
 
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -704,7 +734,7 @@ REJECTED = [
     ),
     _case(
         "capacity-with-sinkhorn",
-        r"moe_expert_capacity_factor=1.0 needs moe_router_load_balancing_type",
+        r"moe_expert_capacity_factor=1.0 needs every moe_router_load_balancing_type",
         **MOE,
         moe_expert_capacity_factor=1.0,
         moe_router_load_balancing_type="sinkhorn",
@@ -722,6 +752,13 @@ REJECTED = [
         **{**MOE, "moe_token_dispatcher_type": "flex"},
         moe_expert_capacity_factor=1.0,
         moe_pad_expert_input_to_capacity=True,
+    ),
+    _case("fp4-with-fp8", r"fp4='e2m1' and fp8='e4m3'", fp8="e4m3", fp4="e2m1"),
+    _case(
+        "fp4-custom-recipe",
+        r"fp4_recipe='custom' needs fp4_quantizer_factory",
+        fp4="e2m1",
+        fp4_recipe="custom",
     ),
     _case(
         "router-padding-without-fp8",
@@ -792,6 +829,12 @@ def test_rejected_like_megatron_core(fields: dict, te_version: str | None, messa
 
 ACCEPTED = [
     _case("default-dense"),
+    _case(
+        "router-padding-with-fp4",
+        **MOE,
+        fp4="e2m1",
+        moe_router_padding_for_quantization=True,
+    ),
     # megatron-core keeps the preprocess step out of graphs for the old padding name only.
     _case(
         "preprocess-graph-with-quantization-padding",
