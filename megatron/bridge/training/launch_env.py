@@ -19,10 +19,11 @@ Two kinds of value live here, kept apart:
   above 1 when EP all-to-all overlap runs: megatron-core issues the all-to-alls on their own
   stream (``pipeline_parallel/utils.set_streams``) to overlap them with another micro-batch's
   compute, and one hardware queue runs the two streams' kernels one after the other. It must
-  not be 1 under Megatron-FSDP either: Megatron-Bridge refuses that at config validation
-  (``ConfigContainer._validate_and_apply_megatron_fsdp_v1_configs``, as Megatron-LM's
-  ``validate_args`` does). HybridEP's ``NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN`` must divide the EP size (its
-  ``HybridEPBuffer`` asserts it when the buffer is built).
+  not be 1 under Megatron-FSDP either: its all-gathers and reduce-scatters run on their own
+  streams beside compute, and upstream Megatron-Bridge refuses 1 with it at config validation
+  (``ConfigContainer._validate_and_apply_megatron_fsdp_v1_configs``), as Megatron-LM's
+  ``validate_args`` does. HybridEP's ``NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN`` must divide
+  the EP size (its ``HybridEPBuffer`` asserts it when the buffer is built).
 - **Tuned**: a value that works either way and that upstream Megatron-Bridge's performance
   recipes measured to be fastest; the plan exports it and accepts any other value a recipe or a
   user sets. ``CUDA_DEVICE_MAX_CONNECTIONS`` (:func:`cuda_device_max_connections`): 32 on
@@ -192,15 +193,16 @@ def cuda_device_max_connections(
     tp_size: int,
     cp_size: int,
     a2a_overlap: bool,
-    megatron_fsdp: bool = False,
+    megatron_fsdp: bool,
 ) -> tuple[int, str]:
     """Return the tuned ``CUDA_DEVICE_MAX_CONNECTIONS`` for a layout and a one-line reason.
 
     The values upstream Megatron-Bridge's performance recipes set (``perf_recipes/*/<system>/
     *.py``, ``cfg.env_vars``): 32 on Blackwell (SM100) and newer whatever the layout; on Hopper
     and older 1 with a TP or CP split, EP all-to-all overlap off and no Megatron-FSDP
-    (``megatron_fsdp``, which refuses 1), else 32. A value is *required* only where
-    :func:`check_live_environment` says so.
+    (``megatron_fsdp``, which needs more than 1), else 32. No upstream Hopper recipe runs
+    Megatron-FSDP with a TP or CP split; there the plan takes 32, upstream's value wherever it
+    does not set 1. A value is *required* only where :func:`check_live_environment` says so.
     """
     for name, value in (("tp_size", tp_size), ("cp_size", cp_size)):
         validate_parallel_size(name, value)
@@ -215,9 +217,9 @@ def cuda_device_max_connections(
         )
     if megatron_fsdp:
         return 32, (
-            "Hopper or older with Megatron-FSDP: Megatron-Bridge refuses 1 with it (required: "
-            "more than 1; 32 is upstream's tuned value), so TP/CP comm kernels are not ordered "
-            "by one queue"
+            "Hopper or older with Megatron-FSDP: its collectives need their own hardware queues "
+            "(required: more than 1; upstream Megatron-Bridge refuses 1), so TP/CP comm kernels "
+            "are not ordered by one queue"
         )
     if (tp_size > 1 or cp_size > 1) and not a2a_overlap:
         return 1, (
@@ -446,7 +448,7 @@ def check_live_environment(
     etp_size: int = 1,
     a2a_overlap: bool,
     moe_flex_dispatcher_backend: str | None,
-    megatron_fsdp: bool = False,
+    megatron_fsdp: bool,
     env: Mapping[str, str],
 ) -> list[str]:
     """Compare an environment with what the layout *requires*; return readable problems.
@@ -458,8 +460,8 @@ def check_live_environment(
 
     - EP all-to-all overlap: ``CUDA_DEVICE_MAX_CONNECTIONS`` above 1 (unset means CUDA's 8):
       the all-to-all stream and the compute stream must run side by side.
-    - Megatron-FSDP: ``CUDA_DEVICE_MAX_CONNECTIONS`` not 1 (Megatron-Bridge asserts it when it
-      validates the config).
+    - Megatron-FSDP: ``CUDA_DEVICE_MAX_CONNECTIONS`` not 1 (its collectives run on their own
+      streams; upstream Megatron-Bridge asserts it when it validates the config).
     - HybridEP backend: ``NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN``, when set, an integer that
       divides the EP size (``HybridEPBuffer`` asserts it).
 
@@ -487,10 +489,11 @@ def check_live_environment(
         )
     if megatron_fsdp and live == 1:
         problems.append(
-            f"Megatron-FSDP is on (use_megatron_fsdp), but {CUDA_DEVICE_MAX_CONNECTIONS}=1: "
-            "Megatron-Bridge refuses it when it validates the config ('FSDP requires "
-            f"{CUDA_DEVICE_MAX_CONNECTIONS} > 1 or unset'). Unset it or set it above 1 "
-            "(upstream's tuned value: 32) on the launcher."
+            f"Megatron-FSDP is on (use_megatron_fsdp), but {CUDA_DEVICE_MAX_CONNECTIONS}=1 gives "
+            "CUDA one hardware queue, so its all-gathers and reduce-scatters run one after the "
+            "compute instead of beside it; upstream Megatron-Bridge refuses it when it validates "
+            f"the config ('FSDP requires {CUDA_DEVICE_MAX_CONNECTIONS} > 1 or unset'). Unset it "
+            "or set it above 1 (32) on the launcher."
         )
 
     if backend == "hybridep":

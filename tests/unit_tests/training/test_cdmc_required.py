@@ -29,6 +29,7 @@ def _problems(env, *, tp=1, cp=1, dp=8, pp=1, ep=1, backend=None, a2a=False):
         ep_size=ep,
         a2a_overlap=a2a,
         moe_flex_dispatcher_backend=backend,
+        megatron_fsdp=False,
         env=env,
     )
 
