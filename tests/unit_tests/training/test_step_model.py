@@ -65,18 +65,11 @@ def test_ep_overlap_ratio_is_within_15_percent_of_upstreams_measurement():
 
 
 def test_hybridep_ep_overlap_ratio_is_within_15_percent_of_upstreams_production_measurement():
+    """The share is measured on this A/B, so this bounds the schedule's slots (any share from
+    about 0.1 up passes); the alltoall A/B above is what holds the share."""
     hybridep = {"moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "hybridep"}
     ratio = _qwen_step(False, **hybridep) / _qwen_step(True, **hybridep)
     assert ratio == pytest.approx(MEASURED_HYBRIDEP_RATIO, rel=0.15)
-
-
-def test_the_ep_overlap_share_is_the_measured_saving_over_the_measured_communication_time():
-    ab = efficiency.EP_OVERLAP
-    # PR 5094: 24.7138 s and 20.9920 s per step; 9.079 ms is 0.11 % of the communication time.
-    assert (ab.step_without, ab.step_with) == (24.7138, 20.9920)
-    assert ab.comm_seconds == pytest.approx(8.254, abs=5e-4)
-    assert ab.hidden_share == pytest.approx(3.7218 / 8.2536, rel=1e-4)
-    assert 0 < ab.hidden_share < 1
 
 
 def test_ep_overlap_hides_the_measured_share_of_what_its_slots_allow():
@@ -90,6 +83,8 @@ def test_ep_overlap_hides_the_measured_share_of_what_its_slots_allow():
     assert ep.hidden_seconds <= efficiency.EP_OVERLAP.hidden_share * ep.seconds_at_link_peak
     assert ep.hidden_seconds > 0.95 * efficiency.EP_OVERLAP.hidden_share * ep.seconds_at_link_peak
     assert any("PR 5094" in a for a in estimate.assumptions)
+    off = _qwen_estimate(False, **hybridep)
+    assert not any("PR 5094" in a for a in off.assumptions)
     (line,) = [x for x in estimate.knob_summary() if "overlap_moe_expert_parallel_comm" in x]
     assert line.endswith("45% of what its slots allow, the measured share)")
 

@@ -21,13 +21,17 @@ that format, else the quoted H100 BF16 figure; the source says which.
 
 **The share of EP all-to-all time that ``overlap_moe_expert_parallel_comm`` hides**
 (:data:`EP_OVERLAP`): the schedule (:mod:`.schedule`) bounds what the combined 1F1B slots can
-hide; of that, a measured share comes off the step. The measurement is upstream's profiled A/B:
-the step time the overlap saved over the time the EP communication kernels ran without it. In
-that profile the overlapped all-to-all kernels ran 31 % longer (10.83 s against 8.25 s per
-step) and about a third of their time ran beside GEMMs and attention: overlapped kernels share
-the GPU's SMs and memory, so overlap hides less than the windows allow. One measurement, on
-H100 with HybridEP, serves every GPU and dispatcher; the alltoall A/B on the same shape (PR
-3862) is the check (``tests/unit_tests/training/test_step_model.py``).
+hide; of that, a measured share comes off the step. The measurement is upstream's A/B: the
+step time the overlap saved (timed runs) over the time the communication kernels ran without
+it (its Nsight capture of the same configuration, read as one step; all communication kernels,
+the EP all-to-alls with a little DP traffic). The capture gives that time as a two-digit
+percentage, so the share is 0.43-0.47. With the overlap the communication kernels ran 31 %
+longer (10.83 s against 8.25 s) and about a third of their time ran beside GEMMs and
+attention: overlapped kernels share the GPU's SMs and memory, so overlap hides less than the
+windows allow. The share is of measured kernel time and is applied to the all-to-all time at
+link peak, which is shorter: the estimate hides less time than the A/B saved, in proportion.
+One measurement, on H100 with HybridEP, serves every GPU and dispatcher; the alltoall A/B on
+the same shape (PR 3862) is the check (``tests/unit_tests/training/test_step_model.py``).
 """
 
 from __future__ import annotations
@@ -199,13 +203,12 @@ class OverlapAB:
 #: nemo-mbridge-perf-expert-parallel-overlap/SKILL.md, "HybridEP Production-Shape Benchmark"):
 #: Qwen3-30B-A3B, 16 x H100, BF16, seq 4096, MBS 1, GBS 1024, TP1 PP1 CP1 EP16, forced load
 #: balancing, flex dispatcher with HybridEP. Steady step 24.7138 s off, 20.9920 s on (the
-#: independent validation run). Nsight: with the knob off, 9.079 ms of communication ran beside
-#: GEMMs and attention, 0.11 % of the communication time, which is 8.254 s per step.
+#: independent validation run). Nsight, knob off: 9.079 ms of communication ran beside GEMMs and
+#: attention, 0.11 % of the communication time, which is 8.254 s.
 EP_OVERLAP = OverlapAB(
     step_without=24.7138,
     step_with=20.9920,
     comm_seconds=9.079e-3 / 0.0011,
-    source="Megatron-Bridge PR 5094: Qwen3-30B-A3B on 16 x H100, BF16, EP16, HybridEP; "
-    "24.714 s per step without overlap_moe_expert_parallel_comm, 20.992 s with it, and 8.25 s "
-    "of EP communication kernels per step without it (Nsight)",
+    source="Megatron-Bridge PR 5094's profiled A/B (Qwen3-30B-A3B, 16 x H100, BF16, EP16, "
+    "HybridEP): the step time saved over the communication kernels' time without the overlap",
 )

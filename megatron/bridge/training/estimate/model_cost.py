@@ -450,7 +450,7 @@ class ModelCost:
         return self._norm_and_residual() + _Elements(split=conv + scan + gated_norm)
 
     def elementwise_bytes_per_token(
-        self, *, tp_size: int = 1, sequence_parallel: bool = True
+        self, *, tp_size: int = 1, sequence_parallel: bool = False
     ) -> float:
         """Bytes per token the mean decoder layer moves through HBM in its memory-bound kernels,
         forward and backward (the backward twice the forward), 16-bit activations, on one of

@@ -167,7 +167,7 @@ class Estimate:
             what = ", ".join(f"{c.mode} {c.collective}" for c in entries)
             share = (
                 f"; {EP_OVERLAP.hidden_share:.0%} of what its slots allow, the measured share"
-                if knob == "overlap_moe_expert_parallel_comm"
+                if knob == _KNOB_OF_MODE["ep"]
                 else ""
             )
             lines.append(f"{knob} hides {ms:.1f} of {total:.1f} ms/step ({what}{share})")

@@ -142,7 +142,14 @@ def estimate_step(
         communication=tuple(entries),
         prediction=prediction,
         without_overlap=without[1],
-        assumptions=_assumptions(f, gpu, stage, global_batch_size=gbs, nvlink_domain=domain),
+        assumptions=_assumptions(
+            f,
+            gpu,
+            stage,
+            global_batch_size=gbs,
+            nvlink_domain=domain,
+            ep_overlap=f.ep_size > 1 and bool(_knob(plan, "overlap_moe_expert_parallel_comm")),
+        ),
         executed_flops_per_gpu=executed,
         average_flops_per_gpu=tokens * flops_per_token / f.world_size,
         dense_params_per_gpu=dense_params,
@@ -199,7 +206,13 @@ def _seconds_per_flop(
 
 
 def _assumptions(
-    job: JobDescription, gpu: GpuSpec, stage: Stage, *, global_batch_size: int, nvlink_domain: int
+    job: JobDescription,
+    gpu: GpuSpec,
+    stage: Stage,
+    *,
+    global_batch_size: int,
+    nvlink_domain: int,
+    ep_overlap: bool,
 ) -> tuple[str, ...]:
     """What the estimate's numbers assume and leave out, for :attr:`Estimate.assumptions`."""
     peak = gpu.peak_format(job.compute_dtype)
@@ -245,7 +258,7 @@ def _assumptions(
             "MoE: uniform routing (no imbalance, no dropped tokens); MoE layers spread evenly "
             "over stages; expert-TP traffic not modelled"
         )
-    if job.model.moe and job.ep_size > 1:
+    if ep_overlap:
         assumptions.append(
             "overlap_moe_expert_parallel_comm hides "
             f"{EP_OVERLAP.hidden_share:.0%} of the EP all-to-all time its combined 1F1B slots "
