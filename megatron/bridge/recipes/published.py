@@ -94,7 +94,9 @@ def run(
         "model.expert_tensor_parallel_size": etp,
         "model.pipeline_model_parallel_layout": layout,
     }
-    changes.update({f"model.{field}": value for field, value in recompute_fields(recompute).items()})
+    changes.update(
+        {f"model.{field}": value for field, value in recompute_fields(recompute).items()}
+    )
     changes.update({f"model.{field}": value for field, value in model.items()})
     return PublishedRun(name, canonical_precision(precision), MappingProxyType(changes), source)
 
