@@ -27,7 +27,7 @@ from typing import Any
 from megatron.bridge.training import hardware
 from megatron.bridge.training.precisions import canonical_precision
 
-__all__ = ["PUBLISHED_RUNS_TABLE", "PublishedRun", "published_runs", "run"]
+__all__ = ["PUBLISHED_RUNS_TABLE", "PublishedRun", "published_runs", "recompute_fields", "run"]
 
 PUBLISHED_RUNS_TABLE = Path(__file__).with_name("published_runs.csv")
 """The shipped recipes' published runs, one CSV row each (its comment lines name the columns)."""
@@ -43,7 +43,8 @@ class PublishedRun:
     """The compute dtype (``precisions.PRECISIONS``)."""
     changes: Mapping[str, Any]
     """The layout, as :meth:`RecipeSpec.changed` takes it: GPU count, batch sizes and
-    ``model.<field>`` for the parallel sizes, the pipeline layout and the dispatcher."""
+    ``model.<field>`` for the parallel sizes, the pipeline layout, the activation recompute
+    and the dispatcher."""
     source: str
     """Where the run is published: the release table and upstream's perf recipe function."""
 
@@ -67,14 +68,16 @@ def run(
     ep: int = 1,
     etp: int | None = None,
     layout: str | None = None,
+    recompute: str = "",
     source: str,
     **model: Any,
 ) -> PublishedRun:
     """A published run: ``gpus`` GPUs of ``gpu`` (a catalogue name or a published system such
     as "DGX-GB300") in ``precision``, global/micro batch ``gbs``/``mbs``, the parallel sizes
-    and the pipeline layout (megatron-core's string form); ``model`` holds further model fields
-    the run sets (``moe_token_dispatcher_type="flex"``, ...). Unnamed sizes are megatron-core's
-    defaults (1, no interleaving, ETP = TP, no custom layout)."""
+    and the pipeline layout (megatron-core's string form), the activation recompute in the
+    table's form (:func:`recompute_fields`); ``model`` holds further model fields the run sets
+    (``moe_token_dispatcher_type="flex"``, ...). Unnamed sizes are megatron-core's defaults (1,
+    no interleaving, ETP = TP, no custom layout, no recompute)."""
     try:
         name = hardware.gpu_spec(gpu).name
     except ValueError:
@@ -91,8 +94,50 @@ def run(
         "model.expert_tensor_parallel_size": etp,
         "model.pipeline_model_parallel_layout": layout,
     }
+    changes.update(
+        {f"model.{field}": value for field, value in recompute_fields(recompute).items()}
+    )
     changes.update({f"model.{field}": value for field, value in model.items()})
     return PublishedRun(name, canonical_precision(precision), MappingProxyType(changes), source)
+
+
+def recompute_fields(recompute: str) -> dict[str, Any]:
+    """The four recompute fields of megatron-core's TransformerConfig from the table's form.
+
+    ``""``: no recompute. ``"full:METHOD:N"``: full recompute, ``recompute_method`` METHOD
+    (block or uniform), ``recompute_num_layers`` N. ``"selective:M1+M2"``: selective recompute of
+    the modules M1, M2; ``"selective:"`` is an empty module list (nothing recomputed) and
+    ``"selective"`` is ``recompute_modules=None`` (megatron-core's ``["core_attn"]``). Every
+    field gets a value, so a run's recompute does not depend on the run before it. The values
+    themselves are judged by the model rules when the job is planned; ``ValueError`` here only
+    for text that is not in one of these forms.
+    """
+    fields: dict[str, Any] = {
+        "recompute_granularity": None,
+        "recompute_method": None,
+        "recompute_num_layers": None,
+        "recompute_modules": None,
+    }
+    if not recompute:
+        return fields
+    granularity, _, rest = recompute.partition(":")
+    if granularity == "full":
+        method, _, layers = rest.partition(":")
+        if not method or not layers.isdigit():
+            raise ValueError(
+                f"recompute {recompute!r}: full recompute is written 'full:METHOD:N' "
+                "(e.g. 'full:block:5')."
+            )
+        fields.update(recompute_method=method, recompute_num_layers=int(layers))
+    elif granularity == "selective":
+        if ":" in recompute:
+            fields["recompute_modules"] = tuple(m for m in rest.split("+") if m)
+    else:
+        raise ValueError(
+            f"recompute {recompute!r} must be empty, 'full:METHOD:N' or 'selective:M1+M2'."
+        )
+    fields["recompute_granularity"] = granularity
+    return fields
 
 
 _INT_COLUMNS = ("gpus", "gbs", "mbs", "tp", "pp", "vp", "cp", "ep", "etp")
@@ -112,6 +157,7 @@ def _table() -> dict[str, tuple[PublishedRun, ...]]:
                     row["gpu"],
                     row["precision"],
                     layout=row["layout"] or None,
+                    recompute=row["recompute"],
                     source=row["source"],
                     **sizes,
                 )

@@ -34,7 +34,12 @@ from typing import Any
 
 from megatron.bridge.training.job import ModelDescription
 
-__all__ = ["UNDESCRIBED_DEFAULTS", "check_model", "check_moe_layer_pattern"]
+__all__ = [
+    "UNDESCRIBED_DEFAULTS",
+    "check_model",
+    "check_moe_layer_pattern",
+    "recomputed_modules",
+]
 
 UNDESCRIBED_DEFAULTS: Mapping[str, Any] = MappingProxyType(
     {"fp8_quantizer_factory": None, "fp4_quantizer_factory": None, "moe_enable_deepep": False}
@@ -412,8 +417,12 @@ def _check_dispatch_backward_te(
 # ---------------------------------------------------------------------------- recompute
 
 
-def _recompute_modules(recompute_modules: tuple[str, ...] | None) -> tuple[str, ...]:
-    # Mirrors transformer_config.py TransformerConfig.__post_init__: None means ["core_attn"].
+def recomputed_modules(recompute_modules: tuple[str, ...] | None) -> tuple[str, ...]:
+    """The modules megatron-core's selective recompute acts on for ``recompute_modules``.
+
+    Mirrors transformer_config.py TransformerConfig.__post_init__: None means ["core_attn"]; an
+    empty list stays empty (nothing is recomputed).
+    """
     return ("core_attn",) if recompute_modules is None else tuple(recompute_modules)
 
 
@@ -724,7 +733,7 @@ def check_model(model: ModelDescription, *, te_version: str | None = None) -> No
         if m.expert_tensor_parallel_size is None
         else m.expert_tensor_parallel_size
     )
-    recompute_modules = _recompute_modules(m.recompute_modules)
+    recompute_modules = recomputed_modules(m.recompute_modules)
 
     _check_half_precision(bf16=m.bf16, fp16=m.fp16)
     _check_bias_activation_fusion(

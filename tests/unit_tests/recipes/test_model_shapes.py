@@ -35,6 +35,11 @@ LAYOUT_FIELDS = {
     "expert_tensor_parallel_size",
     "pipeline_model_parallel_layout",
     "sequence_parallel",
+    # The activation recompute is the published run's (published_runs.csv), not the model's.
+    "recompute_granularity",
+    "recompute_method",
+    "recompute_num_layers",
+    "recompute_modules",
 }
 PRECISION_FIELDS = {name for setting in PRECISIONS.values() for name in setting.model}
 

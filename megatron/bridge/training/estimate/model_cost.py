@@ -133,16 +133,31 @@ class ModelCost:
         m = self.model
         h, n = m.hidden_size, m.num_attention_heads
         if m.multi_latent_attention:
-            qk = m.qk_head_dim + m.qk_pos_emb_head_dim
-            # Full-rank queries, or down to q_lora_rank, its norm (the + 1) and back up.
-            q_term = h * n * qk if m.q_lora_rank is None else m.q_lora_rank * (h + n * qk + 1)
-            kv_term = m.kv_lora_rank * (h + n * (m.qk_head_dim + m.v_head_dim) + 1)
-            kv_term += h * m.qk_pos_emb_head_dim
-            return 6 * (q_term + kv_term + n * m.v_head_dim * h) + self._core_flops(index)
+            # The down-projections (none for full-rank queries), the up-projections with their
+            # latent norms, the rotary key projection and the output projection.
+            down = (m.q_lora_rank or 0) * h + m.kv_lora_rank * h + h * m.qk_pos_emb_head_dim
+            up = self._mla_up_projection_weights()
+            return 6 * (down + up + n * m.v_head_dim * h) + self._core_flops(index)
         q, kv = self.query_width, self.kv_width
         gate = q if m.attention_output_gate else 0
         projections = h * (q + 2 * kv + gate) + q * h
         return 6 * projections + self._core_flops(index)
+
+    def _mla_up_projection_weights(self) -> int:
+        """Weights per token of MLA's up-projections (the FLOPs are 6 x these per token).
+
+        The query up-projection from q_lora_rank with its norm (the + 1), or the full-rank query
+        projection without a q_lora_rank, and the key/value up-projection from kv_lora_rank
+        with its norm: what megatron-core's ``MLASelfAttention.qkv_up_proj_and_rope_apply``
+        (multi_latent_attention.py) runs. 0 without multi_latent_attention.
+        """
+        m = self.model
+        if not m.multi_latent_attention:
+            return 0
+        h, n = m.hidden_size, m.num_attention_heads
+        qk = m.qk_head_dim + m.qk_pos_emb_head_dim
+        q_up = h * n * qk if m.q_lora_rank is None else m.q_lora_rank * (n * qk + 1)
+        return q_up + m.kv_lora_rank * (n * (m.qk_head_dim + m.v_head_dim) + 1)
 
     def _core_flops(self, index: int | None) -> float:
         """Training FLOPs per token of core attention (softmax(QK^T)V) in layer ``index``
@@ -230,8 +245,13 @@ class ModelCost:
         routed = (m.moe_ffn_hidden_size or m.ffn_size) * m.moe_router_topk * factor
         if m.moe_latent_size is not None:
             routed = routed * m.moe_latent_size / h + 2 * m.moe_latent_size
-        shared = (m.moe_shared_expert_intermediate_size or 0) * factor
-        return 6 * h * (routed + shared)
+        return 6 * h * routed + self.shared_expert_flops_per_token()
+
+    def shared_expert_flops_per_token(self) -> float:
+        """Training FLOPs per token of one MoE layer's shared experts: 6 x h x
+        moe_shared_expert_intermediate_size x (3 gated, else 2); 0 without shared experts."""
+        m = self.model
+        return 6 * m.hidden_size * (m.moe_shared_expert_intermediate_size or 0) * self._mlp_matrices
 
     def logit_flops_per_token(self, tp_size: int = 1) -> float:
         """Training FLOPs of the output layer per token: 6 x h x padded vocabulary.
@@ -360,12 +380,15 @@ class ModelCost:
     # and the head-, FFN- and channel-wide ones TP splits (megatron-core's column-parallel
     # outputs: Q, K, V, the attention output, fc1's activation, the Mamba mixer's channels).
 
+    def _norm(self) -> _Elements:
+        """A block's pre-norm: reads the block input and writes the normalized copy its first
+        GEMM reads (TE's LayerNormLinear / LayerNormMLP norm output, or a separate norm)."""
+        return _Elements(whole=2 * self.model.hidden_size)
+
     def _norm_and_residual(self) -> _Elements:
-        """A block's pre-norm, which reads the block input and writes the normalized copy its
-        first GEMM reads (TE's LayerNormLinear / LayerNormMLP norm output), and its residual add
-        (megatron-core's bias-dropout-add reads the block output and the residual and writes
-        their sum)."""
-        return _Elements(whole=(2 + 3) * self.model.hidden_size)
+        """A block's pre-norm (:meth:`_norm`) and its residual add (megatron-core's
+        bias-dropout-add reads the block output and the residual and writes their sum)."""
+        return self._norm() + _Elements(whole=3 * self.model.hidden_size)
 
     def _attention_elements(self) -> _Elements:
         """Forward elements per token of an attention block's memory-bound kernels.
@@ -382,21 +405,51 @@ class ModelCost:
         latents.
         """
         m = self.model
-        n = m.num_attention_heads
-        latent_norms = 0
         if m.multi_latent_attention:
-            query = key = n * (m.qk_head_dim + m.qk_pos_emb_head_dim)
-            value = output = n * m.v_head_dim
-            latent_norms = 2 * ((m.q_lora_rank or 0) + m.kv_lora_rank)
-        else:
-            query = output = self.query_width
-            key = value = self.kv_width
+            # The latent norms and the rotary step run in MLA's up-projection.
+            return (
+                self._norm_and_residual()
+                + self._mla_up_projection_elements()
+                + self._core_attention_elements()
+            )
+        query, key, _, output = self._attention_widths()
         rotary = 2 * (query + key) if m.position_embedding_type in _ROTARY else 0
-        core_io = query + key + value + output
-        gate = 3 * output if m.attention_output_gate and not m.multi_latent_attention else 0
-        return self._norm_and_residual() + _Elements(
-            whole=latent_norms, split=rotary + core_io + gate
+        gate = 3 * output if m.attention_output_gate else 0
+        return (
+            self._norm_and_residual()
+            + _Elements(split=rotary + gate)
+            + self._core_attention_elements()
         )
+
+    def _attention_widths(self) -> tuple[int, int, int, int]:
+        """(query, key, value, output) widths per token as core attention reads and writes them:
+        GQA's heads x head_dim and groups x head_dim; MLA's heads x (qk_head_dim +
+        qk_pos_emb_head_dim) for Q and K, heads x v_head_dim for V and the output."""
+        m = self.model
+        if m.multi_latent_attention:
+            n = m.num_attention_heads
+            qk = n * (m.qk_head_dim + m.qk_pos_emb_head_dim)
+            return qk, qk, n * m.v_head_dim, n * m.v_head_dim
+        return self.query_width, self.kv_width, self.kv_width, self.query_width
+
+    def _core_attention_elements(self) -> _Elements:
+        """Forward elements per token of the core-attention kernel: it reads Q, K, V and writes
+        its output (:meth:`_attention_widths`)."""
+        return _Elements(split=sum(self._attention_widths()))
+
+    def _mla_up_projection_elements(self) -> _Elements:
+        """Forward elements per token of MLA's up-projection step besides its GEMMs: the latent
+        norms (q_layernorm over q_lora_rank, kv_layernorm over kv_lora_rank) read and write their
+        latents, and the rotary step writes Q and K whole (megatron-core's fused MLA rope kernel,
+        or apply_rotary_pos_emb and the concatenation of the rotary and non-rotary parts), when
+        position_embedding_type rotates. 0 without multi_latent_attention."""
+        m = self.model
+        if not m.multi_latent_attention:
+            return _Elements()
+        query, key, _, _ = self._attention_widths()
+        rotary = 2 * (query + key) if m.position_embedding_type in _ROTARY else 0
+        latent_norms = 2 * ((m.q_lora_rank or 0) + m.kv_lora_rank)
+        return _Elements(whole=latent_norms, split=rotary)
 
     def _activation_elements(self, width: int) -> int:
         """The MLP activation over ``width`` (megatron-core's GLU activation, bias_swiglu /
@@ -406,9 +459,11 @@ class ModelCost:
 
     def _dense_mlp_elements(self) -> _Elements:
         """Forward elements per token of a dense MLP block: pre-norm, activation, residual add."""
-        return self._norm_and_residual() + _Elements(
-            split=self._activation_elements(self.model.ffn_size)
-        )
+        return self._norm_and_residual() + self._dense_activation_elements()
+
+    def _dense_activation_elements(self) -> _Elements:
+        """The dense MLP's activation over ffn_hidden_size (TP splits it)."""
+        return _Elements(split=self._activation_elements(self.model.ffn_size))
 
     def _moe_mlp_elements(self) -> _Elements:
         """Forward elements per token of an MoE block's memory-bound kernels.
@@ -420,17 +475,34 @@ class ModelCost:
         the residual add. With moe_latent_size the dispatcher moves latent-wide tokens (the
         latent projections run before dispatch and after combine).
         """
+        return self._norm_and_residual() + self._moe_layer_elements()
+
+    def _moe_layer_elements(self) -> _Elements:
+        """Forward elements per token of megatron-core's ``MoELayer`` (moe_layer.py), the MoE
+        block without its pre-norm and residual add: router scores, permute, the routed
+        experts' and shared experts' activations, unpermute (:meth:`_moe_mlp_elements`)."""
         m = self.model
         k = m.moe_router_topk
         token = m.moe_latent_size or m.hidden_size
         router = 4 * (m.num_moe_experts or 0)
         permute = (1 + k) * token
-        experts = k * self._activation_elements(m.moe_ffn_hidden_size or m.ffn_size)
         unpermute = (k + 1) * token
-        shared = self._activation_elements(m.moe_shared_expert_intermediate_size or 0)
-        return self._norm_and_residual() + _Elements(
-            whole=router + permute + unpermute, split=experts + shared
+        return (
+            _Elements(whole=router + permute + unpermute)
+            + self._routed_activation_elements()
+            + self._shared_activation_elements()
         )
+
+    def _routed_activation_elements(self) -> _Elements:
+        """The routed experts' activation: each of the topk copies over moe_ffn_hidden_size."""
+        m = self.model
+        width = m.moe_ffn_hidden_size or m.ffn_size
+        return _Elements(split=m.moe_router_topk * self._activation_elements(width))
+
+    def _shared_activation_elements(self) -> _Elements:
+        """The shared experts' activation over moe_shared_expert_intermediate_size."""
+        width = self.model.moe_shared_expert_intermediate_size or 0
+        return _Elements(split=self._activation_elements(width))
 
     def _mamba_elements(self) -> _Elements:
         """Forward elements per token of a Mamba layer's memory-bound kernels (MambaMixer).
@@ -481,8 +553,92 @@ class ModelCost:
                 + moe_layers * self._moe_mlp_elements()
                 + (m.num_layers - moe_layers) * self._dense_mlp_elements()
             )
-        per_rank = elements.split / tp_size + elements.whole / (tp_size if sequence_parallel else 1)
-        return _FORWARD_AND_BACKWARD * _ACTIVATION_BYTES * per_rank / m.num_layers
+        return (
+            _FORWARD_AND_BACKWARD
+            * _bytes_on_rank(elements, tp_size, sequence_parallel)
+            / (m.num_layers)
+        )
+
+    # --- selective recompute ------------------------------------------------------------------
+    #
+    # megatron-core's selective recompute (recompute_granularity="selective") drops a module's
+    # forward outputs and runs its forward again in the backward, once per forward. Each module
+    # name (TransformerConfig.recompute_modules) re-executes the forward third of one piece of
+    # the layer's training FLOPs and moves its forward elements again.
+
+    def _recompute_layer_counts(self) -> tuple[int, int, int]:
+        """(attention, dense MLP, MoE) layers among the decoder layers: every layer is an
+        attention layer and a dense or MoE MLP by moe_layer_pattern; a hybrid model counts its
+        pattern's attention (``*``), MLP (``-``) and MoE (``E``) symbols."""
+        m = self.model
+        if m.hybrid_layer_pattern is not None:
+            main = parse_hybrid_pattern(m.hybrid_layer_pattern).main
+            return main.count(_ATTENTION), main.count(_MLP), main.count(_MOE)
+        moe = self.num_moe_layers
+        return m.num_layers, m.num_layers - moe, moe
+
+    def _separate_norms(self) -> int:
+        """Norms per decoder layer sum that run as their own module, which "layernorm" recompute
+        reaches (transformer_layer.py: a norm that is an IdentityOp is not recomputed). In
+        megatron-core's Transformer Engine spec (gpt_layer_specs.py) the input norm of GQA
+        attention is fused into linear_qkv and a dense MLP's into linear_fc1; MLA's input norm
+        (without mla_down_proj_fusion) and an MoE layer's pre-MLP norm are separate."""
+        attention, _, moe = self._recompute_layer_counts()
+        mla = self.model.multi_latent_attention and self.model.hybrid_layer_pattern is None
+        return (attention if mla else 0) + moe
+
+    def recompute_flops_per_token(self, module: str) -> float:
+        """Forward FLOPs per token of the mean decoder layer that selective recompute of
+        ``module`` (a TransformerConfig.recompute_modules name) executes again.
+
+        ``core_attn``: core attention (attention.py ``_checkpointed_attention_forward``).
+        ``mla_up_proj``: MLA's up-projections (multi_latent_attention.py
+        ``qkv_up_proj_and_rope_apply``). ``mlp``: the dense MLP of a dense layer
+        (transformer_layer.py ``recompute_mlp``, not on MoE layers). ``moe``: the whole MoE
+        layer (moe_layer.py ``moe_layer_recompute``). ``shared_experts``: the shared experts
+        (moe_layer.py ``shared_experts_recompute``). ``layernorm``, ``moe_act`` and
+        ``gdn_norm_out`` recompute no GEMM: 0. Each is the forward third of the training
+        FLOPs that :meth:`decoder_flops_per_token` counts for it, spread over num_layers.
+        """
+        self._check_attention_variant()
+        attention, dense, moe = self._recompute_layer_counts()
+        training = {
+            "core_attn": self.core_attention_flops_per_token() * self.model.num_layers,
+            "mla_up_proj": 6 * self._mla_up_projection_weights() * attention,
+            "mlp": self.dense_mlp_flops_per_token() * dense,
+            "moe": self.moe_mlp_flops_per_token() * moe,
+            "shared_experts": self.shared_expert_flops_per_token() * moe,
+        }.get(module, 0.0)
+        return training / 3 / self.model.num_layers
+
+    def recompute_elementwise_bytes_per_token(
+        self, module: str, *, tp_size: int = 1, sequence_parallel: bool = True
+    ) -> float:
+        """HBM bytes per token of the mean decoder layer that selective recompute of ``module``
+        moves again in memory-bound kernels on one of ``tp_size`` TP ranks (split as
+        :meth:`elementwise_bytes_per_token` splits them; forward elements only).
+
+        ``core_attn``: the attention kernel's Q, K, V reads and output write. ``layernorm``: the
+        norms that run as their own module (:meth:`_separate_norms`; transformer_layer.py
+        ``recompute_input_layernorm`` / ``recompute_pre_mlp_layernorm``). ``moe_act``: the routed
+        experts' activation (moe/experts.py ``activation_recompute``). ``mla_up_proj``: MLA's
+        latent norms and rotary step. ``mlp``: a dense MLP with its fused pre-norm and its
+        activation. ``moe``: the MoE layer's router, permutation and activations.
+        ``shared_experts``: the shared experts' activation. ``gdn_norm_out``: 0 (gated-delta-net
+        layers are not priced in bytes).
+        """
+        self._check_attention_variant()
+        attention, dense, moe = self._recompute_layer_counts()
+        elements = {
+            "core_attn": attention * self._core_attention_elements(),
+            "layernorm": self._separate_norms() * self._norm(),
+            "moe_act": moe * self._routed_activation_elements(),
+            "mla_up_proj": attention * self._mla_up_projection_elements(),
+            "mlp": dense * (self._norm() + self._dense_activation_elements()),
+            "moe": moe * self._moe_layer_elements(),
+            "shared_experts": moe * self._shared_activation_elements(),
+        }.get(module, _Elements())
+        return _bytes_on_rank(elements, tp_size, sequence_parallel) / self.model.num_layers
 
     # --- parameters --------------------------------------------------------------------------
 
@@ -553,6 +709,13 @@ class _Elements:
         return _Elements(self.whole * count, self.split * count)
 
     __rmul__ = __mul__
+
+
+def _bytes_on_rank(elements: _Elements, tp_size: int, sequence_parallel: bool) -> float:
+    """16-bit bytes of ``elements`` on one of ``tp_size`` TP ranks: TP splits the split part,
+    and the hidden-wide part only with sequence parallelism."""
+    whole = elements.whole / (tp_size if sequence_parallel else 1)
+    return _ACTIVATION_BYTES * (elements.split / tp_size + whole)
 
 
 # Bytes of one activation element (bf16/fp16: activations stay 16-bit whatever the GEMMs'

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from megatron.bridge.training.estimate.model_cost import ModelCost
 from megatron.bridge.training.job import JobDescription
+from megatron.bridge.training.model_rules import recomputed_modules
 from megatron.bridge.training.pipeline_layout import parse_layout, stage_layers
 
 __all__ = ["Stage", "busiest_stage", "stage_params"]
@@ -38,26 +39,33 @@ class Stage:
     """Model chunks per pipeline rank (1 without interleaving)."""
     recompute_full: float
     """Fraction of the stage's layers recomputed whole (full recompute)."""
-    recompute_core_attn: float
-    """1.0 when core attention is recomputed (selective recompute), else 0.0."""
-    recompute_mlp: float
-    """1.0 when the MLP is recomputed (selective recompute), else 0.0."""
+    recompute_modules: tuple[str, ...]
+    """Modules selective recompute runs again (megatron-core's recompute_modules as it reads
+    them: None is ("core_attn",)); empty without selective recompute."""
     flops_per_token: float
     """Model FLOPs per token of this stage's layers, plus the logits on the last stage and the
     multi-token-prediction layers on the stage that builds them."""
     recompute_flops_per_token: float
-    """Forward FLOPs per token that recomputation executes again on this stage."""
+    """Forward FLOPs per token that recomputation executes again on this stage: the forward
+    third of the recomputed layers (full) or of the recomputed modules' FLOPs (selective,
+    :meth:`ModelCost.recompute_flops_per_token`)."""
     elementwise_bytes_per_token: float
     """HBM bytes per token this stage's layers move in memory-bound kernels on one TP rank,
     forward and backward (:meth:`ModelCost.elementwise_bytes_per_token` x layers)."""
     recompute_elementwise_bytes_per_token: float
-    """HBM bytes per token the recomputed forwards of whole layers move again (full recompute:
-    the forward's third of the recomputed layers' bytes; selective recompute adds none)."""
+    """HBM bytes per token the recomputed forwards move again on one TP rank: the forward's
+    third of the recomputed layers' bytes (full), or the recomputed modules' forward bytes
+    (selective, :meth:`ModelCost.recompute_elementwise_bytes_per_token`)."""
 
     @property
     def moe_layers(self) -> float:
         """MoE layers on this stage (fractional when they do not split evenly)."""
         return self.layers * self.moe_share
+
+    @property
+    def recompute_core_attn(self) -> float:
+        """1.0 when core attention is recomputed (selective recompute), else 0.0."""
+        return float("core_attn" in self.recompute_modules)
 
     @property
     def recomputed_layers(self) -> float:
@@ -84,19 +92,16 @@ def _mtp_rank(job: JobDescription) -> int:
     return job.pp_size - 1
 
 
-def _recomputed_fraction(
-    job: JobDescription, stage_layers: int, vpp: int
-) -> tuple[float, float, float]:
-    """(full-layer, core-attention, MLP) fractions of a stage's forward that are recomputed."""
+def _recomputed(job: JobDescription, stage_layers: int, vpp: int) -> tuple[float, tuple[str, ...]]:
+    """(fraction of the stage's layers recomputed whole, modules recomputed selectively)."""
     granularity = job.model.recompute_granularity
     if granularity == "full":
         if job.model.recompute_method == "block" and job.model.recompute_num_layers is not None:
-            return min(1.0, job.model.recompute_num_layers * vpp / max(stage_layers, 1)), 0.0, 0.0
-        return 1.0, 0.0, 0.0
+            return min(1.0, job.model.recompute_num_layers * vpp / max(stage_layers, 1)), ()
+        return 1.0, ()
     if granularity == "selective":
-        modules = (job.model.recompute_modules or ()) or ("core_attn",)
-        return 0.0, float("core_attn" in modules), float("mlp" in modules)
-    return 0.0, 0.0, 0.0
+        return 0.0, recomputed_modules(job.model.recompute_modules)
+    return 0.0, ()
 
 
 def busiest_stage(
@@ -109,10 +114,11 @@ def busiest_stage(
     for a hybrid model); the last stage adds the logits, and the stage that builds the
     multi-token-prediction layers adds them (:meth:`ModelCost.mtp_flops_per_token`, their
     output heads included). Recompute adds forward passes: a full layer's forward is a third of
-    its training FLOPs, core attention's (:meth:`ModelCost.core_attention_flops_per_token`).
-    The stage's memory-bound bytes are its layers' on one TP rank
-    (:meth:`ModelCost.elementwise_bytes_per_token`), full recompute adding the forward third of
-    the recomputed layers'.
+    its training FLOPs; selective recompute adds each module's forward
+    (:meth:`ModelCost.recompute_flops_per_token`). The stage's memory-bound bytes are its
+    layers' on one TP rank (:meth:`ModelCost.elementwise_bytes_per_token`), full recompute
+    adding the forward third of the recomputed layers' and selective recompute the recomputed
+    modules' forward bytes (:meth:`ModelCost.recompute_elementwise_bytes_per_token`).
     """
     tp, pp = job.tp_size, job.pp_size
     vpp = job.vpp_size if job.interleaved else 1
@@ -130,12 +136,13 @@ def busiest_stage(
 
     rank = max(range(pp), key=lambda r: (stage_flops(r), r))
     layers = per_rank[rank]
-    full, core, mlp = _recomputed_fraction(job, layers, vpp)
-    layer_fwd = per_layer / 3
-    core_fwd = dims.core_attention_flops_per_token() / 3
-    mlp_fwd = (per_layer - dims.attention_flops_per_token()) / 3
-    layer_bytes = dims.elementwise_bytes_per_token(
-        tp_size=tp, sequence_parallel=job.sequence_parallel
+    full, modules = _recomputed(job, layers, vpp)
+    sp = job.sequence_parallel
+    layer_bytes = dims.elementwise_bytes_per_token(tp_size=tp, sequence_parallel=sp)
+    selective_flops = sum(dims.recompute_flops_per_token(m) for m in modules)
+    selective_bytes = sum(
+        dims.recompute_elementwise_bytes_per_token(m, tp_size=tp, sequence_parallel=sp)
+        for m in modules
     )
     return Stage(
         rank=rank,
@@ -147,12 +154,11 @@ def busiest_stage(
         micro_batches=micro_batches,
         vpp=vpp,
         recompute_full=full,
-        recompute_core_attn=core,
-        recompute_mlp=mlp,
+        recompute_modules=modules,
         flops_per_token=stage_flops(rank),
-        recompute_flops_per_token=layers * (full * layer_fwd + core * core_fwd + mlp * mlp_fwd),
+        recompute_flops_per_token=layers * (full * per_layer / 3 + selective_flops),
         elementwise_bytes_per_token=layers * layer_bytes,
-        recompute_elementwise_bytes_per_token=layers * full * layer_bytes / 3,
+        recompute_elementwise_bytes_per_token=layers * (full * layer_bytes / 3 + selective_bytes),
     )
 
 
