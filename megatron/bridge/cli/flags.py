@@ -88,6 +88,10 @@ FLAG_FIELDS: dict[str, str] = {
     "fp8_dot_product_attention": "model.fp8_dot_product_attention",
     "pipeline_model_parallel_layout": "model.pipeline_model_parallel_layout",
     "use_megatron_fsdp": "use_megatron_fsdp",
+    "recompute_granularity": "model.recompute_granularity",
+    "recompute_method": "model.recompute_method",
+    "recompute_num_layers": "model.recompute_num_layers",
+    "recompute_modules": "model.recompute_modules",
 }
 
 
@@ -95,9 +99,11 @@ def flag_changes(args: argparse.Namespace) -> dict[str, Any]:
     """The job changes the flags given make (:data:`FLAG_FIELDS`); ``overlap`` holds the
     overlap-request fields they set (``strict``, EP overlap)."""
     changes = {
-        field: getattr(args, flag)
+        # A flag taking several values (--recompute-modules) gives a list; the description
+        # holds a tuple.
+        field: tuple(value) if isinstance(value, list) else value
         for flag, field in FLAG_FIELDS.items()
-        if getattr(args, flag, None) is not None
+        if (value := getattr(args, flag, None)) is not None
     }
     if changes.get("model.virtual_pipeline_model_parallel_size") == 1:
         # --vpp 1 says "no interleaving", which the description holds as None.

@@ -258,6 +258,30 @@ def _add_model_vocabulary(ex: argparse.ArgumentParser) -> None:
         type=_hybrid_layer_pattern,
         help="hybrid model layers, one symbol each: M Mamba, * attention, - MLP, E MoE, ...",
     )
+    ex.add_argument(
+        "--recompute-granularity",
+        choices=["full", "selective"],
+        help="activation recompute: whole layers or the modules below (default: none)",
+    )
+    ex.add_argument(
+        "--recompute-method",
+        choices=["uniform", "block"],
+        help="with full recompute: layers recomputed in uniform groups or the first N per stage",
+    )
+    ex.add_argument(
+        "--recompute-num-layers",
+        type=positive_int_argument,
+        help="with full recompute: layers per group (uniform) or per stage (block)",
+    )
+    ex.add_argument(
+        "--recompute-modules",
+        nargs="*",
+        metavar="MODULE",
+        help=(
+            "with selective recompute: the modules recomputed, e.g. core_attn moe_act layernorm "
+            "mla_up_proj (given with none: nothing; not given: core_attn)"
+        ),
+    )
     _add_counts(
         ex,
         {
