@@ -612,7 +612,7 @@ class ModelCost:
         return training / 3 / self.model.num_layers
 
     def recompute_elementwise_bytes_per_token(
-        self, module: str, *, tp_size: int = 1, sequence_parallel: bool = True
+        self, module: str, *, tp_size: int = 1, sequence_parallel: bool = False
     ) -> float:
         """HBM bytes per token of the mean decoder layer that selective recompute of ``module``
         moves again in memory-bound kernels on one of ``tp_size`` TP ranks (split as
