@@ -154,3 +154,18 @@ def test_estimate_json_validates_against_the_schema():
     assert prediction["step_seconds"] == pytest.approx(
         prediction["compute_seconds"] + prediction["bubble_seconds"] + prediction["exposed_seconds"]
     )
+
+
+def test_a_megatron_fsdp_job_says_its_data_parallel_traffic_is_priced_as_zero_1():
+    job = JobDescription(
+        model=QWEN3_30B_A3B, world_size=16, gpu="h100", micro_batch_size=1, global_batch_size=64
+    )
+    request = CommOverlapConfig(tp_comm_overlap=False)
+    plain = estimate_step(plan_comm_overlap(request, job)).assumptions
+    fsdp = estimate_step(
+        plan_comm_overlap(
+            request, job.replace(use_megatron_fsdp=True, use_distributed_optimizer=True)
+        )
+    ).assumptions
+    assert not any("Megatron-FSDP" in a for a in plain)
+    assert any(a.startswith("Megatron-FSDP priced as the distributed optimizer") for a in fsdp)

@@ -258,6 +258,12 @@ def _assumptions(
             "MoE: uniform routing (no imbalance, no dropped tokens); MoE layers spread evenly "
             "over stages; expert-TP traffic not modelled"
         )
+    if job.use_megatron_fsdp:
+        assumptions.append(
+            "Megatron-FSDP priced as the distributed optimizer: one parameter all-gather and one "
+            "gradient reduce-scatter per step; its per-layer gathers in the forward and the "
+            "backward of every micro-batch (optim_grads_params) are not modelled"
+        )
     if ep_overlap:
         assumptions.append(
             "overlap_moe_expert_parallel_comm hides "
