@@ -17,38 +17,7 @@ from megatron.bridge.training.estimate.stage import busiest_stage
 from megatron.bridge.training.job import ModelDescription
 from megatron.bridge.training.model_rules import _RECOMPUTE_MODULES
 from tests.unit_tests.conftest import h100_job
-
-_SIZE = {"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "ffn_hidden_size": 128}
-_DATA = {"seq_length": 32, "vocab_size": 100, "normalization": "RMSNorm"}
-
-#: 2 layers (MoE then dense), hidden 64, 4 heads of 16 (MHA), learned positions; SwiGLU; 8
-#: experts, top-2, expert width 32, a shared expert 64 wide; dense FFN 128; grouped GEMM.
-MOE = ModelDescription(
-    **_SIZE,
-    **_DATA,
-    gated_linear_unit=True,
-    kv_channels=16,
-    num_moe_experts=8,
-    moe_router_topk=2,
-    moe_ffn_hidden_size=32,
-    moe_shared_expert_intermediate_size=64,
-    moe_layer_freq=(1, 0),
-    moe_grouped_gemm=True,
-)
-
-#: 2 dense layers, hidden 64, MLA with 4 heads (q_lora_rank 24, kv_lora_rank 16, qk_head_dim 8,
-#: rotary part 4, v_head_dim 8), RoPE; a plain (not gated) MLP 128 wide.
-MLA = ModelDescription(
-    **_SIZE,
-    **_DATA,
-    multi_latent_attention=True,
-    q_lora_rank=24,
-    kv_lora_rank=16,
-    qk_head_dim=8,
-    qk_pos_emb_head_dim=4,
-    v_head_dim=8,
-    position_embedding_type="rope",
-)
+from tests.unit_tests.small_models import MLA, MOE
 
 # Forward FLOPs per token of the mean layer (2 layers), by module.
 MOE_FLOPS = {
