@@ -69,15 +69,17 @@ def run(
     etp: int | None = None,
     layout: str | None = None,
     recompute: str = "",
+    fsdp: bool = False,
     source: str,
     **model: Any,
 ) -> PublishedRun:
     """A published run: ``gpus`` GPUs of ``gpu`` (a catalogue name or a published system such
     as "DGX-GB300") in ``precision``, global/micro batch ``gbs``/``mbs``, the parallel sizes
     and the pipeline layout (megatron-core's string form), the activation recompute in the
-    table's form (:func:`recompute_fields`); ``model`` holds further model fields the run sets
-    (``moe_token_dispatcher_type="flex"``, ...). Unnamed sizes are megatron-core's defaults (1,
-    no interleaving, ETP = TP, no custom layout, no recompute)."""
+    table's form (:func:`recompute_fields`), whether it runs Megatron-FSDP (``fsdp``); ``model``
+    holds further model fields the run sets (``moe_token_dispatcher_type="flex"``, ...). Unnamed
+    sizes are megatron-core's defaults (1, no interleaving, ETP = TP, no custom layout, no
+    recompute)."""
     try:
         name = hardware.gpu_spec(gpu).name
     except ValueError:
@@ -97,6 +99,7 @@ def run(
     changes.update(
         {f"model.{field}": value for field, value in recompute_fields(recompute).items()}
     )
+    changes["use_megatron_fsdp"] = fsdp
     changes.update({f"model.{field}": value for field, value in model.items()})
     return PublishedRun(name, canonical_precision(precision), MappingProxyType(changes), source)
 
@@ -143,6 +146,15 @@ def recompute_fields(recompute: str) -> dict[str, Any]:
 _INT_COLUMNS = ("gpus", "gbs", "mbs", "tp", "pp", "vp", "cp", "ep", "etp")
 
 
+def _flag(text: str) -> bool:
+    """A yes/no column: ``"1"`` or empty."""
+    if text not in ("", "1"):
+        raise ValueError(
+            f"{PUBLISHED_RUNS_TABLE.name}: a flag column holds 1 or nothing, got {text!r}."
+        )
+    return text == "1"
+
+
 @functools.cache
 def _table() -> dict[str, tuple[PublishedRun, ...]]:
     """Every row of :data:`PUBLISHED_RUNS_TABLE` as a :class:`PublishedRun`, by recipe name, in
@@ -158,6 +170,7 @@ def _table() -> dict[str, tuple[PublishedRun, ...]]:
                     row["precision"],
                     layout=row["layout"] or None,
                     recompute=row["recompute"],
+                    fsdp=_flag(row["fsdp"]),
                     source=row["source"],
                     **sizes,
                 )

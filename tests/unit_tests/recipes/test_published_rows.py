@@ -108,6 +108,7 @@ def test_recipe_plans_the_row_with_its_layout(row, capsys):
     plan = plan_recipe(row["model"], **picks)
     assert plan.job.global_batch_size == row["gbs"]
     assert plan.job.model.pipeline_model_parallel_layout == row.get("pipeline_layout")
+    assert plan.job.use_megatron_fsdp is row["fsdp"]
 
 
 @pytest.mark.parametrize("row", _params(FLOPS_GAPS))
