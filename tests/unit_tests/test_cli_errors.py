@@ -393,12 +393,22 @@ def _argument(action: argparse.Action, plot_dir: str) -> st.SearchStrategy[list[
         values = st.sampled_from(
             ["Et*4|(t*4|)*14tmL", "Et|t|t|tL", "E|t*48|L", "Et*3", "(t|", "Ex|L", "", "|"]
         )
+    elif action.dest == "recompute_modules":
+        # Any number of module names, known or not.
+        names = st.sampled_from(["core_attn", "moe_act", "layernorm", "mla_up_proj", "bogus", ""])
+        return st.lists(names, max_size=3).map(lambda modules: [flag, *modules])
     elif action.dest == "plot":
         names = ["step.png", "step.svg", "step.pdf", "missing/step.png", ""]
         values = st.sampled_from([os.path.join(plot_dir, name) for name in names])
     else:
         raise AssertionError(f"the fuzz test has no values for {flag}: add them")
     return values.map(lambda value: [flag, value])
+
+
+@pytest.mark.parametrize("action", EXPLAIN_ACTIONS, ids=lambda a: a.dest)
+def test_the_fuzz_test_has_values_for_every_explain_flag(action, tmp_path):
+    # The fuzz test draws a few flags per command line; this holds it to every flag at once.
+    assert isinstance(_argument(action, str(tmp_path)), st.SearchStrategy)
 
 
 @st.composite

@@ -326,11 +326,12 @@ class RecipeSpec:
         """The recipe's ``ConfigContainer`` (imports megatron-core and torch).
 
         The provider's architecture with the job's model description written over it, the
-        training sizes, the optimizer and DDP (distributed optimizer as the job says), the
-        precision's mixed-precision preset, the comm-overlap request (TP overlap, the preset and
-        the spec's extra overlap fields; the other knobs stay ``None`` so the rules derive them
-        at model-build time), the GPU, and ``cfg.env_vars``: the launch environment at the
-        published GPU count (:meth:`launch_env`, what ``PerfEnvPlugin.from_recipe`` exports).
+        training sizes, the optimizer and DDP (distributed optimizer and Megatron-FSDP as the job
+        says), the precision's mixed-precision preset, the comm-overlap request (TP overlap, the
+        preset and the spec's extra overlap fields; the other knobs stay ``None`` so the rules
+        derive them at model-build time), the GPU, and ``cfg.env_vars``: the launch environment
+        at the published GPU count (:meth:`launch_env`, what ``PerfEnvPlugin.from_recipe``
+        exports).
         A config changed afterwards keeps these values; ``runtime_config_update`` warns when
         they contradict the layout it resolves.
         """
@@ -360,7 +361,9 @@ class RecipeSpec:
                 lr=self.lr, min_lr=self.min_lr, use_distributed_optimizer=dist_opt
             ),
             ddp=DistributedDataParallelConfig(
-                use_distributed_optimizer=dist_opt, check_for_nan_in_grad=True
+                use_distributed_optimizer=dist_opt,
+                check_for_nan_in_grad=True,
+                use_megatron_fsdp=self.job.use_megatron_fsdp,
             ),
             mixed_precision=get_mixed_precision_config(PRECISIONS[self.precision].mixed_precision),
             comm_overlap=self.request(),
