@@ -12,6 +12,7 @@ import dataclasses
 
 import pytest
 
+from megatron.bridge.training.estimate.comm import ep_transfers
 from megatron.bridge.training.estimate.model_cost import ModelCost
 from megatron.bridge.training.estimate.stage import busiest_stage
 from megatron.bridge.training.job import ModelDescription
@@ -153,3 +154,25 @@ def test_full_recompute_adds_no_selective_module():
     assert stage.recompute_flops_per_token == pytest.approx(
         stage.layers * ModelCost(MLA).layer_flops_per_token() / 3
     )
+
+
+@pytest.mark.parametrize(
+    ("recompute", "ratio"),
+    [
+        ({}, 1.0),
+        ({"recompute_granularity": "selective", "recompute_modules": ("moe_act",)}, 1.0),
+        # moe_layer.py checkpoints the whole MoE forward: its dispatch and combine run again.
+        ({"recompute_granularity": "selective", "recompute_modules": ("moe",)}, 1.5),
+    ],
+)
+def test_recomputing_the_moe_layer_sends_its_forward_all_to_alls_again(recompute, ratio):
+    def ep_bytes(model: ModelDescription) -> float:
+        job = h100_job(model, dp_size=2, expert_model_parallel_size=2)
+        stage = busiest_stage(job, ModelCost(job.model), micro_batch_size=1, micro_batches=8)
+        (transfer,) = ep_transfers(job, stage)
+        return transfer.nbytes
+
+    moe = dataclasses.replace(MOE, moe_token_dispatcher_type="alltoall")
+    plain = ep_bytes(moe)
+    assert plain > 0
+    assert ep_bytes(dataclasses.replace(moe, **recompute)) == pytest.approx(ratio * plain)

@@ -234,7 +234,8 @@ def ep_transfers(job: JobDescription, stage: Stage) -> list[Transfer]:
 
     Each MoE layer dispatches every token to its top-k experts and combines the results:
     forward and backward, 4 all-to-alls of tokens x topk x h x 2B, of which (EP-1)/EP leaves the
-    GPU under uniform routing; a recomputed layer adds its 2 forward ones.
+    GPU under uniform routing; a layer whose MoE forward is recomputed (full recompute, or
+    selective recompute of ``moe``) adds its 2 forward ones.
     """
     ep = job.ep_size
     if not (job.model.moe and ep > 1):
@@ -248,7 +249,7 @@ def ep_transfers(job: JobDescription, stage: Stage) -> list[Transfer]:
     local_tokens = mbs * seq // (job.cp_size * (job.tp_size if job.sequence_parallel else 1))
     a2a = local_tokens * job.model.moe_router_topk * job.model.hidden_size * _ACT_BYTES
     moe_layers = stage.moe_layers
-    count = 4 * moe_layers + 2 * stage.recompute_full * moe_layers
+    count = 4 * moe_layers + 2 * stage.moe_forward_recomputed * moe_layers
     return [
         Transfer(
             "ep",

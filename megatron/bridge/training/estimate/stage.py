@@ -72,6 +72,14 @@ class Stage:
         """Layers recomputed whole on this stage."""
         return self.recompute_full * self.layers
 
+    @property
+    def moe_forward_recomputed(self) -> float:
+        """Fraction of the stage's MoE layers whose forward, its dispatch and combine included,
+        runs again in the backward: full recompute's share of layers, or 1.0 with selective
+        recompute of ``moe`` (moe_layer.py ``moe_layer_recompute`` checkpoints the whole
+        forward)."""
+        return self.recompute_full + float("moe" in self.recompute_modules)
+
 
 def _stage_layers(job: JobDescription) -> list[int]:
     """Decoder layers on each pipeline rank (summed over its model chunks), as megatron-core

@@ -332,7 +332,7 @@ def _predict(
                 LayerStream(i, c.link, per, per, 1.0 if on("overlap_p2p_comm") else 0.0, "all")
             )
         elif c.mode == "ep":
-            fwd_share = 2 / (4 + 2 * stage.recompute_full)
+            fwd_share = 2 / (4 + 2 * stage.moe_forward_recomputed)
             layer.append(
                 LayerStream(
                     i,
