@@ -12,13 +12,13 @@ import dataclasses
 
 import pytest
 
-from megatron.bridge.training.estimate.comm import ep_transfers
+from megatron.bridge.training.estimate.comm import ep_transfers, tp_transfers
 from megatron.bridge.training.estimate.model_cost import ModelCost
-from megatron.bridge.training.estimate.stage import busiest_stage
+from megatron.bridge.training.estimate.stage import Stage, busiest_stage
 from megatron.bridge.training.job import ModelDescription
 from megatron.bridge.training.model_rules import _RECOMPUTE_MODULES
 from tests.unit_tests.conftest import h100_job
-from tests.unit_tests.small_models import MLA, MOE
+from tests.unit_tests.small_models import DENSE, MLA, MOE
 
 # Forward FLOPs per token of the mean layer (2 layers), by module.
 MOE_FLOPS = {
@@ -176,3 +176,22 @@ def test_recomputing_the_moe_layer_sends_its_forward_all_to_alls_again(recompute
     plain = ep_bytes(moe)
     assert plain > 0
     assert ep_bytes(dataclasses.replace(moe, **recompute)) == pytest.approx(ratio * plain)
+
+
+@pytest.mark.parametrize(("sequence_parallel", "per_mlp"), [(True, 2), (False, 2)])
+def test_recomputing_a_dense_mlp_runs_its_tp_collectives_again(sequence_parallel, per_mlp):
+    # With SP the MLP all-gathers its input and reduce-scatters its output (2 collectives of
+    # act bytes); without SP it all-reduces its output once (2 x act): 2 either way.
+    def tp_bytes(model: ModelDescription) -> tuple[float, Stage]:
+        job = h100_job(model, tensor_model_parallel_size=2, sequence_parallel=sequence_parallel)
+        stage = busiest_stage(job, ModelCost(job.model), micro_batch_size=1, micro_batches=8)
+        (transfer,) = tp_transfers(job, stage)
+        return transfer.nbytes, stage
+
+    plain, stage = tp_bytes(DENSE)
+    recomputed, _ = tp_bytes(
+        dataclasses.replace(DENSE, recompute_granularity="selective", recompute_modules=("mlp",))
+    )
+    act = 1 * DENSE.seq_length * DENSE.hidden_size * 2  # one micro-batch's activations, 16-bit
+    extra = stage.micro_batches * per_mlp * stage.layers * (2 - 1) / 2 * act
+    assert recomputed - plain == pytest.approx(extra)

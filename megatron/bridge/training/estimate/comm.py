@@ -80,36 +80,47 @@ def tp_transfers(job: JobDescription, stage: Stage) -> list[Transfer]:
     With SP each layer's attention and MLP all-gather their input (fwd) and reduce-scatter
     their output (fwd); backward reduce-scatters the input grad, all-gathers the output grad
     and all-gathers the input again for the weight grad: 10 ring collectives of `act` bytes per
-    layer, each sending (TP-1)/TP x act per GPU; a recomputed layer adds its 4 forward ones. The
-    output layer adds 3 (gather fwd, scatter bwd, re-gather for wgrad), the embedding 2 (scatter
-    fwd, gather bwd). An MoE layer's expert MLP traffic is EP's (:func:`ep_transfers`); its
-    attention keeps 5.
+    layer, each sending (TP-1)/TP x act per GPU; a recomputed layer adds its 4 forward ones and
+    a dense MLP recomputed alone (selective ``mlp``) its 2. The output layer adds 3 (gather fwd,
+    scatter bwd, re-gather for wgrad), the embedding 2 (scatter fwd, gather bwd). An MoE layer's
+    expert MLP traffic is EP's (:func:`ep_transfers`); its attention keeps 5.
     Without SP: 2 all-reduces forward and 2 backward per layer (2 (TP-1)/TP x act each), a
-    recomputed layer 2 more; the embedding and the output layer one each.
+    recomputed layer 2 more and a recomputed dense MLP 1; the embedding and the output layer
+    one each.
     """
     tp = job.tp_size
     if tp <= 1:
         return []
     ring = (tp - 1) / tp
     layers, moe_layers, recomputed_layers = stage.layers, stage.moe_layers, stage.recomputed_layers
+    recomputed_mlps = stage.recomputed_dense_mlps
     first, last = stage.first, stage.last
     if job.sequence_parallel:
         per_mb = (
             10 * (layers - moe_layers)
             + 5 * moe_layers
             + 4 * recomputed_layers
+            + 2 * recomputed_mlps
             + (3 if last else 0)
             + (2 if first else 0)
         )
         collective, formula = (
             "all-gather + reduce-scatter",
-            "M x (10/layer + 4/recomputed layer + 3 output + 2 embedding) x (TP-1)/TP x b s/CP h x 2B",
+            "M x (10/layer + 4/recomputed layer + 2/recomputed MLP + 3 output + 2 embedding) x "
+            "(TP-1)/TP x b s/CP h x 2B",
         )
     else:
-        per_mb = 2 * (4 * layers + 2 * recomputed_layers + (1 if last else 0) + (1 if first else 0))
+        per_mb = 2 * (
+            4 * layers
+            + 2 * recomputed_layers
+            + recomputed_mlps
+            + (1 if last else 0)
+            + (1 if first else 0)
+        )
         collective, formula = (
             "all-reduce",
-            "M x 2 x (4/layer + 2/recomputed layer + output + embedding) x (TP-1)/TP x b s/CP h x 2B",
+            "M x 2 x (4/layer + 2/recomputed layer + 1/recomputed MLP + output + embedding) x "
+            "(TP-1)/TP x b s/CP h x 2B",
         )
     act = _activation_bytes(job, stage)
     nbytes = stage.micro_batches * per_mb * ring * act

@@ -73,6 +73,12 @@ class Stage:
         return self.recompute_full * self.layers
 
     @property
+    def recomputed_dense_mlps(self) -> float:
+        """Dense MLPs whose forward selective recompute of ``mlp`` runs again (transformer_layer.py
+        ``recompute_mlp``, not on MoE layers), their TP collectives included."""
+        return (self.layers - self.moe_layers) * float("mlp" in self.recompute_modules)
+
+    @property
     def moe_forward_recomputed(self) -> float:
         """Fraction of the stage's MoE layers whose forward, its dispatch and combine included,
         runs again in the backward: full recompute's share of layers, or 1.0 with selective
