@@ -221,10 +221,8 @@ class ModelCost:
         """Training FLOPs per token of the mean decoder layer's Mamba scans: the part of a hybrid
         model's mixers that the SSM kernels run, not the linear layers' GEMMs (0 without a
         hybrid layer pattern)."""
-        if self.model.hybrid_layer_pattern is None:
-            return 0.0
-        main = parse_hybrid_pattern(self.model.hybrid_layer_pattern).main
-        return sum(symbol == _MAMBA for symbol in main) * self._scan_flops() / self.model.num_layers
+        _, mamba, _, _ = self._layer_counts()
+        return mamba * self._scan_flops() / self.model.num_layers if mamba else 0.0
 
     def dense_mlp_flops_per_token(self) -> float:
         """Training FLOPs of one dense MLP per token: 6 x h x ffn x (3 gated, else 2)."""
@@ -536,28 +534,31 @@ class ModelCost:
         layers are not priced). MTP layers and the output layer are not counted.
         """
         self._check_attention_variant()
-        m = self.model
-        if m.hybrid_layer_pattern is not None:
-            # The gated delta net (G), DSA (D) and MLA (+) layers are not priced.
-            main = parse_hybrid_pattern(m.hybrid_layer_pattern).main
-            elements = (
-                main.count(_ATTENTION) * self._attention_elements()
-                + main.count(_MAMBA) * self._mamba_elements()
-                + main.count(_MLP) * self._dense_mlp_elements()
-                + main.count(_MOE) * self._moe_mlp_elements()
-            )
-        else:
-            moe_layers = sum(m.moe_layer_pattern) if m.moe else 0
-            elements = (
-                m.num_layers * self._attention_elements()
-                + moe_layers * self._moe_mlp_elements()
-                + (m.num_layers - moe_layers) * self._dense_mlp_elements()
-            )
+        attention, mamba, dense, moe = self._layer_counts()
+        elements = (
+            attention * self._attention_elements()
+            + dense * self._dense_mlp_elements()
+            + moe * self._moe_mlp_elements()
+        )
+        if mamba:
+            elements += mamba * self._mamba_elements()
         return (
             _FORWARD_AND_BACKWARD
             * _bytes_on_rank(elements, tp_size, sequence_parallel)
-            / (m.num_layers)
+            / self.model.num_layers
         )
+
+    def _layer_counts(self) -> tuple[int, int, int, int]:
+        """(attention, Mamba, dense MLP, MoE) blocks among the decoder layers: a transformer
+        layer is an attention block and a dense or MoE MLP block by moe_layer_pattern; a hybrid
+        model counts its pattern's attention (``*``), Mamba (``M``), MLP (``-``) and MoE (``E``)
+        symbols (its gated-delta-net, DSA and MLA layers are not priced)."""
+        m = self.model
+        if m.hybrid_layer_pattern is not None:
+            main = parse_hybrid_pattern(m.hybrid_layer_pattern).main
+            return main.count(_ATTENTION), main.count(_MAMBA), main.count(_MLP), main.count(_MOE)
+        moe = self.num_moe_layers
+        return m.num_layers, 0, m.num_layers - moe, moe
 
     # --- selective recompute ------------------------------------------------------------------
     #
@@ -566,24 +567,13 @@ class ModelCost:
     # name (TransformerConfig.recompute_modules) re-executes the forward third of one piece of
     # the layer's training FLOPs and moves its forward elements again.
 
-    def _recompute_layer_counts(self) -> tuple[int, int, int]:
-        """(attention, dense MLP, MoE) layers among the decoder layers: every layer is an
-        attention layer and a dense or MoE MLP by moe_layer_pattern; a hybrid model counts its
-        pattern's attention (``*``), MLP (``-``) and MoE (``E``) symbols."""
-        m = self.model
-        if m.hybrid_layer_pattern is not None:
-            main = parse_hybrid_pattern(m.hybrid_layer_pattern).main
-            return main.count(_ATTENTION), main.count(_MLP), main.count(_MOE)
-        moe = self.num_moe_layers
-        return m.num_layers, m.num_layers - moe, moe
-
     def _separate_norms(self) -> int:
         """Norms per decoder layer sum that run as their own module, which "layernorm" recompute
         reaches (transformer_layer.py: a norm that is an IdentityOp is not recomputed). In
         megatron-core's Transformer Engine spec (gpt_layer_specs.py) the input norm of GQA
         attention is fused into linear_qkv and a dense MLP's into linear_fc1; MLA's input norm
         (without mla_down_proj_fusion) and an MoE layer's pre-MLP norm are separate."""
-        attention, _, moe = self._recompute_layer_counts()
+        attention, _, _, moe = self._layer_counts()
         mla = self.model.multi_latent_attention and self.model.hybrid_layer_pattern is None
         return (attention if mla else 0) + moe
 
@@ -601,7 +591,7 @@ class ModelCost:
         FLOPs that :meth:`decoder_flops_per_token` counts for it, spread over num_layers.
         """
         self._check_attention_variant()
-        attention, dense, moe = self._recompute_layer_counts()
+        attention, _, dense, moe = self._layer_counts()
         training = {
             "core_attn": self.core_attention_flops_per_token() * self.model.num_layers,
             "mla_up_proj": 6 * self._mla_up_projection_weights() * attention,
@@ -628,7 +618,7 @@ class ModelCost:
         layers are not priced in bytes).
         """
         self._check_attention_variant()
-        attention, dense, moe = self._recompute_layer_counts()
+        attention, _, dense, moe = self._layer_counts()
         elements = {
             "core_attn": attention * self._core_attention_elements(),
             "layernorm": self._separate_norms() * self._norm(),
