@@ -148,7 +148,7 @@ def estimate_step(
             stage,
             global_batch_size=gbs,
             nvlink_domain=domain,
-            ep_overlap=f.ep_size > 1 and bool(_knob(plan, "overlap_moe_expert_parallel_comm")),
+            ep_overlap=_ep_overlap(plan),
         ),
         executed_flops_per_gpu=executed,
         average_flops_per_gpu=tokens * flops_per_token / f.world_size,
@@ -290,6 +290,11 @@ def _knob(plan: OverlapPlan, knob: str) -> object:
         return None
 
 
+def _ep_overlap(plan: OverlapPlan) -> bool:
+    """The plan runs EP all-to-all overlap: the knob is on and there is an EP group."""
+    return plan.job.ep_size > 1 and bool(_knob(plan, "overlap_moe_expert_parallel_comm"))
+
+
 def _predict(
     plan: OverlapPlan,
     entries: list[CommEntry],
@@ -339,7 +344,7 @@ def _predict(
                     c.link,
                     t * fwd_share / segments,
                     t * (1 - fwd_share) / segments,
-                    EP_OVERLAP.hidden_share if on("overlap_moe_expert_parallel_comm") else 0.0,
+                    EP_OVERLAP.hidden_share if overlap and _ep_overlap(plan) else 0.0,
                     "a2a",
                 )
             )
@@ -389,7 +394,7 @@ def _predict(
             vpp=stage.vpp,
             pp=job.pp_size,
             rank=stage.rank,
-            ep_overlap=on("overlap_moe_expert_parallel_comm") and job.ep_size > 1,
+            ep_overlap=overlap and _ep_overlap(plan),
             layer_streams=tuple(layer),
             grad_streams=tuple(grads),
             param_streams=tuple(params),
