@@ -417,6 +417,18 @@ class JobDescription:
         return self.pp_size > 1 and self.vpp_size is not None
 
     @property
+    def interleaved_schedule(self) -> bool:
+        """Whether megatron-core runs its interleaved schedule: PP > 1 and a VPP size set, 1 too.
+
+        ``get_forward_backward_func`` picks the interleaved schedule whenever the VPP size is not
+        None, so ``virtual_pipeline_model_parallel_size=1`` runs it with one model chunk per rank
+        (:attr:`interleaved` is False there: nothing is interleaved). A custom pipeline layout
+        sets the size only with more than one stage per rank (``TransformerConfig.__post_init__``).
+        """
+        explicit = self.model.virtual_pipeline_model_parallel_size is not None
+        return self.pp_size > 1 and (explicit or self.vpp_size is not None)
+
+    @property
     def dp_size(self) -> int:
         """Data-parallel size: world / (TP x CP x PP); ``ValueError`` when that does not divide."""
         return data_parallel_size(
@@ -441,7 +453,7 @@ class JobDescription:
             micro_batch_size=self.micro_batch_size,
             dp_size=self.dp_size,
             pp_size=self.pp_size,
-            interleaved=self.interleaved,
+            interleaved=self.interleaved_schedule,
         )
 
     @property

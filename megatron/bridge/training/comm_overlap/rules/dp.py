@@ -9,118 +9,31 @@ from __future__ import annotations
 
 from megatron.bridge.training.comm_overlap.knobs import DEFAULT_BUCKET_SIZE
 from megatron.bridge.training.comm_overlap.rules.planner import Planner
+from megatron.bridge.training.upstream_divergence import differs_from_upstream
 
-__all__ = ["decide_dp"]
+__all__ = [
+    "check_overlap_param_gather",
+    "check_param_gather_with_optimizer_step",
+    "decide_dp",
+    "derive_align_param_gather",
+    "derive_overlap_grad_reduce",
+    "derive_overlap_param_gather",
+    "note_align_without_interleaving",
+]
 
 
 def decide_dp(planner: Planner) -> None:
     """Decide the DP knobs: grad reduce, param gather, their alignment, buckets, optimizer step."""
     f = planner.job
-    dist_opt = f.use_distributed_optimizer
     many = f.dp_size > 1
     why_dp = f"DP={f.dp_size}"
     if f.distributed_optimizer_note is not None:
         planner.notes.append(f.distributed_optimizer_note)
 
-    grad, where = planner.user_value("overlap_grad_reduce")
-    gather, gather_where = planner.user_value("overlap_param_gather")
-    if grad is not None:
-        planner.set("overlap_grad_reduce", grad, "user", where)
-    elif many:
-        planner.set(
-            "overlap_grad_reduce",
-            True,
-            "derived",
-            f"{why_dp} > 1: hide the gradient reduction under backward",
-        )
-    elif gather:
-        # megatron-core overlaps the param all-gather only together with the grad reduce, so
-        # a param-gather request brings it along (at DP=1 neither has anything to do).
-        planner.set(
-            "overlap_grad_reduce",
-            True,
-            "derived",
-            f"overlap_param_gather=True ({gather_where}) needs it",
-        )
-    else:
-        planner.set(
-            "overlap_grad_reduce",
-            False,
-            "derived",
-            f"{why_dp}: nothing to reduce across replicas",
-        )
-    grad = planner.value("overlap_grad_reduce")
-
-    if gather and not dist_opt and not f.use_megatron_fsdp:
-        # megatron-core's bucket all-gather without the distributed optimizer takes the
-        # layer-wise optimizer's path, whose per-rank sizes only that optimizer sets: it fails at
-        # the first step (param_and_grad_buffer._ParamAndGradBucketGroup.start_param_sync).
-        raise ValueError(
-            "overlap_param_gather=True needs the distributed optimizer (it overlaps the "
-            "all-gather of sharded parameters): set cfg.ddp.use_distributed_optimizer=True "
-            "and cfg.optimizer.use_distributed_optimizer=True, or drop "
-            f"overlap_param_gather ({gather_where})."
-        )
-    if gather and not grad and many:
-        # megatron-core runs this: DistributedDataParallel puts every parameter in one bucket
-        # when overlap_grad_reduce is False, so the forward pre-hook waits for the whole
-        # all-gather before the first layer. Megatron-LM's argument check refuses the pair.
-        planner.warnings.append(
-            f"overlap_param_gather=True ({gather_where}) with overlap_grad_reduce=False hides "
-            "nothing: megatron-core then keeps all parameters in one bucket, so the whole "
-            "all-gather runs before the first layer. Set overlap_grad_reduce=True (Megatron-LM "
-            "requires it) or drop overlap_param_gather."
-        )
-    if gather is not None:
-        planner.set("overlap_param_gather", gather, "user", gather_where)
-    elif not many:
-        planner.set("overlap_param_gather", False, "derived", f"{why_dp}: nothing to gather")
-    elif not dist_opt:
-        planner.set(
-            "overlap_param_gather",
-            False,
-            "derived",
-            "needs the distributed optimizer (off): only the gradient all-reduce is overlapped",
-        )
-    elif not grad:
-        planner.set(
-            "overlap_param_gather", False, "derived", "needs overlap_grad_reduce, which is off"
-        )
-    else:
-        planner.set(
-            "overlap_param_gather",
-            True,
-            "derived",
-            f"{why_dp} > 1 with the distributed optimizer",
-        )
-    gather = planner.value("overlap_param_gather")
-
-    align, where = planner.user_value("align_param_gather")
-    if align is not None:
-        planner.set("align_param_gather", align, "user", where)
-        if align and not f.use_megatron_fsdp:
-            _note_align_without_interleaving(planner, where)
-    elif f.use_megatron_fsdp:
-        planner.set(
-            "align_param_gather",
-            False,
-            "derived",
-            "Megatron-FSDP does not read it (only megatron-core's DistributedDataParallel does)",
-        )
-    elif gather and f.interleaved:
-        planner.set(
-            "align_param_gather",
-            True,
-            "derived",
-            "param-gather overlap with an interleaved pipeline",
-        )
-    else:
-        planner.set(
-            "align_param_gather",
-            False,
-            "derived",
-            "no param-gather overlap" if not gather else "pipeline is not interleaved",
-        )
+    derive_overlap_grad_reduce(planner)
+    check_overlap_param_gather(planner)
+    derive_overlap_param_gather(planner)
+    derive_align_param_gather(planner)
 
     size, where = planner.user_value("bucket_size")
     if size is not None and f.num_buckets is not None:
@@ -154,7 +67,7 @@ def decide_dp(planner: Planner) -> None:
 
     step = planner.user.overlap_param_gather_with_optimizer_step
     if step:
-        _check_param_gather_with_optimizer_step(planner)
+        check_param_gather_with_optimizer_step(planner)
         planner.set(
             "overlap_param_gather_with_optimizer_step",
             True,
@@ -199,7 +112,154 @@ def decide_dp(planner: Planner) -> None:
                 )
 
 
-def _note_align_without_interleaving(planner: Planner, where: str) -> None:
+@differs_from_upstream(
+    "overlap_grad_reduce derived at any DP with megatron-core's DDP (upstream: only with the "
+    "distributed optimizer), and True next to a param-gather request at DP 1 (upstream: False)"
+)
+def derive_overlap_grad_reduce(planner: Planner) -> None:
+    """Decide overlap_grad_reduce: the user's, else on at DP > 1 or with a param-gather request.
+
+    megatron-core's DDP overlaps the gradient reduction without the distributed optimizer too,
+    so the distributed optimizer does not gate it.
+    """
+    f = planner.job
+    grad, where = planner.user_value("overlap_grad_reduce")
+    gather, gather_where = planner.user_value("overlap_param_gather")
+    if grad is not None:
+        planner.set("overlap_grad_reduce", grad, "user", where)
+    elif f.dp_size > 1:
+        planner.set(
+            "overlap_grad_reduce",
+            True,
+            "derived",
+            f"DP={f.dp_size} > 1: hide the gradient reduction under backward",
+        )
+    elif gather:
+        # megatron-core overlaps the param all-gather only together with the grad reduce, so
+        # a param-gather request brings it along (at DP=1 neither has anything to do).
+        planner.set(
+            "overlap_grad_reduce",
+            True,
+            "derived",
+            f"overlap_param_gather=True ({gather_where}) needs it",
+        )
+    else:
+        planner.set(
+            "overlap_grad_reduce",
+            False,
+            "derived",
+            f"DP={f.dp_size}: nothing to reduce across replicas",
+        )
+
+
+@differs_from_upstream(
+    "overlap_param_gather=True without the distributed optimizer is refused, and with "
+    "overlap_grad_reduce=False kept with a warning (upstream drops or writes both silently)"
+)
+def check_overlap_param_gather(planner: Planner) -> None:
+    """Refuse a param-gather request megatron-core fails on; warn where it hides nothing."""
+    f = planner.job
+    gather, gather_where = planner.user_value("overlap_param_gather")
+    if gather and not f.use_distributed_optimizer and not f.use_megatron_fsdp:
+        # megatron-core's bucket all-gather without the distributed optimizer takes the
+        # layer-wise optimizer's path, whose per-rank sizes only that optimizer sets: it fails at
+        # the first step (param_and_grad_buffer._ParamAndGradBucketGroup.start_param_sync).
+        raise ValueError(
+            "overlap_param_gather=True needs the distributed optimizer (it overlaps the "
+            "all-gather of sharded parameters): set cfg.ddp.use_distributed_optimizer=True "
+            "and cfg.optimizer.use_distributed_optimizer=True, or drop "
+            f"overlap_param_gather ({gather_where})."
+        )
+    if gather and not planner.value("overlap_grad_reduce") and f.dp_size > 1:
+        # megatron-core runs this: DistributedDataParallel puts every parameter in one bucket
+        # when overlap_grad_reduce is False, so the forward pre-hook waits for the whole
+        # all-gather before the first layer. Megatron-LM's argument check refuses the pair.
+        planner.warnings.append(
+            f"overlap_param_gather=True ({gather_where}) with overlap_grad_reduce=False hides "
+            "nothing: megatron-core then keeps all parameters in one bucket, so the whole "
+            "all-gather runs before the first layer. Set overlap_grad_reduce=True (Megatron-LM "
+            "requires it) or drop overlap_param_gather."
+        )
+
+
+@differs_from_upstream(
+    "overlap_param_gather is not derived without overlap_grad_reduce (upstream derives it at "
+    "every DP > 1 with the distributed optimizer)"
+)
+def derive_overlap_param_gather(planner: Planner) -> None:
+    """Decide overlap_param_gather: the user's, else on at DP > 1 with the distributed optimizer
+    and gradient-reduce overlap.
+
+    Without gradient-reduce overlap megatron-core's DDP keeps every parameter in one bucket, so
+    a param-gather overlap would prefetch nothing (Megatron-LM's argument check refuses the pair).
+    """
+    f = planner.job
+    gather, gather_where = planner.user_value("overlap_param_gather")
+    if gather is not None:
+        planner.set("overlap_param_gather", gather, "user", gather_where)
+    elif f.dp_size <= 1:
+        planner.set("overlap_param_gather", False, "derived", f"DP={f.dp_size}: nothing to gather")
+    elif not f.use_distributed_optimizer:
+        planner.set(
+            "overlap_param_gather",
+            False,
+            "derived",
+            "needs the distributed optimizer (off): only the gradient all-reduce is overlapped",
+        )
+    elif not planner.value("overlap_grad_reduce"):
+        planner.set(
+            "overlap_param_gather", False, "derived", "needs overlap_grad_reduce, which is off"
+        )
+    else:
+        planner.set(
+            "overlap_param_gather",
+            True,
+            "derived",
+            f"DP={f.dp_size} > 1 with the distributed optimizer",
+        )
+
+
+@differs_from_upstream(
+    "align_param_gather derived from param-gather overlap on an interleaved pipeline at any DP "
+    "(upstream: only at DP > 1)"
+)
+def derive_align_param_gather(planner: Planner) -> None:
+    """Decide align_param_gather: the user's, else on with param-gather overlap and interleaving."""
+    f = planner.job
+    gather = planner.value("overlap_param_gather")
+    align, where = planner.user_value("align_param_gather")
+    if align is not None:
+        planner.set("align_param_gather", align, "user", where)
+        if align and not f.use_megatron_fsdp:
+            note_align_without_interleaving(planner, where)
+    elif f.use_megatron_fsdp:
+        planner.set(
+            "align_param_gather",
+            False,
+            "derived",
+            "Megatron-FSDP does not read it (only megatron-core's DistributedDataParallel does)",
+        )
+    elif gather and f.interleaved:
+        planner.set(
+            "align_param_gather",
+            True,
+            "derived",
+            "param-gather overlap with an interleaved pipeline",
+        )
+    else:
+        planner.set(
+            "align_param_gather",
+            False,
+            "derived",
+            "no param-gather overlap" if not gather else "pipeline is not interleaved",
+        )
+
+
+@differs_from_upstream(
+    "align_param_gather=True without megatron-core's interleaved schedule is kept with a warning "
+    "or a note (upstream writes it silently)"
+)
+def note_align_without_interleaving(planner: Planner, where: str) -> None:
     """Say what ``align_param_gather=True`` does where no interleaved schedule dispatches it.
 
     megatron-core reads the flag in DDP's forward pre-hook only: it stops each bucket from
@@ -209,7 +269,7 @@ def _note_align_without_interleaving(planner: Planner, where: str) -> None:
     its first layer needs it. Megatron-LM's argument check resets the flag to False there.
     """
     f = planner.job
-    if f.interleaved:
+    if f.interleaved_schedule:
         return
     layout = f"PP={f.pp_size}" + (f" VPP={f.vpp_size}" if f.vpp_size else " without VPP")
     if not planner.value("overlap_param_gather"):
@@ -226,7 +286,11 @@ def _note_align_without_interleaving(planner: Planner, where: str) -> None:
     )
 
 
-def _check_param_gather_with_optimizer_step(planner: Planner) -> None:
+@differs_from_upstream(
+    "overlap_param_gather_with_optimizer_step=True without the distributed optimizer is refused "
+    "(upstream drops it silently); without interleaving it is written with a note"
+)
+def check_param_gather_with_optimizer_step(planner: Planner) -> None:
     """Refuse ``overlap_param_gather_with_optimizer_step`` where megatron-core fails; say the rest.
 
     megatron-core's ``ChainedOptimizer._step`` starts the first model chunk's all-gather through

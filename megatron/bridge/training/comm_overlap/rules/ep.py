@@ -60,8 +60,10 @@ def decide_ep(planner: Planner) -> None:
                 ),
                 (not (f.model.bf16 or f.model.fp16), "bf16 or fp16 training"),
                 (
-                    f.pp_size > 1 and f.vpp_size is None,
-                    "virtual_pipeline_model_parallel_size set when PP > 1",
+                    # TransformerConfig checks the size is set (1 too): EP overlap runs in the
+                    # combined-1F1B path, which only the interleaved pipeline schedule has.
+                    f.pp_size > 1 and not f.interleaved_schedule,
+                    "virtual_pipeline_model_parallel_size set when PP > 1 (1 will do)",
                 ),
                 (
                     f.model.recompute_granularity == "full",
@@ -104,6 +106,13 @@ def decide_ep(planner: Planner) -> None:
             "user",
             f"set in CommOverlapConfig; EP={f.ep_size}, {f.model.num_moe_experts} experts",
         )
+        if f.interleaved_schedule and not f.interleaved:
+            planner.notes.append(
+                f"overlap_moe_expert_parallel_comm=True on PP={f.pp_size} with "
+                "virtual_pipeline_model_parallel_size=1: megatron-core runs its interleaved "
+                "schedule with one model chunk per rank, whose combined-1F1B path overlaps the "
+                "all-to-alls (the non-interleaved schedule has no EP-overlap path)."
+            )
     elif ep is False:
         planner.set("overlap_moe_expert_parallel_comm", False, "user", "set in CommOverlapConfig")
     else:
