@@ -20,6 +20,7 @@ from types import MappingProxyType
 from typing import Literal
 
 from megatron.bridge.training.hardware import GPUS
+from megatron.bridge.training.upstream_divergence import differs_from_upstream
 from megatron.bridge.training.validators import check_choice, check_int, check_optional_bool
 
 __all__ = [
@@ -115,6 +116,9 @@ class RingExchangeOverlapCfg(_GemmOverlapCfg):
     """Keep the communication buffer in FP8."""
 
 
+@differs_from_upstream(
+    "fp8_buf defaults to False; upstream's default is the tuple (False,), which TE reads as True"
+)
 @dataclass(frozen=True, kw_only=True)
 class PipelineOverlapCfg(_GemmOverlapCfg):
     """Pipelined overlap: the GEMM is split into ``num_splits`` chunks, each followed by its collective."""

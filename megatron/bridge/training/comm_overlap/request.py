@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from megatron.bridge.training.comm_overlap.knobs import KNOBS
 from megatron.bridge.training.comm_overlap.megatron_io import setup_configs
+from megatron.bridge.training.upstream_divergence import differs_from_upstream
 from megatron.bridge.training.userbuffers import TransformerLayerTPOverlapCfg
 from megatron.bridge.training.userbuffers_file import PresetSource, load_preset
 from megatron.bridge.training.validators import (
@@ -33,6 +34,10 @@ BootstrapBackend = Literal["nccl", "mpi", "gloo"]
 _OWNER = "CommOverlapConfig"
 
 
+@differs_from_upstream(
+    "never changed by setup (no user_comm_overlap_cfg copy); strict and preset_chosen_by are "
+    "fields upstream does not have"
+)
 @dataclass(kw_only=True)
 class CommOverlapConfig:
     """What the recipe author asks for. ``None`` means "let the rules decide".

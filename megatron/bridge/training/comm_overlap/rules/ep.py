@@ -12,6 +12,7 @@ from typing import Literal, get_args
 from megatron.bridge.training.comm_overlap.rules.planner import Planner
 from megatron.bridge.training.comm_overlap.te import TE_REQUIREMENTS, te_version_at_least
 from megatron.bridge.training.job import ModelDescription
+from megatron.bridge.training.upstream_divergence import differs_from_upstream
 
 __all__ = ["EPDispatcher", "decide_ep", "unused_flex_backend"]
 
@@ -19,6 +20,10 @@ EPDispatcher = Literal["alltoall", "flex"]
 """MoE token dispatchers that EP all-to-all overlap works with."""
 
 
+@differs_from_upstream(
+    "moe_flex_dispatcher_backend without the flex dispatcher is a warning (upstream says nothing "
+    "at run time)"
+)
 def unused_flex_backend(model: ModelDescription) -> str | None:
     """The sentence saying a flex dispatcher backend is set but not used, or None.
 

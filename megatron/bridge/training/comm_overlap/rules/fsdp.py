@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from megatron.bridge.training.comm_overlap.rules.planner import Planner
 from megatron.bridge.training.comm_overlap.te import TE_REQUIREMENTS, te_version_at_least
+from megatron.bridge.training.upstream_divergence import differs_from_upstream
 
 __all__ = ["note_megatron_fsdp"]
 
@@ -35,6 +36,10 @@ _FSDP_FUSION = "Megatron-FSDP with gradient_accumulation_fusion"
 _PER_LAYER_GRAPHS = ("local", "transformer_engine")
 
 
+@differs_from_upstream(
+    "Megatron-FSDP without the distributed optimizer is a warning, and each DP knob FSDP ignores "
+    "or replaces a note (upstream turns the optimizer on and writes the knobs silently)"
+)
 def note_megatron_fsdp(planner: Planner) -> None:
     """Refuse what Megatron-FSDP fails on; say which DP decisions it reads, replaces or ignores."""
     f = planner.job

@@ -15,6 +15,7 @@ from typing import Any
 from megatron.bridge.training.comm_overlap.knobs import KNOBS
 from megatron.bridge.training.comm_overlap.plan import Decision, OverlapPlan, Source
 from megatron.bridge.training.job import JobDescription
+from megatron.bridge.training.upstream_divergence import differs_from_upstream
 
 __all__ = ["Planner"]
 
@@ -45,6 +46,10 @@ class Planner:
         """Each ``(config, value)`` set straight on one of ``knob``'s targets, in table order."""
         return tuple((c, v) for c, name, v in self.job.direct_settings if name == knob)
 
+    @differs_from_upstream(
+        "a DP knob written straight on cfg.ddp or cfg.optimizer is the user's setting (upstream "
+        "overwrites it with the derived value)"
+    )
     def user_value(self, knob: str) -> tuple[Any, str]:
         """The user's setting of ``knob`` and where it was made, or (None, "").
 

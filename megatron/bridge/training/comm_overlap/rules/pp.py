@@ -12,12 +12,14 @@ def decide_pp(planner: Planner) -> None:
     """Decide overlap_p2p_comm and batch_p2p_comm from the request and the pipeline layout."""
     f, user = planner.job, planner.user
     overlap, batch = user.overlap_p2p_comm, user.batch_p2p_comm
-    if overlap and batch:
+    # megatron-core's pipeline schedules raise on these; without a pipeline its schedule
+    # (forward_backward_no_pipelining) sends nothing and reads neither flag.
+    if overlap and batch and f.pp_size > 1:
         raise ValueError(
             "overlap_p2p_comm=True and batch_p2p_comm=True are mutually exclusive at run time: "
             "choose one (overlap_p2p_comm for an interleaved pipeline)."
         )
-    if overlap and not f.interleaved_schedule:
+    if overlap and f.pp_size > 1 and not f.interleaved_schedule:
         # megatron-core picks the interleaved schedule whenever a VPP size is set (1 included);
         # only the non-interleaved one raises on overlap_p2p_comm.
         raise ValueError(

@@ -13,6 +13,7 @@ from __future__ import annotations
 from megatron.bridge.training.comm_overlap.plan import Source
 from megatron.bridge.training.comm_overlap.rules.planner import Planner
 from megatron.bridge.training.job import JobDescription
+from megatron.bridge.training.upstream_divergence import differs_from_upstream
 from megatron.bridge.training.userbuffers import (
     TransformerLayerTPOverlapCfg,
     choose_userbuffers_preset,
@@ -27,6 +28,10 @@ from megatron.bridge.training.userbuffers_file import load_preset
 __all__ = ["decide_tp", "tp_overlap_blockers", "tp_overlap_buffer_rows"]
 
 
+@differs_from_upstream(
+    "a TP-overlap request the layout cannot run names every failed condition in the plan, and "
+    "strict=True raises (upstream logs the first one and turns it off)"
+)
 def tp_overlap_blockers(job: JobDescription) -> tuple[str, ...]:
     """Why TP overlap cannot run on ``job``'s layout, one reason per blocker; empty when it can.
 
@@ -53,6 +58,10 @@ def tp_overlap_blockers(job: JobDescription) -> tuple[str, ...]:
     return tuple(blockers)
 
 
+@differs_from_upstream(
+    "tp_comm_overlap='auto' is resolved to True or False for the model config (upstream writes "
+    "the request through, the string included)"
+)
 def decide_tp(planner: Planner) -> None:
     """Decide TP overlap, its preset and bootstrap backend.
 
@@ -186,6 +195,10 @@ def _not_requested(planner: Planner, preset: TransformerLayerTPOverlapCfg | None
         )
 
 
+@differs_from_upstream(
+    "a preset written straight on cfg.model.tp_comm_overlap_cfg is kept and used (upstream "
+    "overwrites it with CommOverlapConfig's, None: TE's defaults)"
+)
 def _preset(planner: Planner) -> tuple[TransformerLayerTPOverlapCfg | None, str]:
     """The userbuffers config in use and where it was set."""
     if planner.user.preset is not None:
@@ -197,6 +210,10 @@ def _preset(planner: Planner) -> tuple[TransformerLayerTPOverlapCfg | None, str]
     return load_preset(value, owner=f"cfg.{config}"), f"set on cfg.{config}.tp_comm_overlap_cfg"
 
 
+@differs_from_upstream(
+    "a preset a recipe chose (preset_chosen_by) is derived and re-chosen when the GPU or "
+    "precision changes (upstream has no automatic choice)"
+)
 def _automatic_choice(planner: Planner) -> str | None:
     """Who chose CommOverlapConfig's preset and from what, while it is still that choice.
 
