@@ -76,7 +76,9 @@ def documented_refusal_rules() -> set[str]:
     start = text.index(REFUSALS_HEADING)
     end = text.find("\n#", start + len(REFUSALS_HEADING))
     block = text[start : end if end != -1 else len(text)]
-    return set(re.findall(r"`([\w.]+)`", " ".join(re.findall(r"Rules?:\s+((?:`[\w.]+`,?\s*)+)", block))))
+    return set(
+        re.findall(r"`([\w.]+)`", " ".join(re.findall(r"Rules?:\s+((?:`[\w.]+`,?\s*)+)", block)))
+    )
 
 
 # ---------------------------------------------------------------------------- generated jobs
