@@ -29,14 +29,15 @@ from unittest import mock
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from megatron.core import utils as mcore_utils
 from megatron.core.transformer.enums import CudaGraphModule
 from megatron.core.transformer.transformer_config import MLATransformerConfig, TransformerConfig
 from packaging.version import Version
 
-from megatron.bridge.training.job import ModelDescription
+from megatron.bridge.training.comm_overlap import CommOverlapConfig, plan_comm_overlap
+from megatron.bridge.training.job import JobDescription, ModelDescription
 from megatron.bridge.training.model_rules import UNDESCRIBED_DEFAULTS, check_model
 from megatron.bridge.training.parallel_layout import check_parallel_layout
 
@@ -967,3 +968,67 @@ def test_module_imports_without_torch() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# ---------------------------------------------------------------------------- EP overlap gate
+
+
+@st.composite
+def ep_overlap_models(draw) -> ModelDescription:
+    """A small model whose EP-overlap gates vary: pipeline (VPP None, 1 or more), EP, experts,
+    dispatcher, precision, recompute, shared-expert overlap, MTP and CUDA graph capture."""
+    pp = draw(st.sampled_from([1, 2]))
+    granularity = draw(st.sampled_from([None, None, "full", "selective"]))
+    full = granularity == "full"
+    return ModelDescription(
+        **{**SMALL_MODEL, "bf16": draw(st.sampled_from([True, True, False]))},
+        pipeline_model_parallel_size=pp,
+        virtual_pipeline_model_parallel_size=draw(st.sampled_from([None, 1, 2]))
+        if pp > 1
+        else None,
+        expert_model_parallel_size=draw(st.sampled_from([1, 2, 2])),
+        num_moe_experts=draw(st.sampled_from([2, 4])),
+        moe_token_dispatcher_type=draw(
+            st.sampled_from(["alltoall", "alltoall", "flex", "allgather"])
+        ),
+        moe_flex_dispatcher_backend="deepep",
+        moe_shared_expert_intermediate_size=1024,
+        moe_shared_expert_overlap=draw(st.sampled_from([False, False, True])),
+        recompute_granularity=granularity,
+        recompute_method="uniform" if full else None,
+        recompute_num_layers=1 if full else None,
+        recompute_modules=draw(st.sampled_from([None, ("core_attn",), ("moe",)])),
+        mtp_num_layers=draw(st.sampled_from([None, 1, 2])),
+        cuda_graph_impl=draw(st.sampled_from(["none", "none", "transformer_engine"])),
+        cuda_graph_modules=draw(st.sampled_from([(), ("attn",), ("moe",)])),
+    )
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ep_overlap_models())
+def test_ep_overlap_gate_equals_megatron_core(model) -> None:
+    """The plan's EP-overlap gate (comm_overlap rules, ep.decide_ep) refuses exactly what
+    megatron-core's ``TransformerConfig`` refuses, on a model megatron-core accepts without it."""
+    assume(megatron_core_error(model, RECENT_TE) is None)
+    assume(bridge_error(model, 8 * model.pipeline_model_parallel_size, RECENT_TE) is None)
+    fields = transformer_config_fields(model) | {"overlap_moe_expert_parallel_comm": True}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            TransformerConfig(**fields)
+            theirs = None
+        except MCORE_REJECTIONS as exc:
+            theirs = exc
+    job = JobDescription(
+        model=model,
+        world_size=8 * model.pipeline_model_parallel_size,
+        te_available=True,
+        te_version=RECENT_TE,
+    )
+    request = CommOverlapConfig(tp_comm_overlap=False, overlap_moe_expert_parallel_comm=True)
+    try:
+        plan_comm_overlap(request, job)
+        ours = None
+    except ValueError as exc:
+        ours = exc
+    assert (ours is None) == (theirs is None), f"ours: {ours!r}\nmegatron-core: {theirs!r}\n{model}"
