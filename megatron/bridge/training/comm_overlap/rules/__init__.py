@@ -18,6 +18,9 @@ One file per part:
 - ``hardware_notes``: notes and cautions from the expert grid and the GPU generation;
 - ``layout``: :func:`check_layout`, the layout errors megatron-core would hit at cluster start;
 - ``resolve``: :func:`plan_comm_overlap`, which runs the areas in order.
+
+A rule whose result differs from upstream Megatron-Bridge's carries
+``upstream_divergence.differs_from_upstream``; the docs' migration section names each such rule.
 """
 
 from __future__ import annotations
