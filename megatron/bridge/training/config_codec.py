@@ -307,9 +307,7 @@ def _decode_derived_env(value: Any, where: str) -> DerivedEnv | None:
     precision = check_value(value.get("precision"), str, f"{where}.precision")
     env = value.get("env")
     env = {} if env is None else env
-    return DerivedEnv(
-        gpu=gpu, precision=precision, env=check_env_vars(env, owner=f"{where}.env")
-    )
+    return DerivedEnv(gpu=gpu, precision=precision, env=check_env_vars(env, owner=f"{where}.env"))
 
 
 def encode_container(

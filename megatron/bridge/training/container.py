@@ -189,9 +189,7 @@ class ConfigContainer:
     @classmethod
     def from_dict(cls, doc: Any, *, origin: str | None = None) -> ConfigContainer:
         """The container of a :meth:`to_dict` document; errors name ``origin`` and the key."""
-        kwargs, derived = config_codec.decode_container(
-            doc, bases=_SECTION_BASES, origin=origin
-        )
+        kwargs, derived = config_codec.decode_container(doc, bases=_SECTION_BASES, origin=origin)
         cfg = cls(**kwargs)
         cfg._derived_env = derived
         return cfg

@@ -39,11 +39,11 @@ from megatron.bridge.training.comm_overlap import (
     describe_configs,
     te_status,
 )
-from megatron.bridge.training.comm_overlap.te import megatron_core_sees
 from megatron.bridge.training.comm_overlap.megatron_io import (
     undo_plan,
     write_distributed_optimizer,
 )
+from megatron.bridge.training.comm_overlap.te import megatron_core_sees
 from megatron.bridge.training.container import ConfigContainer, check_config_types
 from megatron.bridge.training.env_vars import (
     DerivedEnv,
