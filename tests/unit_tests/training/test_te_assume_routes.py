@@ -63,9 +63,7 @@ def test_the_moe_recipes_are_found():
     # The routes below run over every shipped MoE recipe; FP8 ones among them are what
     # megatron-core refused with "your version is 0.0.0".
     assert {"qwen3_30b_a3b", "deepseek_v3"} <= set(MOE_RECIPES)
-    assert any(
-        PRECISIONS[recipe_spec(n).precision].preset_family == "fp8" for n in MOE_RECIPES
-    )
+    assert any(PRECISIONS[recipe_spec(n).precision].preset_family == "fp8" for n in MOE_RECIPES)
 
 
 def test_megatron_core_reads_the_assumed_version_only_inside_the_block():
@@ -139,7 +137,7 @@ def test_the_check_config_resolves(name):
     args: argparse.Namespace = check_parser().parse_args(["--recipe", name, "--tiny"])
     cfg, layout, notes = build_check_config(args, world_size=8, on_cuda=False)
     plan = resolve_config(cfg, world_size=8).plan
-    assert plan.job.world_size == 8
+    assert (plan.job.world_size, plan.job.tp_size, plan.job.ep_size) == (8, layout.tp, layout.ep)
     if PRECISIONS[recipe_spec(name).precision].preset_family == "fp8":
         assert plan.job.precision == "bf16"
         assert any("turned to bf16 on the CPU" in note for note in notes)
