@@ -49,7 +49,8 @@ def _gpt3_175b() -> GPTModelProvider:
 
 def _qwen3_30b_a3b(**layout) -> GPTModelProvider:
     # The Qwen3-30B-A3B shape (megatron/bridge/recipes/models.json, qwen3_30b_a3b), with the
-    # all-to-all token dispatch upstream's Qwen3 MoE recipes set (the snippets' prerequisite).
+    # all-to-all token dispatch upstream's H100 recipe sets (recipes/qwen/h100/qwen3_moe.py;
+    # the snippets' prerequisite).
     return GPTModelProvider(
         moe_token_dispatcher_type="alltoall",
         num_layers=48,
