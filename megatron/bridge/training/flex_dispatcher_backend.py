@@ -29,8 +29,9 @@ def apply_flex_dispatcher_backend(
     ``moe_shared_expert_overlap`` off (EP all-to-all overlap, which the flex backends serve,
     refuses it), with a warning when it was on. A backend megatron-core does not know is a
     ``ValueError`` listing those it does; a model without experts is left as it is, with a
-    warning (it has no tokens to dispatch). Which GPUs a backend runs on is the plan's to say
-    for the job's GPU (``cfg.gpu``), not this function's: nothing here reads the visible GPU.
+    warning (it has no tokens to dispatch). Nothing here reads the visible GPU (upstream's
+    version checks it and falls back to alltoall on one a backend does not support): the job's
+    GPU is ``cfg.gpu``, known where the container is resolved.
     """
     backends = get_args(FlexDispatcherBackend)
     if moe_flex_dispatcher_backend not in backends:
