@@ -141,3 +141,18 @@ def test_the_check_config_resolves(name):
     if PRECISIONS[recipe_spec(name).precision].preset_family == "fp8":
         assert plan.job.precision == "bf16"
         assert any("turned to bf16 on the CPU" in note for note in notes)
+
+
+@pytest.mark.parametrize("name", MOE_RECIPES)
+def test_the_launch_plugin_from_a_changed_container(name):
+    # PerfEnvPlugin.from_config resolves the container with TE assumed where the job runs.
+    from megatron.bridge.recipes.run_plugins import PerfEnvPlugin
+
+    world, gbs = _override(name)
+    cfg = get_recipe(name)
+    cfg.train.global_batch_size = gbs
+    plugin = PerfEnvPlugin.from_config(cfg, num_gpus=world)
+    assert (
+        plugin.launch_env_plan().env
+        == resolve_config(cfg, world_size=world, te="assume").launch_env().env
+    )
