@@ -43,7 +43,8 @@ from megatron.bridge.training.comm_overlap.megatron_io import (
     undo_plan,
     write_distributed_optimizer,
 )
-from megatron.bridge.training.config import ConfigContainer, check_config_types
+from megatron.bridge.training.comm_overlap.te import megatron_core_sees
+from megatron.bridge.training.container import ConfigContainer, check_config_types
 from megatron.bridge.training.env_vars import (
     DerivedEnv,
     EnvValue,
@@ -342,8 +343,9 @@ def resolve_config(
     overlap, the layout checks, megatron-core's own validation), for consumers that plan
     without building: ``bridge-overlap explain --recipe`` and ``PerfEnvPlugin.from_config``.
     ``te`` defaults to what this process sees; ``"assume"`` plans as on a cluster where
-    Transformer Engine is installed (a laptop or a login node has none). ``gpu`` defaults to
-    ``cfg.gpu``.
+    Transformer Engine is installed (a laptop or a login node has none), and megatron-core's
+    own validation then reads the assumed version too (``megatron_core_sees``). ``gpu``
+    defaults to ``cfg.gpu``.
     """
     if not isinstance(cfg, ConfigContainer):
         raise TypeError(
@@ -420,7 +422,10 @@ def resolve_config(
     # grid, heads per TP rank, ...), raised here while nothing has been written.
     check_layout(job)
 
-    staged.model.finalize()
+    # megatron-core's own checks read the TE version the plan is made for (te="assume": the
+    # cluster's), not the TE installed here.
+    with megatron_core_sees(te):
+        staged.model.finalize()
     _validate_precision_consistency(staged)
     if cfg._derived_env is not None and overlap is not None:
         _check_named_preset(overlap, cfg._derived_env, job)

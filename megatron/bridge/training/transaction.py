@@ -1,5 +1,9 @@
 """All or nothing: working copies of a container's megatron-core configs, and their commit.
 
+A container here is anything with ``model``, ``optimizer`` and ``ddp`` attributes (a
+``ConfigContainer``); this module sits below it, which reads its configs as written through
+:func:`configs_as_written` when it writes itself out.
+
 :func:`working_copies` copies ``cfg.model``, ``cfg.optimizer`` and ``cfg.ddp`` (field values
 deep-copied, the owners' bookkeeping attributes relinked to the copies) so that every step of a
 resolution runs on them; :meth:`Staged.commit` writes the copies back into the user's objects,
@@ -17,7 +21,6 @@ from typing import Any
 
 from megatron.bridge.training.comm_overlap import CommOverlapConfig
 from megatron.bridge.training.comm_overlap.megatron_io import undo_plan
-from megatron.bridge.training.config import ConfigContainer
 
 __all__ = ["Staged", "configs_as_written", "working_copies"]
 
@@ -70,7 +73,7 @@ def _relink(value: Any, mapping: dict[int, Any]) -> Any:
     return value
 
 
-def working_copies(cfg: ConfigContainer) -> tuple[dict[str, Any], dict[int, Any]]:
+def working_copies(cfg: Any) -> tuple[dict[str, Any], dict[int, Any]]:
     """Copies of cfg's megatron-core configs, and the memo: id(original value) -> its copy.
 
     Field values are deep-copied, since megatron-core's validation edits some in place (it
@@ -105,13 +108,13 @@ def working_copies(cfg: ConfigContainer) -> tuple[dict[str, Any], dict[int, Any]
     return copies, memo
 
 
-def configs_as_written(cfg: ConfigContainer) -> dict[str, Any]:
+def configs_as_written(cfg: Any) -> dict[str, Any]:
     """Copies of ``cfg.model``, ``cfg.optimizer`` and ``cfg.ddp`` as the user wrote them.
 
     Keyed by section name. The fields an earlier :func:`runtime_config_update` derived are
     cleared and the overlap fields it wrote are given back their user values (``undo_plan``);
     what mixed precision wrote stays, as it writes the same values again. ``cfg`` is not
-    changed. ``serialization.to_yaml`` writes these.
+    changed. ``ConfigContainer.to_dict`` writes these.
     """
     work, _ = working_copies(cfg)
     work["model"].clear_derived()
@@ -161,7 +164,7 @@ class Staged:
         """The working copy of ``cfg.model``."""
         return self.work["model"]
 
-    def commit(self, cfg: ConfigContainer) -> None:
+    def commit(self, cfg: Any) -> None:
         """Write the copies into ``cfg``'s sections and its ``comm_overlap``; never raises.
 
         The user's objects keep their identity; a value the resolution left as it was stays the

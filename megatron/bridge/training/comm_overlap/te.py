@@ -5,15 +5,17 @@ CPU-only machine with TE installed raises ``RuntimeError`` (no CUDA) rather than
 ``ImportError``; both mean "not available here", and the message is kept as the reason.
 
 Planning on a laptop or a login node for a cluster where TE is installed uses
-``te_status("assume")`` instead of probing.
+``te_status("assume")`` instead of probing; :func:`megatron_core_sees` lets megatron-core's own
+config validation read that version too.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Literal, get_args
@@ -24,6 +26,7 @@ __all__ = [
     "TEMode",
     "TEStatus",
     "current_te_status",
+    "megatron_core_sees",
     "probe_transformer_engine",
     "te_status",
     "te_version_at_least",
@@ -165,3 +168,33 @@ def te_version_at_least(version: str | None, minimum: tuple[int, int]) -> bool:
     """Whether a TE version string (``"2.7.0+abc"``) is at least ``minimum``; None is never."""
     parsed = _parse_version(version) if version else None
     return parsed is not None and parsed >= minimum
+
+
+@contextlib.contextmanager
+def megatron_core_sees(status: TEStatus | None) -> Iterator[None]:
+    """While the block runs, megatron-core's TE version checks read ``status``'s version.
+
+    megatron-core's config validation (``TransformerConfig.__post_init__``: MoE in FP8 needs TE
+    >= 1.7, grouped GEMMs >= 1.11, ...) asks ``megatron.core.utils.is_te_min_version``, which
+    reads the version cached in ``megatron.core.utils._te_version`` (0.0.0 where TE is not
+    installed). A plan for a cluster (``te_status("assume")``, or the cluster's version given)
+    is validated against the cluster's version: that cache holds it for the block and gets its
+    old value back afterwards, also when the block raises. Only the version is set: whether
+    TE imports (megatron-core's ``HAVE_TE`` flags, its layer specs) does not change, so nothing
+    that needs TE runs as if TE were here. A status that is None, unavailable or of unknown
+    version leaves megatron-core reading what is installed. Not thread-safe: megatron-core's
+    cache is one per process.
+    """
+    if status is None or not status.available or status.version is None:
+        yield
+        return
+    # megatron-core and packaging: only where megatron-core validates a config.
+    from megatron.core import utils as mcore_utils
+    from packaging.version import Version
+
+    before = mcore_utils._te_version
+    mcore_utils._te_version = Version(status.version)
+    try:
+        yield
+    finally:
+        mcore_utils._te_version = before
