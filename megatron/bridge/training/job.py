@@ -32,6 +32,7 @@ from megatron.bridge.training.precisions import (
     PresetFamily,
     compute_dtype_of,
 )
+from megatron.bridge.training.validators import LIMITS, LimitError, check_limit
 
 __all__ = [
     "ActivationName",
@@ -40,6 +41,7 @@ __all__ = [
     "ModelDescription",
     "PositionEmbeddingType",
     "PrecisionName",
+    "check_limits",
 ]
 
 ConfigName = Literal["model", "ddp", "optimizer"]
@@ -54,6 +56,39 @@ ActivationName = Literal["gelu", "silu", "relu", "quick_gelu", "squared_relu"]
 
 PrecisionName = PresetFamily
 """Training precision as the userbuffers presets name it (bf16, fp16, fp8)."""
+
+
+def check_limits(job: JobDescription) -> None:
+    """``LimitError`` naming the first field of ``job`` above its bound in :data:`LIMITS`, or a
+    step whose estimate would lay out more micro-batch chunks than ``micro_batches_x_chunks``.
+
+    Runs before any planning (``check_job``): only the maxima, the layout and the batch split
+    arithmetic are read, nothing is unrolled or simulated.
+    """
+    for name in LIMITS:
+        head, dot, field = name.partition(".")
+        if dot:
+            value = getattr(job.model, field, None)
+        elif hasattr(job, name) and name in _JOB_FIELD_NAMES:
+            value = getattr(job, name)
+        else:
+            continue
+        if value is not None:
+            check_limit(name, value)
+    try:
+        micro_batches = job.micro_batches
+        chunks = (job.vpp_size or 1) * (micro_batches or 1)
+    except (ValueError, ZeroDivisionError, TypeError):
+        return  # the layout check says why the batch does not split
+    limit = LIMITS["micro_batches_x_chunks"]
+    if chunks > limit.maximum:
+        raise LimitError(
+            f"global_batch_size={job.global_batch_size} with micro_batch_size="
+            f"{job.micro_batch_size}, DP {job.dp_size} and VPP {job.vpp_size or 1} gives "
+            f"{micro_batches} micro-batches x {job.vpp_size or 1} model chunks = {chunks} per "
+            f"step, above the bound {limit.maximum} ({limit.why}). Lower the global batch size, "
+            "or raise the micro-batch size or the data-parallel size."
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -512,6 +547,9 @@ class JobDescription:
             model["pipeline_model_parallel_layout"] = tuple(tuple(stage) for stage in layout)
         fields["direct_settings"] = tuple(tuple(t) for t in fields.get("direct_settings", ()))
         return cls(model=ModelDescription(**model), **fields)
+
+
+_JOB_FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(JobDescription))
 
 
 def _jsonable(value: Any) -> Any:
