@@ -335,6 +335,7 @@ def _numbers(action: argparse.Action) -> st.SearchStrategy[str]:
     top = LIMITS[name].maximum
     return st.one_of(NUMBERS, st.sampled_from([str(top), str(top + 1)]))
 
+
 #: Megatron-LM's per-layer list expressions, well and badly formed.
 LAYER_LISTS = [
     "([0]*3+[1]*93)",

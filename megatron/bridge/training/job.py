@@ -66,7 +66,7 @@ def check_limits(job: JobDescription) -> None:
     arithmetic are read, nothing is unrolled or simulated.
     """
     for name in LIMITS:
-        head, dot, field = name.partition(".")
+        _, dot, field = name.partition(".")
         if dot:
             value = getattr(job.model, field, None)
         elif hasattr(job, name) and name in _JOB_FIELD_NAMES:

@@ -152,9 +152,7 @@ def _unrolled(layout: str, text: str, pattern: re.Pattern[str]) -> str:
     # One of parse_str_to_list's re.sub passes; the length it would give is summed first, so a
     # count such as "t*99999999999999" is refused before anything is unrolled.
     matches = list(pattern.finditer(text))
-    length = len(text) + sum(
-        len(m.group(1)) * int(m.group(2)) - len(m.group(0)) for m in matches
-    )
+    length = len(text) + sum(len(m.group(1)) * int(m.group(2)) - len(m.group(0)) for m in matches)
     limit = LIMITS[_LAYOUT_LIMIT]
     if length > limit.maximum:
         raise LimitError(

@@ -18,10 +18,10 @@ __all__ = [
     "LIMITS",
     "Limit",
     "LimitError",
-    "check_limit",
     "check_bool",
     "check_choice",
     "check_int",
+    "check_limit",
     "check_optional_bool",
     "is_int",
     "nonnegative_int_argument",
@@ -182,7 +182,9 @@ LIMITS: Mapping[str, Limit] = MappingProxyType(
     {
         "world_size": Limit(1, _GPUS, _WORLD),
         "model.tensor_model_parallel_size": Limit(1, _GPUS, _WORLD),
-        "model.pipeline_model_parallel_size": Limit(1, _LAYERS, "pipeline stages; each holds layers"),
+        "model.pipeline_model_parallel_size": Limit(
+            1, _LAYERS, "pipeline stages; each holds layers"
+        ),
         "model.virtual_pipeline_model_parallel_size": Limit(
             1, _LAYERS, "model chunks per pipeline rank; each holds layers"
         ),
@@ -235,9 +237,7 @@ LIMITS: Mapping[str, Limit] = MappingProxyType(
         ),
         "num_buckets": Limit(1, 2**14, "DDP buckets; the step estimate places each one"),
         "layernorm_sm_margin": Limit(0, 1024, "SMs; a GPU has at most a few hundred"),
-        "nccl_pp_comm_chunksize": Limit(
-            2, 2**30, "bytes; NCCL's default P2P chunk is 128 KiB"
-        ),
+        "nccl_pp_comm_chunksize": Limit(2, 2**30, "bytes; NCCL's default P2P chunk is 128 KiB"),
         "gpus_per_node": Limit(1, _GPUS, _WORLD),
         "nvlink_domain": Limit(1, _GPUS, _WORLD),
         # What the step estimate's cost grows with: it lays out every forward and backward of
