@@ -44,6 +44,12 @@ def explain(
 ) -> tuple[dict[str, Any], OverlapPlan, launch_env.LaunchEnvPlan]:
     """Build the explanation document, the overlap plan and the launch-environment plan."""
     overrides = getattr(args, "overrides", None) or []
+    if args.recipe is not None and not args.recipe.strip():
+        raise ValueError(
+            f"--recipe {args.recipe!r} names no recipe; give a name (see 'bridge-overlap "
+            "recipes') or 'package.module:function', or drop --recipe to explain the reference "
+            "layout."
+        )
     if overrides and not args.recipe:
         raise ValueError(
             f"KEY=VALUE overrides ({overrides[0]!r}, ...) apply to a recipe's container: "
