@@ -3,22 +3,30 @@ error before any work (``bridge-overlap explain`` exit 2), never a hang, a trace
 
 from __future__ import annotations
 
+import argparse
 import copy
 import dataclasses
+import re
 import typing
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from megatron.bridge.cli import EXIT_INVALID, EXIT_OK, EXIT_REFUSED, REFERENCE, main
+from megatron.bridge.cli import EXIT_INVALID, EXIT_OK, EXIT_REFUSED, REFERENCE, build_parser, main
 from megatron.bridge.recipes import get_recipe, recipe_spec
 from megatron.bridge.training.comm_overlap import plan_comm_overlap
 from megatron.bridge.training.estimate import estimate_step
 from megatron.bridge.training.estimate import step as estimate_step_module
 from megatron.bridge.training.job import JobDescription, ModelDescription, check_limits
 from megatron.bridge.training.pipeline_layout import parse_layout
-from megatron.bridge.training.validators import LIMITS, LimitError
+from megatron.bridge.training.validators import (
+    LIMITS,
+    LimitError,
+    nonnegative_int_argument,
+    positive_int_argument,
+)
 
 
 def _explain(capsys, *argv: str) -> tuple[int, str]:
@@ -55,6 +63,41 @@ def test_a_flag_above_its_bound_names_the_flag_and_the_bound(flag, value, field,
     code, err = _explain(capsys, flag, value)
     assert code == EXIT_INVALID
     assert flag in err and f"bound {LIMITS[field].maximum}" in err and LIMITS[field].why in err
+
+
+def _explain_actions() -> list[argparse.Action]:
+    # argparse has no public way to list a sub-command's options; _actions is where they live.
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return [a for a in sub.choices["explain"]._actions if a.option_strings]
+
+
+ACTIONS = _explain_actions()
+NUMERIC = [
+    a
+    for a in ACTIONS
+    if getattr(a.type, "parse", a.type) in (int, positive_int_argument, nonnegative_int_argument)
+]
+BOUNDED = [a for a in ACTIONS if hasattr(a.type, "limit")]
+
+
+@pytest.mark.parametrize("action", NUMERIC, ids=lambda a: a.dest)
+def test_every_numeric_flag_has_a_bound(action):
+    # Drawn from the parser itself: a new numeric flag without an entry in LIMITS fails here.
+    assert getattr(action.type, "limit", None) in LIMITS
+
+
+@pytest.mark.parametrize("action", BOUNDED, ids=lambda a: a.dest)
+def test_one_past_a_flags_bound_is_refused_as_it_is_read(action, capsys):
+    flag = action.option_strings[-1]
+    past = str(LIMITS[action.type.limit].maximum + 1)
+    past = {
+        "window_size": f"{past},0",  # LEFT,RIGHT
+        "hybrid_layer_pattern": "M" * int(past),  # bounded in symbols
+        "pipeline_model_parallel_layout": f"Et*{past}|L",  # in layers once unrolled
+    }.get(action.dest, past)
+    code, err = _explain(capsys, flag, past)
+    assert code == EXIT_INVALID
+    assert flag in err and "above its bound" in err
 
 
 def test_the_bounds_are_in_the_help(capsys):
@@ -226,3 +269,21 @@ def test_the_tiny_check_says_it_switched_the_dispatcher_and_warns_of_nothing_it_
     ), notes
     plan = resolve_config(cfg, world_size=4, te="assume").plan
     assert not [w for w in plan.warnings if "moe_flex_dispatcher_backend" in w], plan.warnings
+
+
+def test_the_limits_table_of_the_docs_says_what_the_flags_check():
+    doc = (Path(__file__).parents[2] / "docs/training/communication-overlap.md").read_text()
+    section = doc.partition("**Limits.**")[2].partition("Requests that would do nothing")[0]
+    by_flag = {a.option_strings[-1]: a for a in BOUNDED} | {
+        s: a for a in BOUNDED for s in a.option_strings
+    }
+    checked = 0
+    for row in section.splitlines():
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        if len(cells) < 2 or not cells[1].split(" ")[0].isdigit():
+            continue
+        bound = int(cells[1].split(" ")[0])
+        for flag in re.findall(r"`(--[a-z-]+)`", cells[0]):
+            assert LIMITS[by_flag[flag].type.limit].maximum == bound, (flag, bound)
+            checked += 1
+    assert checked >= 20  # the table names the flags, not only derived counts

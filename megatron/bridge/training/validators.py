@@ -163,13 +163,16 @@ class Limit:
 
 
 _GPUS = 2**20
-_LAYERS = 2**14
+_LAYERS = 2**12
 _WIDTH = 2**20
 _HEADS = 2**16
 _TOKENS = 2**24
 _WORLD = f"GPUs; the largest training clusters hold some 10^5, and no group exceeds {_GPUS}"
 _WIDE = "model width; the widest published models are some 10^4 wide"
-_DEEP = "layers; the deepest published models have a few hundred"
+_DEEP = (
+    "layers; published models have a few hundred, the deepest trained transformer some 1000 "
+    "(DeepNet, Wang et al. 2022), and the estimate walks them one by one"
+)
 _MANY_HEADS = "heads or groups; published models have at most a few hundred"
 
 #: The range of every size and count a job takes, by job-description field (``world_size``,
