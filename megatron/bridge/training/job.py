@@ -58,39 +58,6 @@ PrecisionName = PresetFamily
 """Training precision as the userbuffers presets name it (bf16, fp16, fp8)."""
 
 
-def check_limits(job: JobDescription) -> None:
-    """``LimitError`` naming the first field of ``job`` above its bound in :data:`LIMITS`, or a
-    step whose estimate would lay out more micro-batch chunks than ``micro_batches_x_chunks``.
-
-    Runs before any planning (``check_job``): only the maxima, the layout and the batch split
-    arithmetic are read, nothing is unrolled or simulated.
-    """
-    for name in LIMITS:
-        _, dot, field = name.partition(".")
-        if dot:
-            value = getattr(job.model, field, None)
-        elif hasattr(job, name) and name in _JOB_FIELD_NAMES:
-            value = getattr(job, name)
-        else:
-            continue
-        if value is not None:
-            check_limit(name, value)
-    try:
-        micro_batches = job.micro_batches
-        chunks = (job.vpp_size or 1) * (micro_batches or 1)
-    except (ValueError, ZeroDivisionError, TypeError):
-        return  # the layout check says why the batch does not split
-    limit = LIMITS["micro_batches_x_chunks"]
-    if chunks > limit.maximum:
-        raise LimitError(
-            f"global_batch_size={job.global_batch_size} with micro_batch_size="
-            f"{job.micro_batch_size}, DP {job.dp_size} and VPP {job.vpp_size or 1} gives "
-            f"{micro_batches} micro-batches x {job.vpp_size or 1} model chunks = {chunks} per "
-            f"step, above the bound {limit.maximum} ({limit.why}). Lower the global batch size, "
-            "or raise the micro-batch size or the data-parallel size."
-        )
-
-
 @dataclass(frozen=True, kw_only=True)
 class ModelDescription:
     """The model fields the plan, the checks and the estimate read.
@@ -550,6 +517,41 @@ class JobDescription:
 
 
 _JOB_FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(JobDescription))
+
+
+def check_limits(job: JobDescription) -> None:
+    """``LimitError`` naming the first field of ``job`` above its bound in :data:`LIMITS`, or a
+    step whose estimate would lay out more micro-batch chunks than ``micro_batches_x_chunks``.
+
+    Runs before any planning (``check_job``): only the maxima, the layout and the batch split
+    arithmetic are read, nothing is unrolled or simulated.
+    """
+    for name in LIMITS:
+        _, dot, field = name.partition(".")
+        if dot:
+            value = getattr(job.model, field, None)
+        elif name in _JOB_FIELD_NAMES:
+            value = getattr(job, name)
+        else:
+            continue
+        if value is not None:
+            check_limit(name, value)
+    try:
+        micro_batches = job.micro_batches
+        chunks = (job.vpp_size or 1) * (micro_batches or 1)
+    except LimitError:
+        raise
+    except (ValueError, ZeroDivisionError, TypeError):
+        return  # the layout check says why the batch does not split
+    limit = LIMITS["micro_batches_x_chunks"]
+    if chunks > limit.maximum:
+        raise LimitError(
+            f"global_batch_size={job.global_batch_size} with micro_batch_size="
+            f"{job.micro_batch_size}, DP {job.dp_size} and VPP {job.vpp_size or 1} gives "
+            f"{micro_batches} micro-batches x {job.vpp_size or 1} model chunks = {chunks} per "
+            f"step, above the bound {limit.maximum} ({limit.why}). Lower the global batch size, "
+            "or raise the micro-batch size or the data-parallel size."
+        )
 
 
 def _jsonable(value: Any) -> Any:

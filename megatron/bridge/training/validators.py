@@ -240,6 +240,7 @@ LIMITS: Mapping[str, Limit] = MappingProxyType(
         ),
         "num_buckets": Limit(1, 2**14, "DDP buckets; the step estimate places each one"),
         "layernorm_sm_margin": Limit(0, 1024, "SMs; a GPU has at most a few hundred"),
+        # NCCL's environment-variable docs: NCCL_P2P_NET_CHUNKSIZE defaults to 131072.
         "nccl_pp_comm_chunksize": Limit(2, 2**30, "bytes; NCCL's default P2P chunk is 128 KiB"),
         "gpus_per_node": Limit(1, _GPUS, _WORLD),
         "nvlink_domain": Limit(1, _GPUS, _WORLD),
@@ -280,6 +281,6 @@ def check_limit(name: str, value: object, *, label: str | None = None) -> None:
     if is_int(size) and size > limit.maximum:
         shown = f"{value!r:.60}" if isinstance(value, str | tuple | list) else str(value)
         raise LimitError(
-            f"{label or name}={shown}{what if what else ''} is above its bound {limit.maximum} "
+            f"{label or name}={shown}{what} is above its bound {limit.maximum} "
             f"({limit.why}); give at most {limit.maximum}."
         )
