@@ -16,10 +16,13 @@ from hypothesis import strategies as st
 
 from megatron.bridge.cli import EXIT_INVALID, EXIT_OK, EXIT_REFUSED, REFERENCE, build_parser, main
 from megatron.bridge.recipes import get_recipe, recipe_spec
-from megatron.bridge.training.comm_overlap import plan_comm_overlap
 from megatron.bridge.training.estimate import estimate_step
 from megatron.bridge.training.estimate import step as estimate_step_module
-from megatron.bridge.training.job import JobDescription, ModelDescription, check_limits
+from megatron.bridge.training.job import (
+    JobDescription,
+    ModelDescription,
+    check_micro_batch_chunks,
+)
 from megatron.bridge.training.pipeline_layout import parse_layout
 from megatron.bridge.training.validators import (
     LIMITS,
@@ -107,13 +110,14 @@ def test_the_bounds_are_in_the_help(capsys):
     assert str(LIMITS["micro_batches_x_chunks"].maximum) in out
 
 
-def test_more_micro_batches_than_the_estimate_lays_out_are_refused_before_planning(capsys):
-    # 2048000 samples on DP 8 with VPP 2: 512000 chunks, each a segment of the simulation.
-    job = REFERENCE.changed(global_batch_size=2048000).job
+def test_more_micro_batches_than_the_estimate_lays_out_are_refused_before_simulating(capsys):
+    # 2048000 samples on DP 8 with VPP 2: 512000 chunks, each a segment of the simulation. The
+    # plan has no such bound (a job may run it); the step estimate refuses it before simulating.
+    plan = REFERENCE.changed(global_batch_size=2048000).plan()
     with pytest.raises(LimitError, match="512000 per step"):
-        check_limits(job)
-    with pytest.raises(LimitError):
-        plan_comm_overlap(REFERENCE.request(), job)  # refused by its first check
+        check_micro_batch_chunks(plan.job)
+    with pytest.raises(LimitError, match="512000 per step"):
+        estimate_step(plan)
     code, err = _explain(capsys, "--global-batch-size", "2048000")
     assert code == EXIT_INVALID and "global_batch_size=2048000" in err
     # At the bound the step is planned and estimated.

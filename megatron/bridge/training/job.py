@@ -42,6 +42,7 @@ __all__ = [
     "PositionEmbeddingType",
     "PrecisionName",
     "check_limits",
+    "check_micro_batch_chunks",
 ]
 
 ConfigName = Literal["model", "ddp", "optimizer"]
@@ -520,8 +521,7 @@ _JOB_FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(JobDescription))
 
 
 def check_limits(job: JobDescription) -> None:
-    """``LimitError`` naming the first field of ``job`` above its bound in :data:`LIMITS`, or a
-    step whose estimate would lay out more micro-batch chunks than ``micro_batches_x_chunks``.
+    """``LimitError`` naming the first field of ``job`` above its bound in :data:`LIMITS`.
 
     Runs before any planning (``check_job``): only the maxima, the layout and the batch split
     arithmetic are read, nothing is unrolled or simulated.
@@ -536,6 +536,20 @@ def check_limits(job: JobDescription) -> None:
             continue
         if value is not None:
             check_limit(name, value)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def check_micro_batch_chunks(job: JobDescription) -> None:
+    """``LimitError`` for a step whose estimate would lay out more micro-batch chunks than
+    ``LIMITS["micro_batches_x_chunks"]``: run by the step estimate before it simulates (the plan
+    itself has no such bound)."""
     try:
         micro_batches = job.micro_batches
         chunks = (job.vpp_size or 1) * (micro_batches or 1)
@@ -552,11 +566,3 @@ def check_limits(job: JobDescription) -> None:
             f"step, above the bound {limit.maximum} ({limit.why}). Lower the global batch size, "
             "or raise the micro-batch size or the data-parallel size."
         )
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    return value

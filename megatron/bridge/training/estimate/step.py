@@ -40,7 +40,7 @@ from megatron.bridge.training.estimate.schedule import (
 )
 from megatron.bridge.training.estimate.stage import Stage, busiest_stage, stage_params
 from megatron.bridge.training.hardware import GpuSpec, gpu_spec
-from megatron.bridge.training.job import JobDescription
+from megatron.bridge.training.job import JobDescription, check_micro_batch_chunks
 from megatron.bridge.training.validators import LIMITS, LimitError
 
 if TYPE_CHECKING:
@@ -73,6 +73,7 @@ def estimate_step(
         raise ValueError("estimate_step needs the GPU model: set JobDescription.gpu (e.g. 'h100').")
     if f.micro_batch_size is None:
         raise ValueError("estimate_step needs JobDescription.micro_batch_size.")
+    check_micro_batch_chunks(f)
     gpu = gpu_spec(f.gpu)
     tp, cp, dp = f.tp_size, f.cp_size, f.dp_size
     mbs = f.micro_batch_size
