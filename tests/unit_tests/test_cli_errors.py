@@ -38,7 +38,12 @@ from megatron.bridge.recipes import (
 )
 from megatron.bridge.training import launch_env
 from megatron.bridge.training.comm_overlap import PUBLISHED_PRESETS
-from megatron.bridge.training.validators import positive_int_argument
+from megatron.bridge.training.estimate import step as estimate_step_module
+from megatron.bridge.training.validators import (
+    LIMITS,
+    nonnegative_int_argument,
+    positive_int_argument,
+)
 
 
 def _run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -316,7 +321,20 @@ EXPLAIN_ACTIONS = _explain_actions()
 NUMBERS = st.one_of(
     st.integers(-2, 4096).map(str),
     st.sampled_from(["0", "1", "2", "8", "abc", "", "1.5", "1e3"]),
+    # Extreme sizes: each is refused by its bound (LIMITS) before any work, or planned quickly.
+    st.sampled_from(["2048000", "12288000000", "8000000000", "99999999999999999999999999"]),
+    st.integers(-(2**70), 2**70).map(str),
 )
+
+
+def _numbers(action: argparse.Action) -> st.SearchStrategy[str]:
+    """NUMBERS, plus the flag's own bound and one past it."""
+    name = getattr(action.type, "limit", None)
+    if name is None:
+        return NUMBERS
+    top = LIMITS[name].maximum
+    return st.one_of(NUMBERS, st.sampled_from([str(top), str(top + 1)]))
+
 
 #: Megatron-LM's per-layer list expressions, well and badly formed.
 LAYER_LISTS = [
@@ -360,8 +378,12 @@ def _argument(action: argparse.Action, plot_dir: str) -> st.SearchStrategy[list[
         return st.just([flag])
     if action.choices is not None:
         values = st.sampled_from([*action.choices, "bogus", ""])
-    elif action.type in (int, positive_int_argument):
-        values = NUMBERS
+    elif getattr(action.type, "parse", action.type) in (
+        int,
+        positive_int_argument,
+        nonnegative_int_argument,
+    ):
+        values = _numbers(action)
     elif action.dest == "recipe":
         values = st.sampled_from(
             [
@@ -379,19 +401,31 @@ def _argument(action: argparse.Action, plot_dir: str) -> st.SearchStrategy[list[
         values = st.sampled_from(["auto", "none", "bogus", "", *sorted(PUBLISHED_PRESETS)[:3]])
     elif action.dest == "te_version":
         values = st.sampled_from(["2.7", "2.12.0+abc", "1.0", "two", "", "3"])
-    elif action.dest == "mtp_num_layers":
-        values = NUMBERS
     elif action.dest in ("moe_layer_freq", "window_attn_skip_freq"):
-        values = st.one_of(NUMBERS, st.sampled_from(LAYER_LISTS))
+        values = st.one_of(_numbers(action), st.sampled_from(LAYER_LISTS))
     elif action.dest == "window_size":
-        values = st.sampled_from(["128,0", "(4096,0)", "-1,0", "-2,0", "128", "a,b", ""])
+        values = st.sampled_from(
+            ["128,0", "(4096,0)", "-1,0", "-2,0", "128", "a,b", "", "99999999999999999999,0"]
+        )
     elif action.dest == "hybrid_layer_pattern":
         values = st.sampled_from(
             ["M*M-", "M-M-|M*M-", "M*-/*-/*-", "MEME", "M*X", "M-/*/-", "", "M*" * 48]
         )
     elif action.dest == "pipeline_model_parallel_layout":
         values = st.sampled_from(
-            ["Et*4|(t*4|)*14tmL", "Et|t|t|tL", "E|t*48|L", "Et*3", "(t|", "Ex|L", "", "|"]
+            [
+                "Et*4|(t*4|)*14tmL",
+                "Et|t|t|tL",
+                "E|t*48|L",
+                "Et*3",
+                "(t|",
+                "Ex|L",
+                "",
+                "|",
+                "Et*99999999999999|tL",
+                "t*47999999",
+                "(t*99999|)*99999",
+            ]
         )
     elif action.dest == "recompute_modules":
         # Any number of module names, known or not.
@@ -438,10 +472,26 @@ def plot_dir(tmp_path_factory) -> str:
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(data=st.data())
-def test_random_command_lines_end_in_a_documented_code_never_an_exception(data, plot_dir, capsys):
+def test_random_command_lines_end_in_a_documented_code_never_an_exception(
+    data, plot_dir, capsys, monkeypatch
+):
     argv = data.draw(command_lines(plot_dir), label="argv")
+    laid_out: list[tuple[int, int]] = []
+    simulate = estimate_step_module.simulate
+
+    def counting(inp):
+        # The work the step estimate does: one segment per micro-batch chunk and one run per
+        # gradient bucket; both are bounded (LIMITS) whatever the command line.
+        buckets = sum(g.buckets_per_chunk for g in inp.grad_streams) * inp.vpp
+        laid_out.append((inp.micro_batches * inp.vpp, buckets))
+        return simulate(inp)
+
+    monkeypatch.setattr(estimate_step_module, "simulate", counting)
     capsys.readouterr()
     code, out, err = _run(capsys, *argv)
+    for chunks, buckets in laid_out:
+        assert chunks <= LIMITS["micro_batches_x_chunks"].maximum, argv
+        assert buckets <= LIMITS["buckets"].maximum, argv
     event(f"exit {code}")
     event("with overrides" if any("=" in a and not a.startswith("-") for a in argv) else "flags")
     assert code in EXIT_CODES

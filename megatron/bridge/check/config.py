@@ -276,10 +276,19 @@ def build_check_config(
         dispatcher = model.moe_token_dispatcher_type
         if model.num_moe_experts and dispatcher != "allgather":
             model.moe_token_dispatcher_type = "allgather"
+            backend = ""
+            if dispatcher == "flex":
+                # The flex backend is read only with the flex dispatcher: left as it was, the
+                # plan would warn that a setting the user never changed has no effect.
+                backend = (
+                    f", and moe_flex_dispatcher_backend {model.moe_flex_dispatcher_backend!r} "
+                    "back to megatron-core's default with it"
+                )
+                model.moe_flex_dispatcher_backend = ModelDescription.moe_flex_dispatcher_backend
             notes.append(
-                f"moe_token_dispatcher_type {dispatcher!r} turned to 'allgather' on the CPU: "
-                "megatron-core's all-to-all and flex dispatchers create CUDA streams while "
-                "building; EP all-to-all overlap, which needs them, is therefore refused on "
-                "this run"
+                f"moe_token_dispatcher_type {dispatcher!r} turned to 'allgather' on the CPU"
+                f"{backend}: megatron-core's all-to-all and flex dispatchers create CUDA streams "
+                "while building; EP all-to-all overlap, which needs them, is therefore refused "
+                "on this run"
             )
     return cfg, layout, notes

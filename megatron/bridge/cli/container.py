@@ -11,10 +11,10 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from megatron.bridge.cli.flags import flag_changes, flags_spec, te_of
+from megatron.bridge.cli.flags import FLAG_FIELDS, flag_changes, flags_spec, te_of
 from megatron.bridge.recipes import change_container, get_recipe, recipe_spec
 from megatron.bridge.training.comm_overlap import OverlapPlan
-from megatron.bridge.training.overrides import apply_overrides
+from megatron.bridge.training.overrides import apply_overrides, parse_override
 from megatron.bridge.training.resolve import check_launch_environment, resolve_config
 
 
@@ -32,6 +32,7 @@ def _plan_container(args: argparse.Namespace) -> OverlapPlan:
         cfg = get_recipe(args.recipe)
         world = change_container(args.recipe, cfg, flag_changes(args))
     apply_overrides(cfg, args.overrides)
+    _check_flags_agree(args, cfg)
     if cfg.comm_overlap is None:
         raise ValueError(_no_request_message(args.recipe, args.overrides))
     resolved = resolve_config(cfg, world_size=world, te=te_of(args))
@@ -42,6 +43,43 @@ def _plan_container(args: argparse.Namespace) -> OverlapPlan:
     problems = check_launch_environment(cfg, resolved, env=env)
     args._env_problems = [f"launch environment (cfg.env_vars): {p}" for p in problems]
     return resolved.plan
+
+
+#: The override keys that set the field a flag sets, beyond ``model.<field>`` (which share the
+#: job description's names).
+_OVERRIDE_KEYS = {
+    "micro_batch_size": ("train.micro_batch_size",),
+    "global_batch_size": ("train.global_batch_size",),
+    "use_distributed_optimizer": (
+        "ddp.use_distributed_optimizer",
+        "optimizer.use_distributed_optimizer",
+    ),
+    "tp_comm_overlap": ("comm_overlap.tp_comm_overlap",),
+    "gpu": ("gpu",),
+}
+
+
+def _check_flags_agree(args: argparse.Namespace, cfg: object) -> None:
+    """A flag and an override that set one field to different values: ``ValueError`` naming
+    both (neither silently wins)."""
+    given = {parse_override(text)[0]: text for text in args.overrides}
+    changes = flag_changes(args)
+    for dest, field in FLAG_FIELDS.items():
+        if getattr(args, dest, None) is None or field not in changes:
+            continue
+        keys = (field,) if field.startswith("model.") else _OVERRIDE_KEYS.get(field, ())
+        for key in keys:
+            if key not in given:
+                continue
+            section, _, name = key.partition(".")
+            value = getattr(getattr(cfg, section), name) if name else getattr(cfg, section)
+            if value != changes[field]:
+                flag = "--" + dest.replace("_", "-")
+                raise ValueError(
+                    f"{flag} {getattr(args, dest)} and the override {given[key]!r} set "
+                    f"{field} to different values ({changes[field]!r} and {value!r}); give one "
+                    "of them."
+                )
 
 
 def _no_request_message(recipe: str, overrides: Sequence[str]) -> str:

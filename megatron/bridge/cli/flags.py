@@ -159,6 +159,7 @@ def flags_spec(args: argparse.Namespace, base: RecipeSpec | None = None) -> Reci
     changes = flag_changes(args)
     changes["overlap"] = tuple({**dict(base.overlap), **dict(changes["overlap"])}.items())
     spec = base.changed(**changes)
+    _check_vpp_is_read(args, spec)
     check_moe_layer_pattern(spec.job.model)
     if args.world_size is not None:
         job = spec.job
@@ -172,6 +173,26 @@ def flags_spec(args: argparse.Namespace, base: RecipeSpec | None = None) -> Reci
         except ValueError as exc:
             raise ValueError(f"--world-size {args.world_size}: {exc}") from None
     return spec
+
+
+def _check_vpp_is_read(args: argparse.Namespace, spec: RecipeSpec) -> None:
+    """``--vpp 1`` (no interleaving) on a custom pipeline layout that interleaves: megatron-core
+    takes VPP from the layout, so the flag would do nothing; refused naming both."""
+    job = spec.job
+    if args.vpp != 1 or job.vpp_size is None:
+        return
+    layout = job.model.pipeline_model_parallel_layout
+    source = (
+        "--pipeline-model-parallel-layout"
+        if args.pipeline_model_parallel_layout
+        else ("the recipe's pipeline_model_parallel_layout")
+    )
+    raise ValueError(
+        f"--vpp 1 asks for no interleaving, but {source} ({str(layout)[:60]!r}) has "
+        f"{job.pp_size * job.vpp_size} stages: PP {job.pp_size} x VPP {job.vpp_size}, and "
+        "megatron-core takes VPP from the layout. Drop --vpp, or give "
+        f"--pipeline-model-parallel-layout with {job.pp_size} stages."
+    )
 
 
 def te_of(args: argparse.Namespace) -> TEStatus:

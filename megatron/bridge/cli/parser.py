@@ -12,13 +12,19 @@ from collections.abc import Callable
 from typing import get_args
 
 from megatron.bridge.cli.errors import UsageError
+from megatron.bridge.cli.flags import FLAG_FIELDS
 from megatron.bridge.training import hardware, launch_env
 from megatron.bridge.training.comm_overlap.te import ASSUMED_TE_VERSION
 from megatron.bridge.training.estimate.model_cost import parse_hybrid_pattern
 from megatron.bridge.training.job import PositionEmbeddingType
 from megatron.bridge.training.pipeline_layout import parse_layout
 from megatron.bridge.training.precisions import precision_choices
-from megatron.bridge.training.validators import nonnegative_int_argument, positive_int_argument
+from megatron.bridge.training.validators import (
+    LIMITS,
+    nonnegative_int_argument,
+    positive_int_argument,
+)
+from megatron.bridge.training.validators import check_limit as _check_limit
 
 #: The program's one-line description (``bridge-overlap --help``).
 _DESCRIPTION = "``bridge-overlap``: read the overlap plan of a layout before launching it."
@@ -42,7 +48,44 @@ def _add_counts(parser: argparse.ArgumentParser, flags: dict[str, str]) -> None:
 
 
 #: The most layers a per-layer list expression may spell (a bound on what a typo can allocate).
-_MAX_LAYERS = 100_000
+_MAX_LAYERS = LIMITS["model.num_layers"].maximum
+
+#: ``explain`` options that are no job field, and their entry in ``LIMITS``.
+_OPTION_LIMITS = {
+    "layernorm_sm_margin": "layernorm_sm_margin",
+    "nccl_pp_chunksize": "nccl_pp_comm_chunksize",
+    "gpus_per_node": "gpus_per_node",
+    "nvlink_domain": "nvlink_domain",
+}
+
+
+def _bounded(parse: Callable[[str], object], name: str, flag: str) -> Callable[[str], object]:
+    """``parse``, then the value's bound in ``LIMITS[name]`` (the error names ``flag``)."""
+
+    def read(text: str) -> object:
+        value = parse(text)
+        try:
+            _check_limit(name, value, label=flag)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return value
+
+    read.__name__ = getattr(parse, "__name__", "value")
+    read.parse = parse  # type: ignore[attr-defined]  # what reads the text, for introspection
+    read.limit = name  # type: ignore[attr-defined]  # its entry in LIMITS
+    return read
+
+
+def _bound_numeric_flags(parser: argparse.ArgumentParser) -> None:
+    """Give every flag whose field has a bound in ``LIMITS`` that bound: checked as the flag is
+    read, before any work, and shown in its help."""
+    for action in parser._actions:
+        name = FLAG_FIELDS.get(action.dest, _OPTION_LIMITS.get(action.dest))
+        if action.type is None or name not in LIMITS:
+            continue
+        action.type = _bounded(action.type, name, action.option_strings[-1])
+        bound = f"at most {LIMITS[name].maximum}"
+        action.help = f"{action.help}; {bound}" if action.help else bound
 
 
 def _layer_list(text: str) -> tuple[int, ...]:
@@ -316,6 +359,18 @@ def add_gpu_and_precision(
     )
 
 
+def _limits_epilog() -> str:
+    """The bounds that no single flag's help shows (``LIMITS``)."""
+    chunks, buckets = LIMITS["micro_batches_x_chunks"], LIMITS["buckets"]
+    return (
+        "Limits: every size and count has an upper bound, shown in its flag's help; KEY=VALUE "
+        "overrides, YAML files and recipe keywords meet the same bounds. A value above its bound "
+        f"exits 2 before any planning. The step laid out may hold at most {chunks.maximum} "
+        f"micro-batches x model chunks ({chunks.why}) and {buckets.maximum} buckets per stage "
+        f"({buckets.why})."
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``bridge-overlap``."""
     parser = _Parser(prog="bridge-overlap", description=_DESCRIPTION)
@@ -328,6 +383,7 @@ def build_parser() -> argparse.ArgumentParser:
             "reference layout (TP4 + SP, PP4 with VPP2, distributed optimizer, 128 H100 GPUs, "
             "bf16, GPT-3 175B's shape: 96 layers, hidden 12288, 96 heads, seq 2048, mbs 1)."
         ),
+        epilog=_limits_epilog(),
     )
     ex.add_argument(
         "--recipe",
@@ -510,6 +566,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ex.add_argument("--strict", action="store_true", help="exit 1 instead of falling back")
     ex.add_argument("--json", action="store_true", help="print the plan as one JSON object")
+    _bound_numeric_flags(ex)
     ls = sub.add_parser(
         "recipes",
         help="list the recipes available here, with each one's layout",

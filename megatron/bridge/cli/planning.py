@@ -23,6 +23,7 @@ from megatron.bridge.training.comm_overlap import OverlapPlan
 from megatron.bridge.training.comm_overlap.rules.ep import unused_flex_backend
 from megatron.bridge.training.estimate import estimate_step
 from megatron.bridge.training.estimate_plot import plot_step
+from megatron.bridge.training.validators import LimitError
 
 
 def _preset_info(args: argparse.Namespace, spec: RecipeSpec | None) -> dict[str, Any]:
@@ -43,6 +44,12 @@ def explain(
 ) -> tuple[dict[str, Any], OverlapPlan, launch_env.LaunchEnvPlan]:
     """Build the explanation document, the overlap plan and the launch-environment plan."""
     overrides = getattr(args, "overrides", None) or []
+    if args.recipe is not None and not args.recipe.strip():
+        raise ValueError(
+            f"--recipe {args.recipe!r} names no recipe; give a name (see 'bridge-overlap "
+            "recipes') or 'package.module:function', or drop --recipe to explain the reference "
+            "layout."
+        )
     if overrides and not args.recipe:
         raise ValueError(
             f"KEY=VALUE overrides ({overrides[0]!r}, ...) apply to a recipe's container: "
@@ -72,6 +79,8 @@ def explain(
         estimate = estimate_step(
             plan, gpus_per_node=args.gpus_per_node, nvlink_domain=args.nvlink_domain
         )
+    except LimitError:
+        raise  # a size above its bound is invalid input (exit 2), not a missing fact
     except ValueError as exc:  # the job lacks what the estimate needs; the document says what
         estimate, refused = None, str(exc)
     doc = document(

@@ -55,6 +55,8 @@ from megatron.bridge.training.userbuffers import (
     preset_fits_model,
     preset_names_of,
 )
+from megatron.bridge.training.validators import LIMITS, check_int, is_int
+from megatron.bridge.training.value_types import check_field
 
 if TYPE_CHECKING:
     from megatron.bridge.training.config import ConfigContainer
@@ -223,6 +225,8 @@ class RecipeSpec:
                 f"recipe {self.name} got unexpected keyword(s) {unknown}; it takes "
                 f"{list(RECIPE_KEYWORDS)}."
             )
+        for keyword, value in overrides.items():
+            _check_keyword(keyword, value)
         changes: dict[str, Any] = {}
         if overrides.get("gpu") is not None or overrides.get("precision") is not None:
             published = self.published_run(overrides.get("gpu"), overrides.get("precision"))
@@ -389,6 +393,34 @@ class RecipeSpec:
                 exc,
             )
             return {}
+
+
+def _check_keyword(keyword: str, value: Any) -> None:
+    """A recipe keyword's value, checked as a flag or a YAML value of its field is: the field's
+    type (``value_types.check_field``: ``TypeError``/``ValueError`` naming the keyword), then its
+    range (``validators.LIMITS``)."""
+    field = RECIPE_KEYWORDS[keyword]
+    if field == "precision":
+        if value is not None and not isinstance(value, str):
+            raise TypeError(
+                f"precision must be a precision name such as 'bf16' or 'fp8_cs', got {value!r} "
+                f"({type(value).__name__})."
+            )
+        return
+    if field.startswith("model."):
+        owner, name = ModelDescription, field.removeprefix("model.")
+    elif field in _JOB_FIELDS:
+        owner, name = JobDescription, field
+    else:
+        owner, name = RecipeSpec, field
+    if field == "gpu" and value is None:
+        return  # the recipe's own GPU
+    check_field(owner, name, value, keyword)
+    limit = LIMITS.get(field)
+    if limit is not None and is_int(value):
+        check_int(
+            "", keyword, value, minimum=limit.minimum, maximum=limit.maximum, hint=f"({limit.why})"
+        )
 
 
 def _check_named_preset_follows(before: RecipeSpec, after: RecipeSpec) -> None:

@@ -63,6 +63,7 @@ from megatron.bridge.training.userbuffers import (
 from megatron.bridge.training.userbuffers_file import load_tp_overlap_cfg
 from megatron.bridge.training.value_types import (
     ConfigValueError,
+    YamlLoader,
     check_field,
     check_value,
     import_object,
@@ -431,8 +432,8 @@ def _looks_like_path(text: str) -> bool:
     return "\n" not in text and (text.endswith((".yaml", ".yml")) or "/" in text or os.sep in text)
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that refuses a key given twice in one mapping (PyYAML keeps the last
+class _UniqueKeyLoader(YamlLoader):
+    """``YamlLoader`` (booleans true/false only) that refuses a key given twice in one mapping (PyYAML keeps the last
     one silently)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:

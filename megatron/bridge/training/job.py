@@ -32,6 +32,7 @@ from megatron.bridge.training.precisions import (
     PresetFamily,
     compute_dtype_of,
 )
+from megatron.bridge.training.validators import LIMITS, LimitError, check_limit
 
 __all__ = [
     "ActivationName",
@@ -40,6 +41,8 @@ __all__ = [
     "ModelDescription",
     "PositionEmbeddingType",
     "PrecisionName",
+    "check_limits",
+    "check_micro_batch_chunks",
 ]
 
 ConfigName = Literal["model", "ddp", "optimizer"]
@@ -526,9 +529,52 @@ class JobDescription:
         return cls(model=ModelDescription(**model), **fields)
 
 
+_JOB_FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(JobDescription))
+
+
+def check_limits(job: JobDescription) -> None:
+    """``LimitError`` naming the first field of ``job`` above its bound in :data:`LIMITS`.
+
+    Runs before any planning (``check_job``): only the maxima, the layout and the batch split
+    arithmetic are read, nothing is unrolled or simulated.
+    """
+    for name in LIMITS:
+        _, dot, field = name.partition(".")
+        if dot:
+            value = getattr(job.model, field, None)
+        elif name in _JOB_FIELD_NAMES:
+            value = getattr(job, name)
+        else:
+            continue
+        if value is not None:
+            check_limit(name, value)
+
+
 def _jsonable(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_jsonable(v) for v in value]
     return value
+
+
+def check_micro_batch_chunks(job: JobDescription) -> None:
+    """``LimitError`` for a step whose estimate would lay out more micro-batch chunks than
+    ``LIMITS["micro_batches_x_chunks"]``: run by the step estimate before it simulates (the plan
+    itself has no such bound)."""
+    try:
+        micro_batches = job.micro_batches
+        chunks = (job.vpp_size or 1) * (micro_batches or 1)
+    except LimitError:
+        raise
+    except (ValueError, ZeroDivisionError, TypeError):
+        return  # the layout check says why the batch does not split
+    limit = LIMITS["micro_batches_x_chunks"]
+    if chunks > limit.maximum:
+        raise LimitError(
+            f"global_batch_size={job.global_batch_size} with micro_batch_size="
+            f"{job.micro_batch_size}, DP {job.dp_size} and VPP {job.vpp_size or 1} gives "
+            f"{micro_batches} micro-batches x {job.vpp_size or 1} model chunks = {chunks} per "
+            f"step, above the bound {limit.maximum} ({limit.why}). Lower the global batch size, "
+            "or raise the micro-batch size or the data-parallel size."
+        )

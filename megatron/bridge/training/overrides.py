@@ -5,7 +5,8 @@ container's sections (``model``, ``train``, ``optimizer``, ``ddp``, ``mixed_prec
 ``comm_overlap``), ``env_vars.NAME``, or a top-level setting (``gpu``, ``mixed_precision`` as a
 preset name or ``null``, ``comm_overlap=null``).
 
-Values are parsed as YAML scalars (``yaml.safe_load``: ``true``, ``8``, ``null``, ``[a, b]``),
+Values are parsed as YAML scalars (``value_types.YamlLoader``, a ``yaml.SafeLoader`` whose
+booleans are ``true``/``false`` only: ``true``, ``8``, ``null``, ``[a, b]``),
 the grammar upstream Megatron-Bridge's OmegaConf/Hydra overrides share for plain values (no
 interpolation, no ``+``/``~`` prefixes), then checked against the target field's annotation
 by ``value_types.check_field``, the check ``serialization.from_yaml`` and
@@ -17,6 +18,9 @@ takes the text as written. ``comm_overlap.tp_comm_overlap_cfg=NAME`` takes a pub
 userbuffers preset by name (``null`` for TE's defaults, anything else is a YAML file path that
 must exist). ``env_vars.NAME=VALUE`` takes VALUE verbatim as a string (it is exported as text;
 ``true`` stays ``"true"``) after ``check_env_vars`` (a variable read as an integer must be one).
+
+A size or count above its bound (``validators.LIMITS``, the table flags and recipes meet too)
+raises ``validators.LimitError`` (a ``ValueError``) naming the key, before anything is written.
 
 An unknown key gets a "did you mean" with the close field names and raises
 :class:`OverrideError` (a ``ValueError``). A bad value raises :class:`OverrideValueError`, both
@@ -40,7 +44,8 @@ from megatron.bridge.training.comm_overlap import CommOverlapConfig
 from megatron.bridge.training.config import ConfigContainer, check_env_vars
 from megatron.bridge.training.mixed_precision import get_mixed_precision_config
 from megatron.bridge.training.userbuffers import PUBLISHED_PRESETS
-from megatron.bridge.training.value_types import ConfigValueError, check_field
+from megatron.bridge.training.validators import LIMITS, check_limit
+from megatron.bridge.training.value_types import ConfigValueError, YamlLoader, check_field
 
 __all__ = [
     "OVERRIDE_SECTIONS",
@@ -61,6 +66,17 @@ OVERRIDE_SECTIONS = (
     "env_vars",
 )
 _TOP_LEVEL = ("gpu", "mixed_precision", "comm_overlap")
+#: Override keys outside ``model`` whose bound is a job field's (``validators.LIMITS``).
+_LIMITED_KEYS = {
+    "train.micro_batch_size": "micro_batch_size",
+    "train.global_batch_size": "global_batch_size",
+}
+
+
+def _limit_of(key: str) -> str | None:
+    """The ``LIMITS`` entry an override key meets (``model.<field>`` are the job's names)."""
+    name = _LIMITED_KEYS.get(key, key)
+    return name if name in LIMITS else None
 
 
 class OverrideError(ValueError):
@@ -203,6 +219,8 @@ def apply_overrides(cfg: ConfigContainer, overrides: Iterable[str]) -> ConfigCon
             value = _preset(key, raw, value)
         else:
             value = _check(type(target), rest, key, raw, value)
+            if (limit := _limit_of(key)) is not None:
+                check_limit(limit, value, label=key)
         setattr(target, rest, value)
 
     try:
@@ -227,7 +245,7 @@ def apply_overrides(cfg: ConfigContainer, overrides: Iterable[str]) -> ConfigCon
 
 def _parse(raw: str) -> Any:
     try:
-        return yaml.safe_load(raw) if raw.strip() else ""
+        return yaml.load(raw, Loader=YamlLoader) if raw.strip() else ""  # a SafeLoader
     except yaml.YAMLError:
         return raw
 

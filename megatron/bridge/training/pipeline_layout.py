@@ -24,12 +24,13 @@ order. Pure standard library: importing this module loads neither torch nor mega
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from megatron.bridge.training.validators import check_bool, check_int
+from megatron.bridge.training.validators import LIMITS, LimitError, check_bool, check_int
 
 __all__ = [
     "LAYER_NAMES",
@@ -42,6 +43,7 @@ __all__ = [
 ]
 
 _LAYOUT = "pipeline_model_parallel_layout"
+_LAYOUT_LIMIT = "model.pipeline_model_parallel_layout"
 _FIRST = "num_layers_in_first_pipeline_stage"
 _LAST = "num_layers_in_last_pipeline_stage"
 
@@ -113,6 +115,13 @@ def parse_layout(layout: str | Sequence[Sequence[str]]) -> tuple[tuple[str, ...]
             f"{_LAYOUT} must be a string such as 'Et*3|(tt|)*29,m|L' or a list of stages (lists "
             f"of layer names), got {type(layout).__name__} {_shown(layout)}."
         )
+    limit = LIMITS[_LAYOUT_LIMIT]
+    size = len(layout) + sum(len(stage) for stage in layout if isinstance(stage, list | tuple))
+    if size > limit.maximum:
+        raise LimitError(
+            f"{_LAYOUT} holds {size} layers and stages, above its bound {limit.maximum} "
+            f"({limit.why})."
+        )
     stages = []
     for index, stage in enumerate(layout):
         # PipelineParallelLayerLayout.__init__ asserts every stage is a list.
@@ -139,11 +148,26 @@ def parse_layout(layout: str | Sequence[Sequence[str]]) -> tuple[tuple[str, ...]
     return tuple(stages)
 
 
+def _unrolled(layout: str, text: str, pattern: re.Pattern[str]) -> str:
+    # One of parse_str_to_list's re.sub passes; the length it would give is summed first, so a
+    # count such as "t*99999999999999" is refused before anything is unrolled.
+    matches = list(pattern.finditer(text))
+    length = len(text) + sum(len(m.group(1)) * int(m.group(2)) - len(m.group(0)) for m in matches)
+    limit = LIMITS[_LAYOUT_LIMIT]
+    if length > limit.maximum:
+        raise LimitError(
+            f"{_LAYOUT}={_shown(layout)} is {length} characters long once its repeats are "
+            f"unrolled, above its bound {limit.maximum} ({limit.why}); a layout places each of num_layers decoder "
+            "layers once, so check the repeat counts ('*n')."
+        )
+    return pattern.sub(lambda m: m.group(1) * int(m.group(2)), text)
+
+
 def _parse_string(layout: str) -> tuple[tuple[str, ...], ...]:
     # PipelineParallelLayerLayout.parse_str_to_list.
     text = layout.replace(",", "")
-    text = _GROUP_REPEAT.sub(lambda m: m.group(1) * int(m.group(2)), text)
-    text = _LAYER_REPEAT.sub(lambda m: m.group(1) * int(m.group(2)), text)
+    text = _unrolled(layout, text, _GROUP_REPEAT)
+    text = _unrolled(layout, text, _LAYER_REPEAT)
     stages = []
     for index, stage in enumerate(text.split("|")):
         for char in stage:
@@ -488,7 +512,8 @@ def _check_every_layer_once(
 
 def divisors(n: int) -> list[int]:
     """The positive divisors of ``n``, ascending: the sizes a layout error suggests."""
-    return [d for d in range(1, n + 1) if n % d == 0]
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0] if n > 0 else []
+    return sorted({*small, *(n // d for d in small)})
 
 
 def stage_layers(

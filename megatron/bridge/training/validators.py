@@ -9,17 +9,29 @@ not "one parameter". No ``assert``: these checks must hold under ``python -O``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, get_args
 
 __all__ = [
+    "LIMITS",
+    "Limit",
+    "LimitError",
     "check_bool",
     "check_choice",
     "check_int",
+    "check_limit",
     "check_optional_bool",
     "is_int",
     "nonnegative_int_argument",
     "positive_int_argument",
 ]
+
+
+class LimitError(ValueError):
+    """A size or count above the bound ``bridge-overlap`` and the planner accept
+    (``megatron.bridge.training.job.LIMITS``): raised before any planning or simulation."""
 
 
 def _label(owner: str, name: str) -> str:
@@ -132,3 +144,143 @@ def positive_int_argument(text: str) -> int:
 def nonnegative_int_argument(text: str) -> int:
     """An ``argparse`` type for a count given on a command line: an int >= 0."""
     return _int_argument(text, minimum=0, expected="an integer >= 0")
+
+
+# --------------------------------------------------------------------------- size limits
+
+
+@dataclass(frozen=True)
+class Limit:
+    """The range of one size or count: what a job may give and why the top is where it is."""
+
+    minimum: int
+    """The smallest value megatron-core takes."""
+    maximum: int
+    """The largest value the planner takes: far above any real job, low enough that planning
+    and the step estimate stay quick (what their cost grows with is bounded here)."""
+    why: str
+    """What the value counts and why no real job comes near the maximum."""
+
+
+_GPUS = 2**20
+_LAYERS = 2**12
+_WIDTH = 2**20
+_HEADS = 2**16
+_TOKENS = 2**24
+_WORLD = f"GPUs; the largest training clusters hold some 10^5, and no group exceeds {_GPUS}"
+_WIDE = "model width; the widest published models are some 10^4 wide"
+_DEEP = (
+    "layers; published models have a few hundred, the deepest trained transformer some 1000 "
+    "(DeepNet, Wang et al. 2022), and the estimate walks them one by one"
+)
+_MANY_HEADS = "heads or groups; published models have at most a few hundred"
+
+#: The range of every size and count a job takes, by job-description field (``world_size``,
+#: ``model.<field>``), by launch-environment and estimate option, and of the two counts the step
+#: estimate's cost grows with (``micro_batches_x_chunks``, ``buckets``). A list-valued field
+#: (``moe_layer_freq``) is bounded in entries, a layout or pattern in layers once unrolled.
+#: ``check_limits`` checks a job's maxima before any planning; flags, ``KEY=VALUE`` overrides
+#: and recipe keywords are checked against the same table where they are read.
+LIMITS: Mapping[str, Limit] = MappingProxyType(
+    {
+        "world_size": Limit(1, _GPUS, _WORLD),
+        "model.tensor_model_parallel_size": Limit(1, _GPUS, _WORLD),
+        "model.pipeline_model_parallel_size": Limit(
+            1, _LAYERS, "pipeline stages; each holds layers"
+        ),
+        "model.virtual_pipeline_model_parallel_size": Limit(
+            1, _LAYERS, "model chunks per pipeline rank; each holds layers"
+        ),
+        "model.context_parallel_size": Limit(1, _GPUS, _WORLD),
+        "model.expert_model_parallel_size": Limit(1, _GPUS, _WORLD),
+        "model.expert_tensor_parallel_size": Limit(1, _GPUS, _WORLD),
+        "model.num_layers_in_first_pipeline_stage": Limit(1, _LAYERS, _DEEP),
+        "model.num_layers_in_last_pipeline_stage": Limit(1, _LAYERS, _DEEP),
+        "model.pipeline_model_parallel_layout": Limit(
+            1, 8 * _LAYERS, "layers and stage ends once repeats are unrolled"
+        ),
+        "model.num_layers": Limit(1, _LAYERS, _DEEP),
+        "model.hidden_size": Limit(1, _WIDTH, _WIDE),
+        "model.num_attention_heads": Limit(1, _HEADS, _MANY_HEADS),
+        "model.num_query_groups": Limit(1, _HEADS, _MANY_HEADS),
+        "model.kv_channels": Limit(1, _WIDTH, _WIDE),
+        "model.ffn_hidden_size": Limit(1, _WIDTH, _WIDE),
+        "model.seq_length": Limit(
+            1, _TOKENS, "tokens per sequence; the longest trained contexts hold some 10^6"
+        ),
+        "model.vocab_size": Limit(
+            1, _TOKENS, "tokens in the vocabulary; published ones hold some 10^5"
+        ),
+        "model.make_vocab_size_divisible_by": Limit(1, _HEADS, "vocabulary padding multiple"),
+        "model.q_lora_rank": Limit(1, _WIDTH, _WIDE),
+        "model.kv_lora_rank": Limit(1, _WIDTH, _WIDE),
+        "model.qk_head_dim": Limit(1, _WIDTH, _WIDE),
+        "model.qk_pos_emb_head_dim": Limit(1, _WIDTH, _WIDE),
+        "model.v_head_dim": Limit(1, _WIDTH, _WIDE),
+        "model.window_size": Limit(-1, _TOKENS, "tokens before and after; -1 is unbounded"),
+        "model.window_attn_skip_freq": Limit(1, _LAYERS, _DEEP),
+        "model.hybrid_layer_pattern": Limit(1, 8 * _LAYERS, "layer symbols"),
+        "model.mamba_state_dim": Limit(1, _WIDTH, _WIDE),
+        "model.mamba_head_dim": Limit(1, _WIDTH, _WIDE),
+        "model.mamba_num_groups": Limit(1, _HEADS, _MANY_HEADS),
+        "model.mamba_num_heads": Limit(1, _HEADS, _MANY_HEADS),
+        "model.num_moe_experts": Limit(
+            1, _GPUS, "routed experts; published MoE models have at most a few thousand"
+        ),
+        "model.moe_router_topk": Limit(1, _HEADS, "experts per token"),
+        "model.moe_ffn_hidden_size": Limit(1, _WIDTH, _WIDE),
+        "model.moe_shared_expert_intermediate_size": Limit(1, _WIDTH, _WIDE),
+        "model.moe_layer_freq": Limit(1, _LAYERS, _DEEP),
+        "model.moe_latent_size": Limit(1, _WIDTH, _WIDE),
+        "model.recompute_num_layers": Limit(1, _LAYERS, _DEEP),
+        "model.mtp_num_layers": Limit(0, _LAYERS, _DEEP),
+        "micro_batch_size": Limit(1, 2**16, "samples per micro-batch"),
+        "global_batch_size": Limit(
+            1, _TOKENS, "samples per step; published runs take some 10^3 to 10^4"
+        ),
+        "num_buckets": Limit(1, 2**14, "DDP buckets; the step estimate places each one"),
+        "layernorm_sm_margin": Limit(0, 1024, "SMs; a GPU has at most a few hundred"),
+        # NCCL's environment-variable docs: NCCL_P2P_NET_CHUNKSIZE defaults to 131072.
+        "nccl_pp_comm_chunksize": Limit(2, 2**30, "bytes; NCCL's default P2P chunk is 128 KiB"),
+        "gpus_per_node": Limit(1, _GPUS, _WORLD),
+        "nvlink_domain": Limit(1, _GPUS, _WORLD),
+        # What the step estimate's cost grows with: it lays out every forward and backward of
+        # every micro-batch and model chunk, and runs every gradient bucket, one by one.
+        "micro_batches_x_chunks": Limit(
+            1,
+            2**13,
+            "micro-batches per step and data-parallel replica (global batch / (micro-batch x "
+            "DP)) times model chunks per pipeline rank (VPP): the step estimate lays each "
+            "forward and backward out one by one",
+        ),
+        "buckets": Limit(
+            1,
+            2**14,
+            "gradient buckets of one pipeline stage per step (its parameters / bucket_size): "
+            "the step estimate runs each one",
+        ),
+    }
+)
+
+
+def check_limit(name: str, value: object, *, label: str | None = None) -> None:
+    """``LimitError`` when ``value`` (an int, a list's entries, a layout's or pattern's length)
+    is above ``LIMITS[name]``'s maximum; ``label`` names it (default: ``name``).
+
+    Values of another type pass: their type is checked where the field is read.
+    """
+    limit = LIMITS[name]
+    size = value
+    what = ""
+    if isinstance(value, str):
+        size, what = len(value), " characters long"
+    elif isinstance(value, tuple | list) and name != "model.window_size":
+        size, what = len(value), " entries long"
+    elif isinstance(value, tuple | list):
+        size = max((v for v in value if is_int(v)), default=None)
+    if is_int(size) and size > limit.maximum:
+        shown = f"{value!r:.60}" if isinstance(value, str | tuple | list) else str(value)
+        raise LimitError(
+            f"{label or name}={shown}{what} is above its bound {limit.maximum} "
+            f"({limit.why}); give at most {limit.maximum}."
+        )

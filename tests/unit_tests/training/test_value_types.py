@@ -45,9 +45,15 @@ def cfg():
 
 SOURCES = ("yaml", "override", "python")
 
+#: What a bool field adds when it gets a YAML 1.1 boolean word.
+_WORDS = (
+    ": write true or false (booleans are true/false only; YAML 1.1's yes/no/on/off are not "
+    "read as booleans)"
+)
+
 #: (key, the bad value as a YAML scalar, the key the error names, what it says about the value)
 BAD_VALUES = [
-    ("model.sequence_parallel", "'yes'", None, "expected bool, got str 'yes'"),
+    ("model.sequence_parallel", "'yes'", None, "expected bool, got str 'yes'" + _WORDS),
     ("model.num_layers", "2.5", None, "expected int, got float 2.5"),
     ("model.num_layers", "true", None, "expected int, got bool True"),
     (
@@ -59,7 +65,7 @@ BAD_VALUES = [
     ("optimizer.lr", "fast", None, "expected float or None, got str 'fast'"),
     ("ddp.overlap_grad_reduce", "1", None, "expected bool, got int 1"),
     ("train.micro_batch_size", "'2'", None, "expected int, got str '2'"),
-    ("mixed_precision.grad_reduce_in_fp32", "'no'", None, "expected bool, got str 'no'"),
+    ("mixed_precision.grad_reduce_in_fp32", "'no'", None, "expected bool, got str 'no'" + _WORDS),
     (
         "comm_overlap.tp_comm_bootstrap_backend",
         "tcp",

@@ -36,6 +36,7 @@ Pure arithmetic over seconds; what the estimate leaves out is listed in its assu
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass, field
 
@@ -327,12 +328,15 @@ def simulate(inp: ScheduleInput) -> Timeline:
                 pieces.append((ready, s.key, s.seconds / inp.vpp / nb))
     pieces.sort(key=lambda p: p[0])
     links = {s.key: s.link for s in inp.grad_streams}
+    # Segments are laid out one after another, so their ends never decrease: a bucket's run
+    # starts at the first segment ending after it (a search, not a walk from the step's start).
+    ends = [seg.start + seg.duration for seg in segments]
     link_free: dict[str, float] = {}
     end = compute_end
     for ready, key, secs in pieces:
         link = links[key]
         start = max(ready, link_free.get(link, 0.0))
-        finish = _run_on(link, start, secs, segments, compute_end)
+        finish = _run_on(link, start, secs, segments, ends, compute_end)
         link_free[link] = finish
         st = streams[key]
         exposed = min(secs, max(0.0, finish - max(start, compute_end)))
@@ -364,16 +368,20 @@ def simulate(inp: ScheduleInput) -> Timeline:
 
 
 def _run_on(
-    link: str, start: float, seconds: float, segments: list[_Segment], compute_end: float
+    link: str,
+    start: float,
+    seconds: float,
+    segments: list[_Segment],
+    ends: list[float],
+    compute_end: float,
 ) -> float:
-    """When a background transfer of ``seconds`` started at ``start`` finishes on ``link``."""
+    """When a background transfer of ``seconds`` started at ``start`` finishes on ``link``
+    (``ends``: each segment's end, in order)."""
     t, left = start, seconds
     if left <= 0:
         return t
-    for seg in segments:
-        seg_end = seg.start + seg.duration
-        if seg_end <= t:
-            continue
+    for index in range(bisect.bisect_right(ends, t), len(segments)):
+        seg, seg_end = segments[index], ends[index]
         rate = seg.free.get(link, 1.0)
         span = seg_end - max(t, seg.start)
         if rate * span >= left:

@@ -40,7 +40,8 @@ from megatron.bridge.training.estimate.schedule import (
 )
 from megatron.bridge.training.estimate.stage import Stage, busiest_stage, stage_params
 from megatron.bridge.training.hardware import GpuSpec, gpu_spec
-from megatron.bridge.training.job import JobDescription
+from megatron.bridge.training.job import JobDescription, check_micro_batch_chunks
+from megatron.bridge.training.validators import LIMITS, LimitError
 
 if TYPE_CHECKING:
     from megatron.bridge.training.comm_overlap import OverlapPlan
@@ -72,6 +73,7 @@ def estimate_step(
         raise ValueError("estimate_step needs the GPU model: set JobDescription.gpu (e.g. 'h100').")
     if f.micro_batch_size is None:
         raise ValueError("estimate_step needs JobDescription.micro_batch_size.")
+    check_micro_batch_chunks(f)
     gpu = gpu_spec(f.gpu)
     tp, cp, dp = f.tp_size, f.cp_size, f.dp_size
     mbs = f.micro_batch_size
@@ -295,6 +297,17 @@ def _ep_overlap(plan: OverlapPlan) -> bool:
     return plan.job.ep_size > 1 and bool(_knob(plan, "overlap_moe_expert_parallel_comm"))
 
 
+def _check_bucket_count(buckets: int, *, size: int, n_params: int) -> None:
+    """``LimitError`` for more gradient buckets than the simulation places one by one."""
+    limit = LIMITS["buckets"]
+    if buckets > limit.maximum:
+        raise LimitError(
+            f"bucket_size={size}: the stage's {n_params} parameters make {buckets} gradient "
+            f"buckets per step, above the bound {limit.maximum} ({limit.why}); raise "
+            "bucket_size (cfg.ddp.bucket_size / comm_overlap.bucket_size)."
+        )
+
+
 def _predict(
     plan: OverlapPlan,
     entries: list[CommEntry],
@@ -383,6 +396,7 @@ def _predict(
                     else max(40_000_000, 1_000_000 * group)
                 )
                 per_chunk = max(1, math.ceil(n_params / stage.vpp / size)) if grad_on else 1
+                _check_bucket_count(per_chunk * stage.vpp, size=size, n_params=n_params)
                 grads.append(GradStream(i, c.link, t, per_chunk, grad_on))
     timeline = simulate(
         ScheduleInput(

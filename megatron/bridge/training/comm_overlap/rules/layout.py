@@ -8,7 +8,7 @@ precision);
 from __future__ import annotations
 
 from megatron.bridge.training import hardware
-from megatron.bridge.training.job import JobDescription
+from megatron.bridge.training.job import JobDescription, check_limits
 from megatron.bridge.training.model_rules import check_model
 from megatron.bridge.training.parallel_layout import check_parallel_layout
 from megatron.bridge.training.validators import check_int
@@ -18,7 +18,8 @@ __all__ = ["check_job", "check_layout"]
 
 def check_job(job: JobDescription) -> None:
     """Raise ``ValueError`` for a parallel size that is not a positive int, or a precision the GPU
-    cannot train in."""
+    cannot train in; ``LimitError`` (a ``ValueError``) for a size above its bound
+    (``job.check_limits``), before anything is planned."""
     # ValueError for a wrong type too: the library builds job descriptions, so a bad one is a
     # bad layout value that reached it, not a programming error of the caller.
     for name in ("tp_size", "pp_size", "cp_size", "ep_size", "dp_size"):
@@ -30,6 +31,7 @@ def check_job(job: JobDescription) -> None:
         optional=True,
         type_error=ValueError,
     )
+    check_limits(job)
     if job.gpu is not None:
         hardware.check_precision_on_gpu(gpu=job.gpu, precision=job.compute_dtype)
 
