@@ -72,7 +72,7 @@ def _reader(field: dataclasses.Field) -> Callable[[Any], Any]:
         )
     if isinstance(default, bool):
         # megatron-core reads these flags for truth; the description holds the bool.
-        return lambda config: bool(_listed(getattr(config, name, default)))
+        return lambda config: bool(getattr(config, name, default))
     if default is None:
         # megatron-core's "unset" for the shape counts (num_layers, hidden_size, heads) is 0.
         return lambda config: _unset_as_none(_listed(getattr(config, name, None)))
