@@ -15,6 +15,7 @@ their shell commands exit as they say.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import importlib.util
 import io
@@ -275,14 +276,13 @@ HELP_DEFAULTS: dict[str, Callable[[dict], int]] = {
 
 def _help_defaults() -> dict[str, int]:
     parser = build_parser()
-    explain = next(
-        a for a in parser._subparsers._group_actions[0].choices.items() if a[0] == "explain"
-    )[1]
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    explain_parser = commands.choices["explain"]
     found = {}
-    for action in explain._actions:
+    for action in explain_parser._actions:
         if not action.help or not action.option_strings:
             continue
-        text = action.help % {**vars(action), "prog": explain.prog}
+        text = action.help % {**vars(action), "prog": explain_parser.prog}
         numeric = re.search(r"\(default (\d+)[);]", text)
         if numeric:
             found[action.option_strings[0]] = int(numeric[1])
