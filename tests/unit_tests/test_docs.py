@@ -1,7 +1,8 @@
 """Every ```python block under docs/ runs: docs that drift from the code fail here.
 
 Blocks of one page run in order in one shared namespace, as a reader would paste them, with
-nothing patched. Blocks that are not meant to run use another fence (```bash, ```text).
+nothing patched. Blocks that are not Python use another fence (```text; ```bash blocks run
+command by command in test_docs_generated.py).
 """
 
 from __future__ import annotations

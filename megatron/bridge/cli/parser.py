@@ -489,7 +489,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--layernorm-sm-margin",
         type=int,
         default=launch_env.DEFAULT_LAYERNORM_SM_MARGIN,
-        help="LayerNorm SM margin for the launch environment (default 16)",
+        help="LayerNorm SM margin for the launch environment (default %(default)s)",
     )
     ex.add_argument("--nccl-pp-chunksize", type=int, help="NCCL_P2P_NET_CHUNKSIZE when PP > 1")
     _add_counts(

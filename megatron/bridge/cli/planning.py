@@ -22,7 +22,6 @@ from megatron.bridge.training import launch_env
 from megatron.bridge.training.comm_overlap import OverlapPlan
 from megatron.bridge.training.comm_overlap.rules.ep import unused_flex_backend
 from megatron.bridge.training.estimate import estimate_step
-from megatron.bridge.training.estimate_plot import plot_step
 from megatron.bridge.training.validators import LimitError
 
 
@@ -96,6 +95,9 @@ def explain(
     if args.plot is not None:
         if estimate is None:
             raise ValueError(f"--plot needs the step estimate, which was refused: {refused}")
+        # The picture module (matplotlib's part) loads only for --plot.
+        from megatron.bridge.training.estimate_plot import plot_step
+
         try:
             plot_step(estimate, args.plot, title=args.recipe)
         except (ValueError, ImportError, OSError) as exc:

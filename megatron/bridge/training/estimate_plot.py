@@ -10,13 +10,15 @@ matplotlib is imported when :func:`plot_step` runs (the ``plot`` extra), never o
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from megatron.bridge.training.estimate.result import Estimate, Prediction
 
-__all__ = ["plot_step"]
+__all__ = ["picture_digest", "plot_step", "step_picture"]
 
 _COLOURS = {
     "bubble": "#bbbbbb",
@@ -34,41 +36,88 @@ _COLOURS = {
 }
 
 
-def _draw(ax, prediction: Prediction) -> None:
-    """The compute lane (row 0) and one lane per link."""
-    for kind, start, seconds in prediction.timeline:
-        ax.barh(
-            0,
-            seconds * 1e3,
-            left=start * 1e3,
-            height=0.6,
-            color=_COLOURS[kind],
-            edgecolor="white",
-            linewidth=0.2,
-        )
+def _ms(seconds: float) -> float:
+    # 0.1 ms: finer than a pixel of any picture, coarse enough to be the same on every platform.
+    return round(seconds * 1e3, 1)
+
+
+def _panel(prediction: Prediction, name: str) -> dict[str, Any]:
     links = sorted({link for link, *_ in prediction.link_intervals})
+    return {
+        "heading": (
+            f"{name}: step {prediction.step_seconds * 1e3:.0f} ms (compute "
+            f"{prediction.compute_seconds * 1e3:.0f}, bubble {prediction.bubble_seconds * 1e3:.0f}, "
+            f"exposed {prediction.exposed_seconds * 1e3:.0f}), "
+            f"{prediction.tokens_per_s_per_gpu:.0f} tokens/s/GPU"
+        ),
+        "step_ms": _ms(prediction.step_seconds),
+        "compute": [
+            [kind, _ms(start), _ms(seconds)] for kind, start, seconds in prediction.timeline
+        ],
+        "links": {
+            link: [
+                [label.split(":")[0], _ms(start), _ms(seconds)]
+                for lnk, label, start, seconds in prediction.link_intervals
+                if lnk == link
+            ]
+            for link in links
+        },
+    }
+
+
+def step_picture(estimate: Estimate, *, title: str | None = None) -> dict[str, Any]:
+    """Everything :func:`plot_step` draws, as plain JSON-ready data (times in ms, to 0.1 ms).
+
+    The picture is drawn from this and nothing else, so comparing it compares the picture
+    without depending on how a matplotlib version encodes the pixels.
+    """
+    panels = [
+        (estimate.prediction, "with the plan's overlap"),
+        (estimate.without_overlap, "all overlap off"),
+    ]
+    if any(p is None for p, _name in panels):
+        raise ValueError("plot_step needs an estimate with its predictions.")
+    return {"title": title, "panels": [_panel(p, name) for p, name in panels]}
+
+
+def picture_digest(picture: dict[str, Any]) -> str:
+    """The SHA-256 of a :func:`step_picture`'s canonical JSON, which :func:`plot_step` writes
+    into the file's metadata (``Description``)."""
+    text = json.dumps(picture, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _draw(ax, panel: dict[str, Any]) -> None:
+    """The compute lane (row 0) and one lane per link."""
+    for kind, start, ms in panel["compute"]:
+        ax.barh(
+            0, ms, left=start, height=0.6, color=_COLOURS[kind], edgecolor="white", linewidth=0.2
+        )
+    links = list(panel["links"])
     for row, link in enumerate(links, start=1):
-        for lnk, label, start, seconds in prediction.link_intervals:
-            if lnk == link:
-                mode = label.split(":")[0]
-                ax.barh(
-                    row,
-                    seconds * 1e3,
-                    left=start * 1e3,
-                    height=0.6,
-                    color=_COLOURS.get(mode, "#999999"),
-                    alpha=0.7,
-                    linewidth=0,
-                )
+        for mode, start, ms in panel["links"][link]:
+            ax.barh(
+                row,
+                ms,
+                left=start,
+                height=0.6,
+                color=_COLOURS.get(mode, "#999999"),
+                alpha=0.7,
+                linewidth=0,
+            )
     ax.set_yticks(range(1 + len(links)), ["compute", *links], fontsize=7)
     ax.invert_yaxis()
 
 
 def plot_step(estimate: Estimate, path: str | Path, *, title: str | None = None) -> Path:
-    """Write the step picture to ``path`` (PNG or SVG, chosen by the suffix); returns the path."""
+    """Write the step picture to ``path`` (PNG or SVG, chosen by the suffix); returns the path.
+
+    The file's ``Description`` metadata holds :func:`picture_digest` of what it draws.
+    """
     path = Path(path)
     if path.suffix.lower() not in (".png", ".svg"):
         raise ValueError(f"plot_step writes .png or .svg, got {path.name!r}.")
+    picture = step_picture(estimate, title=title)
     try:
         import matplotlib
     except ImportError as exc:
@@ -80,26 +129,13 @@ def plot_step(estimate: Estimate, path: str | Path, *, title: str | None = None)
     import matplotlib.patches
     import matplotlib.pyplot as plt
 
-    panels = [
-        (estimate.prediction, "with the plan's overlap"),
-        (estimate.without_overlap, "all overlap off"),
-    ]
-    if any(p is None for p, _name in panels):
-        raise ValueError("plot_step needs an estimate with its predictions.")
-    end = max(p.step_seconds for p, _name in panels)
+    end = max(panel["step_ms"] for panel in picture["panels"])
     fig, axes = plt.subplots(2, 1, figsize=(11, 4.2), sharex=True)
-    for ax, (prediction, name) in zip(axes, panels, strict=True):
-        _draw(ax, prediction)
-        ax.axvline(prediction.step_seconds * 1e3, color="black", linestyle="--", linewidth=0.8)
-        ax.set_title(
-            f"{name}: step {prediction.step_seconds * 1e3:.0f} ms (compute "
-            f"{prediction.compute_seconds * 1e3:.0f}, bubble {prediction.bubble_seconds * 1e3:.0f}, "
-            f"exposed {prediction.exposed_seconds * 1e3:.0f}), "
-            f"{prediction.tokens_per_s_per_gpu:.0f} tokens/s/GPU",
-            fontsize=9,
-            loc="left",
-        )
-        ax.set_xlim(0, end * 1e3 * 1.02)
+    for ax, panel in zip(axes, picture["panels"], strict=True):
+        _draw(ax, panel)
+        ax.axvline(panel["step_ms"], color="black", linestyle="--", linewidth=0.8)
+        ax.set_title(panel["heading"], fontsize=9, loc="left")
+        ax.set_xlim(0, end * 1.02)
         ax.tick_params(axis="x", labelsize=7)
     handles = [
         matplotlib.patches.Patch(color=c, label=k) for k, c in _COLOURS.items() if k != "tail"
@@ -112,6 +148,6 @@ def plot_step(estimate: Estimate, path: str | Path, *, title: str | None = None)
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout(rect=(0, 0.05, 1, 1))
-    fig.savefig(path, dpi=80)
+    fig.savefig(path, dpi=80, metadata={"Description": picture_digest(picture)})
     plt.close(fig)
     return path

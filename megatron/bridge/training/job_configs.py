@@ -72,7 +72,7 @@ def _reader(field: dataclasses.Field) -> Callable[[Any], Any]:
         )
     if isinstance(default, bool):
         # megatron-core reads these flags for truth; the description holds the bool.
-        return lambda config: bool(_listed(getattr(config, name, default)))
+        return lambda config: bool(getattr(config, name, default))
     if default is None:
         # megatron-core's "unset" for the shape counts (num_layers, hidden_size, heads) is 0.
         return lambda config: _unset_as_none(_listed(getattr(config, name, None)))
@@ -94,7 +94,37 @@ def describe_model(model_config: Any) -> ModelDescription:
     A field the config does not declare (``seq_length`` on a plain ``TransformerConfig``) keeps
     the description's default. The config need not be finalized.
     """
-    return ModelDescription(**{name: read(model_config) for name, read in _readers()})
+    values = tuple(read(model_config) for _name, read in _readers())
+    key = tuple(_typed(value) for value in values)
+    try:
+        hash(key)
+    except TypeError:  # a value megatron-core holds unhashed: describe it without the cache
+        return _description(values)
+    return _described(key, values)
+
+
+def _typed(value: Any) -> Any:
+    # The cache key holds each value with its type, inside tuples too: 1, 1.0 and True are equal
+    # and hash alike, but the description of one is not the description of the other.
+    if type(value) is tuple:
+        return (tuple, tuple(_typed(item) for item in value))
+    return (type(value), value)
+
+
+def _description(values: tuple[Any, ...]) -> ModelDescription:
+    return ModelDescription(**dict(zip(_names(), values, strict=True)))
+
+
+@functools.lru_cache(maxsize=256)
+def _described(key: tuple[Any, ...], values: tuple[Any, ...]) -> ModelDescription:
+    # A description is a pure, frozen function of the values read: a setup that reads the same
+    # configs again gets the same object instead of building 81 fields anew.
+    return _description(values)
+
+
+@functools.cache
+def _names() -> tuple[str, ...]:
+    return tuple(name for name, _read in _readers())
 
 
 def write_model(model_config: Any, model: ModelDescription) -> None:

@@ -379,9 +379,17 @@ _NAMES_BY_VALUE: Mapping[TransformerLayerTPOverlapCfg, tuple[str, ...]] = Mappin
 )
 
 
+#: The same names by object identity: a published preset object is found without hashing its
+#: every GEMM's knobs (an equal copy still goes through :data:`_NAMES_BY_VALUE`).
+_NAMES_BY_ID: Mapping[int, tuple[str, ...]] = MappingProxyType(
+    {id(value): names for value, names in _NAMES_BY_VALUE.items()}
+)
+
+
 def preset_names_of(cfg: TransformerLayerTPOverlapCfg) -> tuple[str, ...]:
     """The published names of a preset with these values (empty for a custom one)."""
-    return _NAMES_BY_VALUE.get(cfg, ())
+    names = _NAMES_BY_ID.get(id(cfg))
+    return names if names is not None else _NAMES_BY_VALUE.get(cfg, ())
 
 
 def preset_shapes_of(cfg: TransformerLayerTPOverlapCfg) -> tuple[PresetShape, ...]:

@@ -93,6 +93,12 @@ def check_int(
     """
     if value is None and optional:
         return None
+    if (
+        type(value) is int
+        and (minimum is None or value >= minimum)
+        and (maximum is None or value <= maximum)
+    ):
+        return value  # the common case: no message to build
     label = _label(owner, name)
     bounds = _bounds(minimum, maximum)
     tail = f" {hint}" if hint else ""
