@@ -52,17 +52,6 @@ CONFIG_FILE = "config.yaml"
 PLAN_FILE = "plan.json"
 """Name of the resolved-plan file :func:`write_run_config` writes."""
 
-_SECTIONS = ("model", "train", "optimizer", "ddp")
-_TOP_KEYS = (
-    "format_version",
-    *_SECTIONS,
-    "mixed_precision",
-    "comm_overlap",
-    "gpu",
-    "env_vars",
-)
-_TAGS = ("_dtype_", "_enum_", "_callable_", "_tuple_")
-
 
 def to_dict(cfg: ConfigContainer) -> dict[str, Any]:
     """The plain-value document :func:`to_yaml` writes (``ConfigContainer.to_dict``)."""
