@@ -28,6 +28,7 @@ from megatron.bridge.recipes import RECIPES, plan_recipe
 from megatron.bridge.training import hardware
 from megatron.bridge.training.estimate import estimate_step
 from megatron.bridge.training.estimate.efficiency import FIT_ROWS, Achievable, FitRow
+from megatron.bridge.training.estimate.kernels import SSM_FIT_ROWS, SsmFitRow
 from megatron.bridge.training.precisions import published_precision
 
 ROWS_FILE = (
@@ -80,7 +81,7 @@ def predict(row: dict) -> Prediction:
     precision = published_precision(row["precision"])
     fitted = any(
         (f.model, f.gpu, f.precision, f.release) == (row["model"], gpu, precision, row["release"])
-        for f in FIT_ROWS.values()
+        for f in (*FIT_ROWS.values(), *SSM_FIT_ROWS.values())
     )
     if row["model"] not in RECIPES:
         return Prediction(row, gpu, precision, None, fitted)
@@ -140,6 +141,20 @@ def fit(row: FitRow, *, steps: int = 40) -> float:
     return (low + high) / 2
 
 
+def fit_ssm(row: SsmFitRow, *, steps: int = 40) -> float:
+    """The SSM scan share of the BF16 peak for which ``row``'s prediction is its published one."""
+    plan = plan_recipe(row.model, gpu=row.gpu, precision=row.precision)
+    low, high = 0.001, 1.0
+    for _ in range(steps):
+        mid = (low + high) / 2
+        predicted = estimate_step(plan, ssm_scan_fraction=mid)
+        if predicted.prediction.tokens_per_s_per_gpu < row.tokens_per_s_per_gpu:
+            low = mid
+        else:
+            high = mid
+    return (low + high) / 2
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print the table, or with ``--fit`` the fitted fractions."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -148,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.fit:
         for key, row in FIT_ROWS.items():
             print(f"{key}: {fit(row):.3f}  ({row.source})")
+        for gen, ssm in SSM_FIT_ROWS.items():
+            print(f"ssm scan {gen}: {fit_ssm(ssm):.4f}  ({ssm.source})")
         return 0
     print(table([predict(row) for row in load_rows()]))
     return 0
