@@ -99,9 +99,17 @@ def test_grouped_gemm_efficiency_by_hand():
     assert eff < more < 1.0
 
 
-def test_alltoall_reaches_deepeps_measured_share():
-    assert kernels.alltoall_link_fraction("nvlink") == pytest.approx(311 / 320)
-    assert kernels.alltoall_link_fraction("network") == pytest.approx(268 / 300)
+def test_cross_entropy_bytes_by_hand():
+    # Logits write 2, cast 6, max 4, subtract 8, exp 8, sum 4, normalize 8, gradient 8, cast 6,
+    # two GEMM reads 4: 58 bytes per logit, over the TP rank's share of the vocabulary.
+    assert kernels.cross_entropy_bytes_per_token(128_000) == 58 * 128_000
+    assert kernels.cross_entropy_bytes_per_token(128_000, tp_size=4) == 58 * 32_000
+
+
+def test_the_loss_is_priced_on_the_stage_with_the_output_layer():
+    plan = plan_recipe("llama3_8b", gpu="b200", precision="fp8_cs")
+    (line,) = [a for a in estimate_step(plan).assumptions if "cross-entropy" in a]
+    assert "58 bytes per logit" in line
 
 
 def test_ssd_flops_by_hand():
@@ -154,7 +162,7 @@ def test_the_kernel_terms_slow_moe_and_mamba_steps_and_say_so():
     assert faster.prediction.step_seconds < estimate.prediction.step_seconds
 
 
-def test_a_dense_model_has_no_kernel_terms():
+def test_a_dense_model_has_no_moe_or_scan_terms():
     plan = plan_recipe("llama3_8b", gpu="b200", precision="fp8_cs")
     estimate = estimate_step(plan)
     assert not any("grouped expert GEMMs" in a or "Mamba SSD" in a for a in estimate.assumptions)

@@ -12,8 +12,13 @@ differently, each priced here by one named function:
   CACM 2009) gives the time: the FLOPs at the fitted rate plus the bytes at the HBM peak
   (:func:`gemm_roofline_efficiency`), added rather than overlapped, as a small GEMM's
   prologue and epilogue do not overlap its main loop.
-- **all-to-all kernels** of the EP dispatchers (:func:`alltoall_link_fraction`): the share of
-  link peak that DeepEP's normal kernels reach, as its README measures them.
+The EP all-to-alls stay at link peak (:mod:`.comm`: every communication time is bytes over
+peak): DeepEP's README measures its normal kernels at 0.97 of NVLink peak (intranode EP8
+dispatch 153 GB/s, combine 158 GB/s of ~160 GB/s on H800) and 0.89 of the NIC's (internode
+EP16-64, 43-47 GB/s of ~50 GB/s), so the time at peak undercounts theirs by 3-11 %.
+- **the loss over the vocabulary** (:func:`cross_entropy_bytes_per_token`): megatron-core's
+  vocab-parallel cross-entropy runs over the logits in fp32, memory-bound: its passes' bytes at
+  the HBM peak, on the stage with the output layer and the one with the MTP heads.
 - **the Mamba scan** (:func:`ssd_flops_per_token`, :func:`ssm_scan_rate`): megatron-core's
   MambaMixer runs the selective state space as the chunked SSD algorithm
   (``mamba_chunk_scan_combined``, chunks of 128 tokens), whose executed FLOPs are counted here
@@ -40,7 +45,7 @@ __all__ = [
     "SSM_FIT_ROWS",
     "SSM_SCAN",
     "SsmScan",
-    "alltoall_link_fraction",
+    "cross_entropy_bytes_per_token",
     "gemm_roofline_efficiency",
     "generation",
     "grouped_gemm_efficiency",
@@ -174,24 +179,29 @@ def tensor_core_format(precision: str | None) -> str:
     return "bf16" if precision is None else PRECISIONS[precision].tensor_cores
 
 
-# --- all-to-all ----------------------------------------------------------------------------
+# --- the loss ------------------------------------------------------------------------------
+
+_CROSS_ENTROPY_PASSES = (
+    ("the output layer writes the 16-bit logits", 2),
+    ("cast to fp32: read 2, write 4", 6),
+    ("max over the vocabulary: read", 4),
+    ("subtract the max in place: read, write", 8),
+    ("exp in place: read, write", 8),
+    ("sum of the exponentials: read", 4),
+    ("normalize in place (the saved softmax): read, write", 8),
+    ("backward: softmax minus one-hot times the loss gradient: read, write", 8),
+    ("cast the gradient to 16 bits: read 4, write 2", 6),
+    ("the output layer's dgrad and wgrad GEMMs read it", 4),
+)
+"""Bytes per logit of each pass of megatron-core's ``VocabParallelCrossEntropy``
+(tensor_parallel/cross_entropy.py: ``calculate_logits_max``, ``calculate_predicted_logits``,
+``calculate_cross_entropy_loss``, ``calculate_gradients``)."""
 
 
-def alltoall_link_fraction(link: str) -> float:
-    """Share of a link's peak bandwidth an EP dispatch and combine reach (``link``: nvlink or
-    network).
-
-    DeepEP's README ("Normal kernels with NVLink and RDMA forwarding", H800 with ~160 GB/s
-    NVLink and a 400 Gb/s CX7 NIC, ~50 GB/s; DeepSeek-V3 pre-training shape, 4096 tokens of
-    hidden 7168, top-8): intranode EP8 dispatch 153 GB/s and combine 158 GB/s of ~160 GB/s
-    (mean 0.97); internode dispatch 43, 44, 46 GB/s and combine 43, 47, 45 GB/s at EP16, 32, 64
-    of ~50 GB/s (mean 0.89). It is the one published measurement of an MoE all-to-all against
-    its link peak: HybridEP forwards the same way (RDMA to one rank per node, NVLink inside)
-    and the alltoall dispatcher's NCCL all-to-all is taken to reach no more.
-    """
-    if link == "nvlink":
-        return (153 + 158) / 2 / 160
-    return (43 + 44 + 46 + 43 + 47 + 45) / 6 / 50
+def cross_entropy_bytes_per_token(padded_vocab: int, tp_size: int = 1) -> float:
+    """HBM bytes one TP rank moves per token for one output head's loss: the passes of
+    :data:`_CROSS_ENTROPY_PASSES` over its padded_vocab / TP logits (58 bytes per logit)."""
+    return sum(b for _, b in _CROSS_ENTROPY_PASSES) * padded_vocab / tp_size
 
 
 # --- Mamba scan ----------------------------------------------------------------------------
@@ -251,7 +261,7 @@ SSM_FIT_ROWS: Mapping[str, SsmFitRow] = MappingProxyType(
 SSM_SCAN: Mapping[str, SsmScan] = MappingProxyType(
     {
         gen: SsmScan(fraction, f"fitted on {SSM_FIT_ROWS[gen].source}")
-        for gen, fraction in {"blackwell": 0.0092}.items()
+        for gen, fraction in {"blackwell": 0.0099}.items()
     }
 )
 

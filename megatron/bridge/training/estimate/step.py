@@ -24,7 +24,7 @@ from megatron.bridge.training.estimate.comm import (
 )
 from megatron.bridge.training.estimate.efficiency import EP_OVERLAP, Achievable, achievable_fraction
 from megatron.bridge.training.estimate.kernels import (
-    alltoall_link_fraction,
+    cross_entropy_bytes_per_token,
     grouped_gemm_efficiency,
     rows_per_expert,
     ssd_flops_per_token,
@@ -46,7 +46,7 @@ from megatron.bridge.training.estimate.schedule import (
     ScheduleInput,
     simulate,
 )
-from megatron.bridge.training.estimate.stage import Stage, busiest_stage, stage_params
+from megatron.bridge.training.estimate.stage import Stage, busiest_stage, mtp_rank, stage_params
 from megatron.bridge.training.hardware import GpuSpec, gpu_spec
 from megatron.bridge.training.job import JobDescription, check_micro_batch_chunks
 from megatron.bridge.training.validators import LIMITS, LimitError
@@ -195,12 +195,14 @@ class _KernelSeconds:
     """The Mamba layers' SSD scan kernels beyond the scan FLOPs the compute already counts."""
     ssm_source: str = ""
     """Where the scan's rate comes from (empty without Mamba layers)."""
+    loss: float = 0.0
+    """The cross-entropy over the vocabulary of the output heads on the stage."""
     forward_share: float = 1 / 3
     """Share of the added time in the forward passes."""
 
     @property
     def total(self) -> float:
-        return self.grouped_gemm + self.ssm_scan
+        return self.grouped_gemm + self.ssm_scan + self.loss
 
     @property
     def forward(self) -> float:
@@ -229,7 +231,9 @@ def _kernel_seconds(
     of one micro-batch under uniform routing (:func:`~.kernels.rows_per_expert`; benchmarks
     force-balance the routing). Mamba: the SSD kernels' executed FLOPs
     (:func:`~.kernels.ssd_flops_per_token`) at the generation's scan rate, less the scan FLOPs
-    the compute already prices. The forward takes a third, as the FLOPs do.
+    the compute already prices. The loss: each output head on the stage (the main one on the
+    last, the MTP heads where they are built) moves :func:`~.kernels.cross_entropy_bytes_per_token`
+    at the HBM peak. The forward takes a third, as the FLOPs do.
     """
     m = job.model
     gemm_rate = gpu.peak_tflops(job.compute_dtype) * 1e12 * fraction
@@ -261,7 +265,16 @@ def _kernel_seconds(
         counted_rate = min(gemm_rate / fraction, gpu.peak_bf16_tflops * 1e12) * fraction
         counted = stage.layers * dims.scan_flops_per_token() * tokens / counted_rate
         scan = max(0.0, layers * ssd_flops_per_token(m) * tokens / scan_rate - counted)
-    return _KernelSeconds(grouped, efficiency, scan, source)
+    heads = (1 if stage.last else 0) + (dims.mtp_layers if stage.rank == mtp_rank(job) else 0)
+    # Each head's loss runs over its padded_vocab / TP logits of the tokens on this CP rank.
+    loss = (
+        heads
+        * tokens
+        * job.tp_size
+        * cross_entropy_bytes_per_token(dims.padded_vocab(job.tp_size), job.tp_size)
+        / (gpu.hbm_gb_per_s * 1e9)
+    )
+    return _KernelSeconds(grouped, efficiency, scan, source, loss)
 
 
 def _memory_seconds(gpu: GpuSpec, stage: Stage, tokens: float) -> tuple[float, float]:
@@ -370,6 +383,11 @@ def _assumptions(
             f"rate (+{kernels.grouped_gemm:.3g} s): rows per expert padded to the GEMM tile, "
             "operands and output at the HBM peak beside the FLOPs (roofline)"
         )
+    if kernels.loss:
+        assumptions.append(
+            f"cross-entropy over the vocabulary +{kernels.loss:.3g} s: megatron-core's "
+            "vocab-parallel loss passes over fp32 logits (58 bytes per logit) at the HBM peak"
+        )
     if kernels.ssm_scan:
         assumptions.append(
             f"Mamba SSD scan kernels +{kernels.ssm_scan:.3g} s: the chunked scan's executed "
@@ -465,10 +483,6 @@ def _predict(
                 LayerStream(i, c.link, per, per, 1.0 if on("overlap_p2p_comm") else 0.0, "all")
             )
         elif c.mode == "ep":
-            # The dispatch and combine kernels reach a measured share of the link's peak; the
-            # overlap hides its measured share of the time at link peak (efficiency.EP_OVERLAP).
-            reach = alltoall_link_fraction(c.link)
-            t = t / reach
             fwd_share = 2 / (4 + 2 * stage.moe_forward_recomputed)
             layer.append(
                 LayerStream(
@@ -476,7 +490,7 @@ def _predict(
                     c.link,
                     t * fwd_share / segments,
                     t * (1 - fwd_share) / segments,
-                    EP_OVERLAP.hidden_share * reach if overlap and _ep_overlap(plan) else 0.0,
+                    EP_OVERLAP.hidden_share if overlap and _ep_overlap(plan) else 0.0,
                     "a2a",
                 )
             )
