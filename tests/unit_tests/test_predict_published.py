@@ -10,6 +10,7 @@ report's medians and groups are right on a tiny input worked by hand.
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import sys
 from pathlib import Path
@@ -333,9 +334,36 @@ def test_newest_releases_and_worst():
     assert list(report["releases"]) == ["26.04", "26.02", "25.11"]
 
 
-def test_the_accuracy_document_rounds_each_familys_medians():
+def test_the_accuracy_document_rounds_each_medians():
     doc = predict_published.accuracy_document(TINY)
     assert doc["families"] == {
         "dense": {"rows": 2, "median_abs_error": 0.15, "median_signed_error": -0.05},
         "moe": {"rows": 2, "median_abs_error": 0.275, "median_signed_error": 0.025},
     }
+    assert doc["overall"] == {"rows": 4, "median_abs_error": 0.225, "median_signed_error": -0.05}
+    assert doc["newest_releases"] == {
+        "releases": ["26.04", "26.04.01"],
+        "rows": 1,
+        "median_abs_error": 0.25,
+        "median_signed_error": -0.25,
+    }
+    assert list(doc["releases"]) == ["26.04", "26.02", "25.11"]
+    assert doc["releases"]["25.11"] == {
+        "rows": 1,
+        "median_abs_error": 0.3,
+        "median_signed_error": 0.3,
+    }
+
+
+def test_the_shipped_accuracy_file_is_what_the_current_code_measures(predictions):
+    """``estimate/accuracy.json`` (the figure every estimate prints) equals what this script
+    measures on the current code and data.
+
+    Recomputed rather than checked by a hash of its inputs: every published row is planned and
+    estimated without torch in a few seconds, and a hash would have to cover the whole step
+    model (any cost formula changes the figures), the recipes and the data alike. After a change
+    to any of them, ``uv run python benchmarks/predict_published.py --write-accuracy`` rewrites
+    the file.
+    """
+    shipped = json.loads(predict_published.ACCURACY_FILE.read_text(encoding="utf-8"))
+    assert shipped == predict_published.accuracy_document(predictions)

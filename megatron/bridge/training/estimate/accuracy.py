@@ -91,9 +91,9 @@ class MeasuredAccuracy:
                 f"measured accuracy: no published rows for this kind of model ({self.description})"
             )
         return (
-            f"measured accuracy: median |error| {self.median_abs_error:.0%} "
-            f"(median {self.median_signed_error:+.0%}) over {self.rows} published rows of "
-            f"{self.description} (benchmarks/predict_published.py)"
+            f"measured accuracy: tokens/s/GPU off by {self.median_abs_error:.1%} median "
+            f"(signed {self.median_signed_error:+.1%}) over {self.rows} published rows of "
+            f"{self.description}"
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -14,6 +14,7 @@ import dataclasses
 import math
 from typing import TYPE_CHECKING
 
+from megatron.bridge.training.estimate.accuracy import measured_accuracy
 from megatron.bridge.training.estimate.comm import (
     cp_transfers,
     dp_transfers,
@@ -180,6 +181,7 @@ def estimate_step(
         expert_params_per_gpu=expert_params,
         pipeline_rank=stage.rank,
         knobs_off=tuple(knobs_off),
+        accuracy=measured_accuracy(f.model),
     )
 
 
