@@ -15,11 +15,12 @@ The report: one line per row; the median error per group (model, GPU, precision,
 model family (:func:`~megatron.bridge.training.estimate.accuracy.model_family`) and per release
 (signed: how much older software differs); the median |error| over every row and over the two
 newest releases; the worst ten. Rows a constant of the estimate was fitted on
-(:data:`~megatron.bridge.training.estimate.efficiency.FIT_ROWS`) are marked and left out of every
+(:data:`~megatron.bridge.training.estimate.efficiency.FIT_ROWS`,
+:data:`~megatron.bridge.training.estimate.kernels.SSM_FIT_ROWS`) are marked and left out of every
 median. ``--json`` prints the same as one document. ``--write-accuracy`` writes the family
 figures into ``megatron/bridge/training/estimate/accuracy.json``, which every estimate prints.
-``--fit`` prints instead, for each fitted row, the achievable fraction for which its prediction
-equals the published figure (bisection). Nothing here asserts.
+``--fit`` prints instead, for each fitted row, the achievable fraction (or the Mamba scan's share
+of the BF16 peak) for which its prediction equals the published figure (bisection). Nothing here asserts.
 """
 
 from __future__ import annotations
