@@ -12,7 +12,7 @@ step estimate then predicts its tokens/s/GPU. A row is predicted or carries the 
 (no recipe for its model, a setting the tables do not publish, a layout the plan refuses).
 
 The report: one line per row; the median error per group (model, GPU, precision, release), per
-model family (:func:`~megatron.bridge.training.estimate.accuracy.model_family`) and per release
+model, per model family (:func:`~megatron.bridge.training.estimate.accuracy.model_family`) and per release
 (signed: how much older software differs); the median |error| over every row and over the two
 newest releases; the worst ten. Rows a constant of the estimate was fitted on
 (:data:`~megatron.bridge.training.estimate.efficiency.FIT_ROWS`,
@@ -302,7 +302,8 @@ def _summary_rows(title: str, summaries: dict[Any, Summary]) -> list[str]:
 
 
 def table(predictions: list[Prediction]) -> str:
-    """The report as markdown: the rows, the medians by group, family and release, the worst."""
+    """The report as markdown: the rows, the medians by group, model, family and release, the
+    worst."""
     lines = [
         "| row | layout | predicted tok/s/GPU | published tok/s/GPU | error |",
         "|---|---|---:|---:|---:|",
@@ -326,6 +327,7 @@ def table(predictions: list[Prediction]) -> str:
     recent = summarize(p for p in predictions if p.row["release"] in newest)
     by_release = grouped(predictions, lambda p: p.row["release"])
     lines += _summary_rows("model, GPU, precision, release", grouped(predictions, group_key))
+    lines += _summary_rows("model", grouped(predictions, lambda p: p.row["model"]))
     lines += _summary_rows("family", grouped(predictions, lambda p: p.family))
     lines += _summary_rows(
         "release", {k: by_release[k] for k in sorted(by_release, key=release_key, reverse=True)}

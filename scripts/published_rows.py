@@ -47,10 +47,12 @@ MODELS = {
     "Nemotron_3_Ultra": "nemotron_3_ultra",
 }
 
-#: MoE models: every upstream perf recipe of theirs sets ``cfg.model.expert_tensor_parallel_size
-#: = 1`` (Megatron-Bridge src/megatron/bridge/perf_recipes/{deepseek/common.py,
-#: deepseek/*/deepseek_v4.py, gpt_oss/*/gpt_oss.py, qwen/*/qwen3_moe.py, nemotronh/*/nemotronh.py,
-#: kimi/...}), so their rows carry ``etp: 1``.
+#: MoE models: upstream's perf recipes of these models, or the base recipes they start from, set
+#: ``cfg.model.expert_tensor_parallel_size = 1`` (Megatron-Bridge src/megatron/bridge/
+#: perf_recipes/deepseek/common.py, deepseek/*/deepseek_v4.py, gpt_oss/{gb200,gb300,b300}/gpt_oss.py,
+#: qwen/*/qwen3_moe.py, nemotronh/{b200,b300,gb200,gb300}/nemotronh.py; recipes/kimi/h100/kimi_k2.py,
+#: recipes/gpt_oss/h100/gpt_oss.py, recipes/nemotronh/h100/nemotron_3_nano.py), so their rows
+#: carry ``etp: 1``.
 MOE_MODELS = frozenset(
     {
         "deepseek_v3",
@@ -308,8 +310,8 @@ HEADER = """\
 # with its annotation ("(w/o MTP)", "(tokendrop)"); release: the NeMo container release; source:
 # the page. model: the recipe name here (deepseek_v4_flash, nemotron_3_super and nemotron_3_ultra
 # name a recipe only where one exists).
-# Added from upstream's recipes (see scripts/published_rows.py for each source): etp (every perf
-# recipe of a MoE model sets expert_tensor_parallel_size = 1), pipeline_layout (megatron-core's
+# Added from upstream's recipes (see scripts/published_rows.py for each source): etp (upstream's
+# recipes of the MoE models set expert_tensor_parallel_size = 1), pipeline_layout (megatron-core's
 # string form; DeepSeek-V3 and Kimi-K2 recipes' layout for the row's PP and VP), mtp: false (a
 # run published without MTP), reason (a run whose setting the tables leave out).
 """
