@@ -42,7 +42,7 @@ from megatron.bridge.training import hardware
 from megatron.bridge.training.estimate import estimate_step
 from megatron.bridge.training.estimate.accuracy import ACCURACY_FILE, FAMILIES, model_family
 from megatron.bridge.training.estimate.efficiency import FIT_ROWS, Achievable, FitRow
-from megatron.bridge.training.estimate.kernels import SSM_FIT_ROWS, SsmFitRow
+from megatron.bridge.training.estimate.kernels import SSM_FIT_ROWS
 from megatron.bridge.training.precisions import published_precision
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -396,7 +396,7 @@ def fit(row: FitRow, *, steps: int = 40) -> float:
     return (low + high) / 2
 
 
-def fit_ssm(row: SsmFitRow, *, steps: int = 40) -> float:
+def fit_ssm(row: FitRow, *, steps: int = 40) -> float:
     """The SSM scan share of the BF16 peak for which ``row``'s prediction is its published one."""
     plan = plan_recipe(row.model, gpu=row.gpu, precision=row.precision)
     low, high = 0.001, 1.0

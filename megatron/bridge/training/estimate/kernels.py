@@ -1,8 +1,8 @@
-"""What the MoE and hybrid layers' own kernels cost beyond dense GEMMs at the fitted fraction.
+"""What the MoE and hybrid layers' own kernels and the loss cost beyond GEMMs at the fitted fraction.
 
 The step estimate prices every GEMM at the achievable fraction of peak fitted on a dense model
-(:mod:`.efficiency`) and every memory-bound kernel at the HBM peak. Three kinds of kernel run
-differently, each priced here by one named function:
+(:mod:`.efficiency`) and every memory-bound kernel at the HBM peak. The MoE and hybrid layers'
+own kernels run differently, each priced here by one named function:
 
 - **grouped GEMMs** of the routed experts (:func:`grouped_gemm_efficiency`): an expert's GEMM
   is narrow (moe_ffn_hidden_size wide) and each expert sees only its share of the tokens, so its
@@ -12,10 +12,6 @@ differently, each priced here by one named function:
   CACM 2009) gives the time: the FLOPs at the fitted rate plus the bytes at the HBM peak
   (:func:`gemm_roofline_efficiency`), added rather than overlapped, as a small GEMM's
   prologue and epilogue do not overlap its main loop.
-The EP all-to-alls stay at link peak (:mod:`.comm`: every communication time is bytes over
-peak): DeepEP's README measures its normal kernels at 0.97 of NVLink peak (intranode EP8
-dispatch 153 GB/s, combine 158 GB/s of ~160 GB/s on H800) and 0.89 of the NIC's (internode
-EP16-64, 43-47 GB/s of ~50 GB/s), so the time at peak undercounts theirs by 3-11 %.
 - **the loss over the vocabulary** (:func:`cross_entropy_bytes_per_token`): megatron-core's
   vocab-parallel cross-entropy runs over the logits in fp32, memory-bound: its passes' bytes at
   the HBM peak, on the stage with the output layer and the one with the MTP heads.
@@ -25,6 +21,11 @@ EP16-64, 43-47 GB/s of ~50 GB/s), so the time at peak undercounts theirs by 3-11
   from Dao and Gu, "Transformers are SSMs" (arXiv 2405.21060, section 6). Its Triton kernels
   reach a small share of the BF16 peak: one fitted constant per GPU generation
   (:data:`SSM_SCAN`), fitted on the named row of :data:`SSM_FIT_ROWS`.
+
+The EP all-to-alls stay at link peak (:mod:`.comm`: every communication time is bytes over
+peak): DeepEP's README measures its normal kernels at 0.97 of NVLink peak (intranode EP8
+dispatch 153 GB/s, combine 158 GB/s of ~160 GB/s on H800) and 0.89 of the NIC's (internode
+EP16-64, 43-47 GB/s of ~50 GB/s), so the time at peak undercounts theirs by 3-11 %.
 
 Pure arithmetic: no torch.
 """
@@ -36,6 +37,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from megatron.bridge.training.estimate.efficiency import FitRow
 from megatron.bridge.training.hardware import GpuSpec
 from megatron.bridge.training.job import ModelDescription
 from megatron.bridge.training.precisions import PRECISIONS
@@ -223,29 +225,19 @@ def ssd_flops_per_token(model: ModelDescription, *, chunk: int = 128) -> float:
 
 
 @dataclass(frozen=True)
-class SsmFitRow:
-    """The published row the generation's scan fraction is fitted on."""
-
-    model: str
-    gpu: str
-    precision: str
-    release: str
-    tokens_per_s_per_gpu: float
-    source: str
-
-
-@dataclass(frozen=True)
 class SsmScan:
     """The share of the BF16 peak the SSD scan kernels reach on one GPU generation."""
 
     fraction: float
+    """Share of the peak dense BF16 tensor-core FLOP/s."""
     source: str
+    """How it was chosen."""
 
 
 #: The rows the scan fractions are fitted on, one per GPU generation.
-SSM_FIT_ROWS: Mapping[str, SsmFitRow] = MappingProxyType(
+SSM_FIT_ROWS: Mapping[str, FitRow] = MappingProxyType(
     {
-        "blackwell": SsmFitRow(
+        "blackwell": FitRow(
             model="nemotron_3_nano",
             gpu="gb300",
             precision="fp8_mx",
