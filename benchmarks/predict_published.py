@@ -15,11 +15,12 @@ The report: one line per row; the median error per group (model, GPU, precision,
 model, per model family (:func:`~megatron.bridge.training.estimate.accuracy.model_family`) and per release
 (signed: how much older software differs); the median |error| over every row and over the two
 newest releases; the worst ten. Rows a constant of the estimate was fitted on
-(:data:`~megatron.bridge.training.estimate.efficiency.FIT_ROWS`) are marked and left out of every
+(:data:`~megatron.bridge.training.estimate.efficiency.FIT_ROWS`,
+:data:`~megatron.bridge.training.estimate.kernels.SSM_FIT_ROWS`) are marked and left out of every
 median. ``--json`` prints the same as one document. ``--write-accuracy`` writes the family
 figures into ``megatron/bridge/training/estimate/accuracy.json``, which every estimate prints.
-``--fit`` prints instead, for each fitted row, the achievable fraction for which its prediction
-equals the published figure (bisection). Nothing here asserts.
+``--fit`` prints instead, for each fitted row, the achievable fraction (or the Mamba scan's share
+of the BF16 peak) for which its prediction equals the published figure (bisection). Nothing here asserts.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from megatron.bridge.training import hardware
 from megatron.bridge.training.estimate import estimate_step
 from megatron.bridge.training.estimate.accuracy import ACCURACY_FILE, FAMILIES, model_family
 from megatron.bridge.training.estimate.efficiency import FIT_ROWS, Achievable, FitRow
+from megatron.bridge.training.estimate.kernels import SSM_FIT_ROWS
 from megatron.bridge.training.precisions import published_precision
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -103,7 +105,8 @@ def gpu_of(row: dict) -> str:
 
 
 def fitted(row: dict) -> bool:
-    """Whether a constant of the estimate was fitted on ``row`` (:data:`FIT_ROWS`)."""
+    """Whether a constant of the estimate was fitted on ``row`` (:data:`FIT_ROWS`,
+    :data:`~megatron.bridge.training.estimate.kernels.SSM_FIT_ROWS`)."""
     key = (
         row["model"],
         gpu_of(row),
@@ -113,7 +116,7 @@ def fitted(row: dict) -> bool:
     )
     return any(
         (f.model, f.gpu, f.precision, f.release, f.tokens_per_s_per_gpu) == key
-        for f in FIT_ROWS.values()
+        for f in (*FIT_ROWS.values(), *SSM_FIT_ROWS.values())
     )
 
 
@@ -393,6 +396,20 @@ def fit(row: FitRow, *, steps: int = 40) -> float:
     return (low + high) / 2
 
 
+def fit_ssm(row: FitRow, *, steps: int = 40) -> float:
+    """The SSM scan share of the BF16 peak for which ``row``'s prediction is its published one."""
+    plan = plan_recipe(row.model, gpu=row.gpu, precision=row.precision)
+    low, high = 0.001, 1.0
+    for _ in range(steps):
+        mid = (low + high) / 2
+        predicted = estimate_step(plan, ssm_scan_fraction=mid)
+        if predicted.prediction.tokens_per_s_per_gpu < row.tokens_per_s_per_gpu:
+            low = mid
+        else:
+            high = mid
+    return (low + high) / 2
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print the report (markdown or ``--json``), write the accuracy file, or fit."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -407,6 +424,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.fit:
         for key, row in FIT_ROWS.items():
             print(f"{key}: {fit(row):.3f}  ({row.source})")
+        for gen, ssm in SSM_FIT_ROWS.items():
+            print(f"ssm scan {gen}: {fit_ssm(ssm):.4f}  ({ssm.source})")
         return 0
     predictions = [predict(row) for row in load_rows()]
     if args.write_accuracy:

@@ -245,7 +245,8 @@ def test_the_fitted_rows_are_marked(predictions):
         if p.fitted
     }
     assert marked == {
-        (f.model, f.release, f.tokens_per_s_per_gpu) for f in predict_published.FIT_ROWS.values()
+        (f.model, f.release, f.tokens_per_s_per_gpu)
+        for f in (*predict_published.FIT_ROWS.values(), *predict_published.SSM_FIT_ROWS.values())
     }
 
 
