@@ -111,7 +111,9 @@ def describe_model(model_config: Any) -> ModelDescription:
         if how is _TRUTH:
             read.append(bool(getattr(model_config, name, default)))
         elif how is _AS_HELD or how is _ZERO_UNSET:
-            value = _listed(getattr(model_config, name, default))
+            value = getattr(model_config, name, default)
+            if isinstance(value, list):  # _listed, without a call per field
+                value = tuple(value)
             if how is _ZERO_UNSET and value == 0 and not isinstance(value, bool):
                 value = None
             read.append(value)
