@@ -142,6 +142,8 @@ class RecipeSpec:
         setting = PRECISIONS[precision]
         job = self.job.replace(
             grad_reduce_in_fp32=setting.grad_reduce_in_fp32,
+            fp8_param_gather=setting.quantized_params == "fp8",
+            fp4_param_gather=setting.quantized_params == "fp4",
             **{f"model.{k}": v for k, v in setting.model.items()},
         )
         if job.gpu is not None:
