@@ -26,11 +26,16 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from megatron.bridge.search.bound import throughput_ceiling
-from megatron.bridge.search.fit import MemoryVerdict, memory_of, weights_floor_bytes
+from megatron.bridge.search.fit import (
+    MemoryVerdict,
+    memory_floor,
+    memory_of,
+    weights_floor_bytes,
+)
 from megatron.bridge.search.space import (
     RECOMPUTE,
     SHARDING,
@@ -49,7 +54,7 @@ if TYPE_CHECKING:
 __all__ = ["REFINED", "Candidate", "SearchResult", "search"]
 
 #: Parallel layouts of round 1 that round 2 costs with every micro-batch, recompute and sharding.
-REFINED = 24
+REFINED = 8
 
 #: Round 1's order: the recompute and sharding a parallel layout is first costed with; the
 #: first that fits is kept (no recompute before any, the distributed optimizer before
@@ -147,14 +152,12 @@ def _job_key(spec: RecipeSpec) -> tuple:
 
 @dataclasses.dataclass(frozen=True)
 class _Planned:
-    """A layout planned and found to fit, with its throughput bound, not yet costed."""
+    """A layout planned, with its throughput bound; its memory not yet estimated."""
 
     spec: RecipeSpec
     plan: OverlapPlan
-    memory: MemoryVerdict
     ceiling: float
     layout: Layout | None
-    world_size: int
 
 
 class _Search:
@@ -190,30 +193,18 @@ class _Search:
         )
         return floor > self.capacity
 
-    def prepare_spec(
-        self, spec: RecipeSpec, layout: Layout | None, world_size: int
-    ) -> _Planned | None:
-        """Plan ``spec``, estimate its memory and bound its throughput; None (counted) when a
-        rule refuses it or it does not fit."""
+    def plan_spec(self, spec: RecipeSpec, layout: Layout | None) -> _Planned | None:
+        """Plan ``spec`` and bound its throughput; None (counted) when a rule refuses it."""
         try:
             plan = spec.plan(te=self.te)
-        except ValueError:
-            self.counts["rejected"] += 1
-            return None
-        memory = memory_of(plan)
-        self.capacity = memory.capacity_bytes
-        if not memory.fits:
-            self.counts["no_fit"] += 1
-            return None
-        try:
             ceiling = throughput_ceiling(plan, **self.options)
         except ValueError:
             self.counts["rejected"] += 1
             return None
-        return _Planned(spec, plan, memory, ceiling, layout, world_size)
+        return _Planned(spec, plan, ceiling, layout)
 
-    def prepare(self, layout: Layout, world_size: int) -> _Planned | None:
-        """:meth:`prepare_spec` of the layout, after the weights floor."""
+    def plan(self, layout: Layout, world_size: int) -> _Planned | None:
+        """:meth:`plan_spec` of a layout on ``world_size`` GPUs, after the weights floor."""
         self.counts["layouts"] += 1
         if self._floor_exceeds(layout, world_size):
             self.counts["pruned"] += 1
@@ -221,19 +212,39 @@ class _Search:
         spec = self.base.changed(
             world_size=world_size, global_batch_size=self.gbs, **layout.changes()
         )
-        return self.prepare_spec(spec, layout, world_size)
+        return self.plan_spec(spec, layout)
 
-    def first_fit(self, layout: Layout, world_size: int) -> _Planned | None:
+    def fit(self, planned: _Planned) -> MemoryVerdict | None:
+        """The memory of a planned layout; None (counted) when it does not fit. The job's
+        memory without the plan's userbuffers comes first: most layouts that do not fit stop
+        there, before the plan's estimate and its fixes."""
+        try:
+            floor = memory_floor(planned.spec.job)
+            self.capacity = floor.capacity_bytes
+            memory = memory_of(planned.plan) if floor.fits else floor
+        except ValueError:
+            self.counts["rejected"] += 1
+            return None
+        if not memory.fits:
+            self.counts["no_fit"] += 1
+            return None
+        return memory
+
+    def first_fit(self, layout: Layout, world_size: int) -> tuple[_Planned, MemoryVerdict] | None:
         """Round 1: the layout at the cheapest recompute and sharding that fit."""
         for recompute, sharding in _CHEAPEST_FIRST:
             trial = dataclasses.replace(layout, recompute=recompute, sharding=sharding)
-            planned = self.prepare(trial, world_size)
-            if planned is not None:
-                return planned
+            planned = self.plan(trial, world_size)
+            memory = None if planned is None else self.fit(planned)
+            if memory is not None:
+                return planned, memory
         return None
 
-    def cost(self, planned: _Planned, *, published: bool = False) -> Candidate | None:
-        """The step estimate of a planned layout; None (counted) when the estimate refuses it."""
+    def cost(
+        self, planned: _Planned, memory: MemoryVerdict, *, published: bool = False
+    ) -> Candidate | None:
+        """The step estimate of a planned layout that fits; None (counted) when the estimate
+        refuses it."""
         key = _job_key(planned.spec)
         if key in self.costed:
             return self.costed[key]
@@ -243,10 +254,18 @@ class _Search:
             self.counts["rejected"] += 1
             return None
         self.counts["costed"] += 1
+        # The step's lanes (one interval per segment and stream) are for a step picture; a
+        # search keeps thousands of candidates and draws none of them.
+        assert estimate.prediction is not None
+        estimate = dataclasses.replace(
+            estimate,
+            prediction=dataclasses.replace(estimate.prediction, timeline=(), link_intervals=()),
+            without_overlap=None,
+        )
         candidate = Candidate(
             spec=planned.spec,
             plan=planned.plan,
-            memory=planned.memory,
+            memory=memory,
             estimate=estimate,
             layout=planned.layout,
             published=published,
@@ -254,9 +273,14 @@ class _Search:
         self.costed[key] = candidate
         return candidate
 
-    def cost_best_first(self, planned: list[_Planned], keep: int) -> list[Candidate]:
-        """Cost ``planned`` best bound first, skipping what cannot enter the best ``keep``
-        (counting the candidates costed before)."""
+    def best_first(
+        self,
+        planned: list[_Planned],
+        keep: int,
+        settle: Callable[[_Planned], tuple[_Planned, MemoryVerdict] | None],
+    ) -> list[Candidate]:
+        """Cost ``planned`` best bound first (``settle`` finds each one's memory, or a variant
+        that fits), skipping what cannot enter the best ``keep`` of all costed so far."""
         best = _Best(keep)
         for candidate in self.costed.values():
             best.add(candidate.tokens_per_s_per_gpu)
@@ -265,7 +289,13 @@ class _Search:
             if item.ceiling < best.bar:
                 self.counts["skipped"] += 1
                 continue
-            candidate = self.cost(item)
+            settled = settle(item)
+            if settled is None:
+                continue
+            if settled[0].ceiling < best.bar:
+                self.counts["skipped"] += 1
+                continue
+            candidate = self.cost(*settled)
             if candidate is not None:
                 best.add(candidate.tokens_per_s_per_gpu)
                 out.append(candidate)
@@ -290,7 +320,9 @@ class _Best:
         return self.heap[0] if len(self.heap) == self.size else 0.0
 
 
-def _parallel_layouts(base: RecipeSpec, world_size: int, gbs: int) -> list[tuple[Layout, list[int]]]:
+def _parallel_layouts(
+    base: RecipeSpec, world_size: int, gbs: int
+) -> list[tuple[Layout, list[int]]]:
     """Each parallel layout (grid and pipeline split) at its smallest micro-batch, with the
     micro-batch sizes it can run."""
     model = base.job.model
@@ -342,8 +374,9 @@ def search(
     state = _Search(base, te=te, global_batch_size=global_batch_size, options=estimate_options)
     published_candidate, note = None, None
     if published is not None:
-        planned = state.prepare_spec(published, None, published.job.world_size)
-        found = None if planned is None else state.cost(planned, published=True)
+        planned = state.plan_spec(published, None)
+        memory = None if planned is None else state.fit(planned)
+        found = None if memory is None else state.cost(planned, memory, published=True)
         if found is None:
             note = _why_not(published, state)
         else:
@@ -362,16 +395,21 @@ def search(
         if progress is not None:
             progress(done, total)
 
-    # Round 1: each parallel layout at its cheapest fitting memory knobs, best bound first.
+    # Round 1: each parallel layout, best bound first, at its cheapest fitting memory knobs.
     firsts: list[_Planned] = []
     sizes_of: dict[tuple[int, Layout], list[int]] = {}
     for world_size, layout, sizes in work:
-        planned = state.first_fit(layout, world_size)
-        if planned is not None and planned.layout is not None:
+        planned = state.plan(layout, world_size)
+        if planned is not None:
             firsts.append(planned)
-            sizes_of[(world_size, _parallel_part(planned.layout))] = sizes
+            sizes_of[(world_size, _parallel_part(layout))] = sizes
         step()
-    round1 = state.cost_best_first(firsts, max(refined, top))
+
+    def cheapest(item: _Planned) -> tuple[_Planned, MemoryVerdict] | None:
+        assert item.layout is not None
+        return state.first_fit(item.layout, item.spec.job.world_size)
+
+    round1 = state.best_first(firsts, max(refined, top), cheapest)
 
     # Round 2: the best parallel layouts with every micro-batch, recompute and sharding.
     chosen = heapq.nlargest(refined, round1, key=lambda c: c.tokens_per_s_per_gpu)
@@ -388,20 +426,23 @@ def search(
                         recompute=recompute,
                         sharding=sharding,
                     )
-                    planned = state.prepare(trial, world_size)
+                    planned = state.plan(trial, world_size)
                     if planned is not None:
                         trials.append(planned)
         step()
-    state.cost_best_first(trials, top)
+
+    def fitted(item: _Planned) -> tuple[_Planned, MemoryVerdict] | None:
+        memory = state.fit(item)
+        return None if memory is None else (item, memory)
+
+    state.best_first(trials, top, fitted)
     if progress is not None:
         progress(total, total)
 
     ranked = sorted(state.costed.values(), key=lambda c: -c.tokens_per_s_per_gpu)
     if published_candidate is not None:
         published_candidate = dataclasses.replace(published_candidate, published=True)
-        ranked = [
-            published_candidate if c.key == published_candidate.key else c for c in ranked
-        ]
+        ranked = [published_candidate if c.key == published_candidate.key else c for c in ranked]
     return SearchResult(
         base=base,
         world_sizes=tuple(world_sizes),

@@ -13,13 +13,14 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING
 
+from megatron.bridge.training.estimate.memory import estimate_memory, memory_of_job
 from megatron.bridge.training.estimate.model_cost import ModelCost
-from megatron.bridge.training.job import ModelDescription
+from megatron.bridge.training.job import JobDescription, ModelDescription
 
 if TYPE_CHECKING:
     from megatron.bridge.training.comm_overlap import OverlapPlan
 
-__all__ = ["MemoryVerdict", "memory_of", "weights_floor_bytes"]
+__all__ = ["MemoryVerdict", "memory_floor", "memory_of", "weights_floor_bytes"]
 
 #: Bytes of a 16-bit weight: the smallest copy of a parameter the layers compute with.
 _WEIGHT_BYTES = 2
@@ -40,9 +41,13 @@ class MemoryVerdict:
 
 def memory_of(plan: OverlapPlan) -> MemoryVerdict:
     """The memory per GPU of the busiest rank of ``plan`` (``estimate_memory``)."""
-    from megatron.bridge.training.estimate.memory import estimate_memory
-
     return MemoryVerdict(estimate_memory(plan))
+
+
+def memory_floor(job: JobDescription) -> MemoryVerdict:
+    """The memory of ``job`` before it is planned: ``memory_of_job`` without TP overlap's
+    userbuffers, which a plan can only add (a job that does not fit here fits no plan)."""
+    return MemoryVerdict(memory_of_job(job, tp_overlap=False))
 
 
 @functools.lru_cache(maxsize=256)

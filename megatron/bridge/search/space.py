@@ -147,7 +147,9 @@ def _rejected(check: Any, **kwargs: Any) -> bool:
 
 
 @functools.lru_cache(maxsize=4096)
-def pipeline_splits(num_layers: int, pp: int, mtp_num_layers: int | None) -> tuple[PipelineSplit, ...]:
+def pipeline_splits(
+    num_layers: int, pp: int, mtp_num_layers: int | None
+) -> tuple[PipelineSplit, ...]:
     """The pipeline splits of ``num_layers`` decoder layers over ``pp`` ranks that
     ``check_pipeline_layout`` accepts (see the module docstring for which are generated)."""
     if pp == 1:
@@ -169,6 +171,8 @@ def pipeline_splits(num_layers: int, pp: int, mtp_num_layers: int | None) -> tup
             pairs = {(rest // 2, rest - rest // 2), (rest - rest // 2, rest // 2)}
             pairs |= {(k, rest - k), (rest - k, k)}
             for first, last in pairs:
+                if first == last == k:
+                    continue  # the even split, generated above
                 if 1 <= first <= k and 1 <= last <= k:
                     candidates.append(PipelineSplit(vpp=vpp, first=first, last=last))
             break
@@ -194,7 +198,9 @@ def _split_key(split: PipelineSplit) -> tuple:
     return (split.vpp or 0, split.first or 0, split.last or 0, split.embedding, split.loss)
 
 
-def grids(model: ModelDescription, world_size: int) -> Iterator[tuple[int, int, int, int, int | None]]:
+def grids(
+    model: ModelDescription, world_size: int
+) -> Iterator[tuple[int, int, int, int, int | None]]:
     """(TP, PP, CP, EP, ETP) that ``check_parallel_layout`` accepts for ``model`` on
     ``world_size`` GPUs, the pipeline split aside (checked per split)."""
     moe = model.num_moe_experts is not None
