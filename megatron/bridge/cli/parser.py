@@ -567,6 +567,8 @@ def world_sizes_argument(text: str) -> tuple[int, ...]:
     if len(sizes) > 16:
         raise argparse.ArgumentTypeError(f"{text!r} names more than 16 world sizes; give fewer")
     for size in sizes:
+        if size < 1:
+            raise argparse.ArgumentTypeError(f"{text!r}: a world size is a GPU count >= 1")
         try:
             _check_limit("world_size", size, label="--world-size")
         except ValueError as exc:
