@@ -163,6 +163,17 @@ NOT_RUN: dict[str, tuple[Callable[[list[str]], bool], str]] = {
         lambda argv: "pytest" in argv,
         "runs the test suite, which would run itself",
     ),
+    "a long search": (
+        lambda argv: (
+            "search" in argv
+            or any(
+                a.startswith("benchmarks/search_") or a == "benchmarks/bench_search.py"
+                for a in argv
+            )
+        ),
+        "a search over tens of GPUs, or over every published run, takes minutes of CPU; "
+        "tests/unit_tests/test_search.py runs search for every recipe at small settings",
+    ),
     "your package": (
         lambda argv: any("my_package" in arg for arg in argv),
         "names the reader's own package",

@@ -10,8 +10,8 @@ hides at most its ``hideable`` share of its seconds. Hence, summed over the segm
     step >= compute x (1 + (PP - 1) / segments) + TP x (1 / TP) + EP x (1 - EP share)
 
 - compute: the executed FLOPs (model FLOPs plus the recomputed forwards) at the GPU's dense peak
-  of the compute dtype times the achievable fraction. Core attention and scans run at or below
-  that peak, and the memory-bound kernels only add;
+  of the compute dtype times the achievable fraction (core attention and scans run at or below
+  that peak), plus the memory-bound kernels' bytes at the HBM peak;
 - TP: its collectives' seconds at link peak (``comm.tp_transfers`` priced by ``comm.price``);
   TP overlap hides at most (TP - 1) / TP of them;
 - EP: the all-to-alls' seconds; EP overlap hides at most ``EP_OVERLAP.hidden_share`` of them.
@@ -70,7 +70,16 @@ def throughput_ceiling(
     fraction = achievable_fraction(gpu.name, job.compute_dtype).fraction
     rate = gpu.peak_tflops(job.compute_dtype) * 1e12 * fraction
     segments = micro_batches * stage.vpp
-    step = executed / rate * (1 + (job.pp_size - 1) / segments)
+    # The memory-bound kernels' bytes at the HBM peak, over the tokens of one CP rank (the
+    # stage's bytes per token are per TP rank already), as the estimate adds them.
+    moved = (
+        tokens
+        / dp
+        / job.cp_size
+        * (stage.elementwise_bytes_per_token + stage.recompute_elementwise_bytes_per_token)
+    )
+    compute = executed / rate + moved / (gpu.hbm_gb_per_s * 1e9)
+    step = compute * (1 + (job.pp_size - 1) / segments)
     # estimate_step's NVLink domain.
     domain = nvlink_domain or gpu.nvlink_domain or gpus_per_node or gpu.gpus_per_node
     entries, _ = price(
