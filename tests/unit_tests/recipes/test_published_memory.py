@@ -1,0 +1,131 @@
+"""Every published run fits in its GPU's memory by the estimate, and public measurements of peak
+memory agree with it.
+
+The runs are ``published_runs.csv`` (every recipe's, as ``bridge-overlap recipes`` lists them),
+which cover every row of ``data/published_rows.yaml`` that has a recipe here: each of those ran
+on its GPU, so a memory estimate that says one of them cannot fit is wrong.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import yaml
+
+from megatron.bridge.recipes import RECIPES, plan_recipe, recipe_spec
+from megatron.bridge.recipes.published import published_runs
+from megatron.bridge.training import hardware
+from megatron.bridge.training.comm_overlap import CommOverlapConfig, plan_comm_overlap
+from megatron.bridge.training.estimate.memory import NCCL_BUFFER_BYTES, estimate_memory
+from megatron.bridge.training.precisions import published_precision
+
+ROWS = yaml.safe_load((Path(__file__).parent / "data" / "published_rows.yaml").read_text())
+
+RUNS = [
+    pytest.param(name, run, id=f"{name}-{run.gpu}-{run.precision}")
+    for name in sorted(RECIPES)
+    for run in published_runs(name)
+]
+
+
+@pytest.mark.parametrize(("name", "run"), RUNS)
+def test_every_published_run_fits(name, run):
+    plan = plan_recipe(name, gpu=run.gpu, precision=run.precision)
+    estimate = estimate_memory(plan)
+    assert estimate.fits, "\n".join([estimate.error or "", *estimate.render()])
+    assert estimate.capacity_bytes == hardware.gpu_spec(run.gpu).memory_bytes
+    # The estimate describes the job as published: its layout and its gradients' dtype.
+    assert plan.job.world_size == run.changes["world_size"]
+    assert plan.job.grad_reduce_in_fp32 is False
+
+
+def test_every_published_row_with_a_recipe_is_a_run_the_fit_test_covers():
+    covered = {(name, run.gpu, run.precision) for name in RECIPES for run in published_runs(name)}
+    for row in ROWS:
+        if row["model"] not in RECIPES:
+            continue  # test_published_rows.NO_RECIPE says why the model has no recipe
+        gpu = hardware.system_gpu(row["system"]).name
+        assert (row["model"], gpu, published_precision(row["precision"])) in covered, row
+
+
+def test_a_published_run_on_a_smaller_gpu_does_not_fit():
+    # The same Llama-3.1 405B job as its GB200 run (186 GB) on 80 GB H100s.
+    spec = recipe_spec("llama31_405b", gpu="gb200", precision="fp8_cs")
+    job = dataclasses.replace(spec.job, gpu="h100")
+    plan = plan_comm_overlap(CommOverlapConfig(tp_comm_overlap=False), job)
+    estimate = estimate_memory(plan)
+    assert not estimate.fits
+    assert estimate.fixes and "does not fit in H100 memory" in estimate.error
+
+
+# --- public measurements of peak memory --------------------------------------------------------
+#
+# Each case: a job whose peak memory someone measured and published, the measured bytes, and
+# where. The estimate counts what the measurement counts: PyTorch's max_memory_allocated covers
+# the tensors (parameters, gradients, optimizer state, activations and buffers PyTorch
+# allocates), not the CUDA context or NCCL's own buffers, so those parts are left out.
+
+
+def _allocated(estimate) -> int:
+    return estimate.total_bytes - estimate.part("CUDA context")
+
+
+# Megatron-Bridge examples/model_verification_cards/nemotron-3.5-lightning/card.yaml (upstream
+# snapshot 067f987), the ``pretrain`` runs: recipes/nemotronh/h100/nemotron_3_nano.py
+# ``nemotron_3_5_lightning_pretrain_config`` (H100: TP1 EP8 CP2, micro-batch 1, selective
+# recompute of moe, layernorm and core_attn, megatron-core's fused "native" cross entropy) and
+# recipes/nemotronh/gb200/nemotron_3_nano.py ``nemotron_3_5_lightning_pretrain_8k_config``
+# (GB200: CP1, micro-batch 2, no recompute, Transformer Engine's cross entropy); both BF16 with
+# the distributed optimizer and fp32 gradient reduction (recipes/common.py), global batch 512,
+# sequence 8192, two MTP depths; 16 H100s and 8 GB200s. peak_allocated_memory_gib is the card's.
+MEASURED = [
+    pytest.param(
+        "h100",
+        {
+            "world_size": 16,
+            "micro_batch_size": 1,
+            "model.context_parallel_size": 2,
+            "model.recompute_granularity": "selective",
+            "model.recompute_modules": ("moe", "layernorm", "core_attn"),
+            "model.cross_entropy_fusion_impl": "native",
+        },
+        68.547,
+        id="nemotron_3_5_lightning-h100-bf16-cp2",
+    ),
+    pytest.param(
+        "gb200",
+        {
+            "world_size": 8,
+            "micro_batch_size": 2,
+            "model.context_parallel_size": 1,
+            "model.recompute_granularity": None,
+            "model.recompute_modules": None,
+            "model.cross_entropy_fusion_impl": "te",
+        },
+        158.220,
+        id="nemotron_3_5_lightning-gb200-bf16-mbs2",
+    ),
+]
+
+
+@pytest.mark.parametrize(("gpu", "changes", "measured_gib"), MEASURED)
+def test_measured_peak_memory_is_within_the_estimate(gpu, changes, measured_gib):
+    spec = recipe_spec("nemotron_3_5_lightning", gpu=gpu, precision="bf16").changed(
+        grad_reduce_in_fp32=True,
+        global_batch_size=512,
+        **{
+            "model.tensor_model_parallel_size": 1,
+            "model.expert_model_parallel_size": 8,
+            "model.expert_tensor_parallel_size": 1,
+            "model.cross_entropy_loss_fusion": True,
+        },
+        **changes,
+    )
+    estimate = estimate_memory(spec.plan())
+    assert estimate.fits  # it ran
+    estimated_gib = (_allocated(estimate) - NCCL_BUFFER_BYTES) / 2**30
+    # The estimate is an upper bound of what PyTorch allocated, and no more than 15% above it
+    # (uniform routing, every saved tensor counted at its largest).
+    assert measured_gib <= estimated_gib <= 1.15 * measured_gib
