@@ -564,7 +564,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="draw one step as lanes, with the plan's overlap and with none (PNG or SVG; needs "
         "the 'plot' extra)",
     )
-    ex.add_argument("--strict", action="store_true", help="exit 1 instead of falling back")
+    ex.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 1 instead of falling back, and for a layout that does not fit in memory",
+    )
     ex.add_argument("--json", action="store_true", help="print the plan as one JSON object")
     _bound_numeric_flags(ex)
     ls = sub.add_parser(
