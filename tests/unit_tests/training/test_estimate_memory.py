@@ -17,6 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from megatron.bridge.recipes import recipe_spec
 from megatron.bridge.training.comm_overlap import CommOverlapConfig, plan_comm_overlap
 from megatron.bridge.training.estimate.memory import PARTS, estimate_memory, memory_of_job
 from megatron.bridge.training.estimate.model_cost import ModelCost
@@ -376,3 +377,37 @@ def test_render_lists_every_part_and_the_headroom():
         assert name in text
     assert "headroom" in text and "H100" in text
     assert math.isclose(sum(estimate.to_dict()["parts"].values()), estimate.total_bytes)
+
+
+# --- parameters against a real megatron-core GPTModel --------------------------------------------
+
+
+@pytest.mark.parametrize("recipe", ["gpt3_175b", "llama3_70b"])
+def test_parameters_are_those_of_the_built_model(one_rank_group, recipe):
+    # The recipe's architecture shrunk so megatron-core builds it on the CPU (TP 1, PP 1); fp32
+    # gradients hold 4 bytes a parameter. (megatron-core's MoE layer needs CUDA to build, so
+    # MoE and MLA blocks are not built here.)
+    spec = recipe_spec(recipe).changed(
+        **{
+            "model.num_layers": 2,
+            "model.hidden_size": 64,
+            "model.num_attention_heads": 4,
+            "model.num_query_groups": 2 if recipe == "llama3_70b" else None,
+            "model.ffn_hidden_size": 160,
+            "model.vocab_size": 1000,
+            "model.seq_length": 32,
+            "model.tensor_model_parallel_size": 1,
+            "model.pipeline_model_parallel_size": 1,
+            "model.virtual_pipeline_model_parallel_size": None,
+            "model.context_parallel_size": 1,
+            "global_batch_size": 8,
+            "grad_reduce_in_fp32": True,
+            "preset": "none",
+        }
+    )
+    estimate = memory_of_job(spec.job_on(world_size=4))
+    provider = spec.build().model
+    provider.use_cpu_initialization = True
+    provider.layernorm_zero_centered_gamma = False  # torch's LayerNorm fallback lacks it
+    built = sum(p.numel() for p in provider.provide().parameters())
+    assert estimate.part("gradients") == 4 * built
