@@ -2,13 +2,15 @@
 memory agree with it.
 
 The runs are ``published_runs.csv`` (every recipe's, as ``bridge-overlap recipes`` lists them),
-which cover every row of ``data/published_rows.yaml`` that has a recipe here: each of those ran
-on its GPU, so a memory estimate that says one of them cannot fit is wrong.
+and every row of ``data/published_rows.yaml`` that has a recipe here, in its own layout: each of
+those ran on its GPU, so a memory estimate that says one of them cannot fit is wrong.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,18 @@ from megatron.bridge.training.estimate.memory import NCCL_BUFFER_BYTES, estimate
 from megatron.bridge.training.precisions import published_precision
 
 ROWS = yaml.safe_load((Path(__file__).parent / "data" / "published_rows.yaml").read_text())
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _load(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+predict_published = _load("predict_published", ROOT / "benchmarks" / "predict_published.py")
 
 RUNS = [
     pytest.param(name, run, id=f"{name}-{run.gpu}-{run.precision}")
@@ -41,13 +55,72 @@ def test_every_published_run_fits(name, run):
     assert plan.job.grad_reduce_in_fp32 is False
 
 
-def test_every_published_row_with_a_recipe_is_a_run_the_fit_test_covers():
-    covered = {(name, run.gpu, run.precision) for name in RECIPES for run in published_runs(name)}
+#: Published rows that do not fit by the estimate in their own layout on their recipe, and why.
+#: The tables publish the layout, not the recompute or activation offloading, so a row of an
+#: older release runs with its recipe's (newest release's) settings: where that release's
+#: perf recipe recomputed or offloaded more, the estimate overshoots. Each says by how much.
+_SETTINGS_NOT_PUBLISHED = (
+    "the table publishes the layout, not the release's recompute or offloading; with the "
+    "recipe's own settings the estimate is "
+)
+#: DeepSeek-V3's PP 2 and 8 rows need the release's custom pipeline layout (61 layers do not
+#: split evenly), which the table does not publish.
+_LAYOUT_NOT_PUBLISHED = "61 layers over this PP need the release's custom layout (not published)"
+ROW_GAPS = {
+    "deepseek_v3-DGX-B300-MXFP8-26.06-4096": "300 GiB of 286",
+    "deepseek_v3-DGX-GB300-MXFP8-26.04.01-4096": "355 GiB of 286",
+    "deepseek_v3-DGX-B300-MXFP8-26.04.01-4096": "300 GiB of 286",
+    "deepseek_v3-DGX-B200-MXFP8-26.04.01-4096": "212 GiB of 179",
+    "gpt_oss_120b-DGX-B200-BF16-26.04.01-1280": "185 GiB of 179",
+    "deepseek_v3-DGX-GB300-MXFP8-26.04-4096": "355 GiB of 286",
+    "gpt_oss_120b-DGX-B200-BF16-26.04-1280": "185 GiB of 179",
+    "llama3_70b-DGX-GB300-NVFP4-26.02.01-256": "521 GiB of 286",
+    "llama3_70b-DGX-GB300-MXFP8-26.02.01-256": "378 GiB of 286",
+    "deepseek_v3-DGX-GB300-MXFP8-26.02.01-4096": "355 GiB of 286",
+    "gpt_oss_120b-DGX-B200-BF16-26.02.01-1280": "185 GiB of 179",
+    "deepseek_v3-DGX-GB300-MXFP8-26.02-4096": "355 GiB of 286",
+    "deepseek_v3-DGX-GB300-BF16-25.11-4096": None,
+    "deepseek_v3-DGX-GB300-FP8-MX-25.11-4096": None,
+    "deepseek_v3-DGX-GB200-BF16-25.11-4096": "209 GiB of 185",
+    "deepseek_v3-DGX-GB200-FP8-MX-25.11-4096": None,
+    "gpt_oss_120b-DGX-B200-BF16-25.11-512": "185 GiB of 179",
+    "gpt_oss_120b-DGX-H100-BF16-25.11-512": "128 GiB of 80",
+    "qwen3_30b_a3b-DGX-H100-FP8-CS-25.11-512": "80 GiB of 80",
+    "llama3_70b-DGX-GB200-FP8-MX-25.09-128": "220 GiB of 185",
+    "llama31_405b-DGX-GB200-FP8-CS-25.09-64": "278 GiB of 185",
+    "deepseek_v3-DGX-H100-FP8-CS-25.09-8192": None,
+}
+
+
+def _row_id(row: dict) -> str:
+    return f"{row['model']}-{row['system']}-{row['precision']}-{row['release']}-{row['gbs']}"
+
+
+def _row_params() -> list:
+    params = []
     for row in ROWS:
-        if row["model"] not in RECIPES:
-            continue  # test_published_rows.NO_RECIPE says why the model has no recipe
-        gpu = hardware.system_gpu(row["system"]).name
-        assert (row["model"], gpu, published_precision(row["precision"])) in covered, row
+        if row.get("reason") or row["model"] not in RECIPES:
+            continue  # no recipe, or a row the benchmark cannot plan (its reason says why)
+        gap = ROW_GAPS.get(_row_id(row), "")
+        reason = None
+        if _row_id(row) in ROW_GAPS:
+            reason = _LAYOUT_NOT_PUBLISHED if gap is None else _SETTINGS_NOT_PUBLISHED + gap
+        marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+        params.append(pytest.param(row, id=_row_id(row), marks=marks))
+    return params
+
+
+@pytest.mark.parametrize("row", _row_params())
+def test_every_published_row_fits_in_its_own_layout(row):
+    # The row's layout on its recipe, as benchmarks/predict_published.py plans it.
+    plan = plan_recipe(
+        row["model"],
+        gpu=predict_published.gpu_of(row),
+        precision=published_precision(row["precision"]),
+        changes=predict_published.row_changes(row),
+    )
+    estimate = estimate_memory(plan)
+    assert estimate.fits, "\n".join([estimate.error or "", *estimate.render()])
 
 
 def test_a_published_run_on_a_smaller_gpu_does_not_fit():
