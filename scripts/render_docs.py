@@ -29,7 +29,10 @@ from typing import Any
 
 from megatron.bridge.cli.parser import build_parser
 from megatron.bridge.cli.planning import explain
+from megatron.bridge.recipes import RECIPES
+from megatron.bridge.recipes.published import published_runs
 from megatron.bridge.training.estimate import Estimate
+from megatron.bridge.training.estimate.accuracy import ACCURACY_FILE, FAMILIES
 from megatron.bridge.training.estimate_plot import picture_digest, plot_step, step_picture
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -124,8 +127,100 @@ def recipe_step_table() -> str:
     return "\n".join(lines) + "\n"
 
 
+def published_memory_table() -> str:
+    """Memory per GPU of every published run of every recipe: peak, capacity, headroom."""
+    lines = [
+        "| Recipe | GPU, precision | Layout | Model state | Activations + logits "
+        "| Peak per GPU | Capacity | Headroom |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    state = ("parameters", "quantized weight copies", "gradients", "master weights")
+    for recipe in sorted(RECIPES):
+        for run in published_runs(recipe):
+            args = build_parser().parse_args(
+                ["explain", "--recipe", recipe, "--gpu", run.gpu, "--precision", run.precision]
+            )
+            doc, _plan, _env = explain(args)
+            mem = doc["memory"]
+            parts = mem["parts"]
+            held = sum(parts[name] for name in (*state, "optimizer state"))
+            acts = parts["activations"] + parts["logits and loss"]
+            lines.append(
+                f"| `{recipe}` | {run.gpu.upper()}, {run.precision} | {_layout(doc).split(',')[0]}"
+                f" | {_gib(held)} | {_gib(acts)} ({mem['in_flight']} in flight) "
+                f"| {_gib(mem['total_bytes'])} | {_gib(mem['capacity_bytes'])} "
+                f"| {_gib(mem['headroom_bytes'])} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def reference_memory() -> str:
+    """The memory table and error line ``bridge-overlap explain`` prints for the reference."""
+    args = build_parser().parse_args(["explain"])
+    explain(args)
+    memory = args._memory
+    lines = ["```text", "Memory per GPU at its peak, busiest pipeline rank:"]
+    lines.extend(f"  {line}" for line in memory.render())
+    if memory.error is not None:
+        lines.append(f"ERROR: {memory.error}")
+    lines.append("```")
+    return "\n".join(lines) + "\n"
+
+
+def _gib(nbytes: float) -> str:
+    return f"{nbytes / 2**30:.1f} GiB"
+
+
+def _share(value: float | None, *, signed: bool = False) -> str:
+    if value is None:
+        return "-"
+    return f"{value:+.1%}" if signed else f"{value:.1%}"
+
+
+def published_accuracy() -> str:
+    """The estimate's measured error on the published rows (``estimate/accuracy.json``, written
+    by ``benchmarks/predict_published.py --write-accuracy``): per model family, overall, over the
+    newest releases, and per release."""
+    doc = json.loads(ACCURACY_FILE.read_text(encoding="utf-8"))
+    lines = [
+        "| Model family | Rows | Median \\|error\\| | Median error |",
+        "|---|---:|---:|---:|",
+    ]
+    for family, description in FAMILIES.items():
+        s = doc["families"].get(family)
+        if s is None:
+            lines.append(f"| {description} | 0 | no published rows | |")
+            continue
+        lines.append(
+            f"| {description} | {s['rows']} | {_share(s['median_abs_error'])} "
+            f"| {_share(s['median_signed_error'], signed=True)} |"
+        )
+    overall, newest = doc["overall"], doc["newest_releases"]
+    lines.append(
+        f"| every family | {overall['rows']} | {_share(overall['median_abs_error'])} "
+        f"| {_share(overall['median_signed_error'], signed=True)} |"
+    )
+    lines.append(
+        f"| every family, releases {' and '.join(newest['releases'])} | {newest['rows']} "
+        f"| {_share(newest['median_abs_error'])} "
+        f"| {_share(newest['median_signed_error'], signed=True)} |"
+    )
+    lines += ["", "| Release | Rows | Median error | Median \\|error\\| |", "|---|---:|---:|---:|"]
+    for release, s in doc["releases"].items():
+        lines.append(
+            f"| {release} | {s['rows']} | {_share(s['median_signed_error'], signed=True)} "
+            f"| {_share(s['median_abs_error'])} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 #: Every generated block, by the name its marker gives.
-BLOCKS: dict[str, Callable[[], str]] = {"recipe-step-table": recipe_step_table}
+BLOCKS: dict[str, Callable[[], str]] = {
+    "recipe-step-table": recipe_step_table,
+    "published-accuracy": published_accuracy,
+    "published-memory-table": published_memory_table,
+    "reference-memory": reference_memory,
+}
 
 
 def stale_blocks(page: Path, text: str) -> tuple[str, list[str]]:

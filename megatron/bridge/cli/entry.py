@@ -56,7 +56,7 @@ def _run(argv: list[str], *, as_json: bool) -> int:
     if args.json:
         print(json.dumps(doc, indent=2))
     else:
-        print(_render(doc, plan, env_plan, args._estimate))
+        print(_render(doc, plan, env_plan, args._estimate, args._memory))
     return EXIT_OK
 
 

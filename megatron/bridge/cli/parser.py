@@ -243,6 +243,20 @@ def _add_moe_router_and_layout(ex: argparse.ArgumentParser, *, layout: bool) -> 
         help="custom placement of layers on (virtual) pipeline stages, e.g. 'Et*4|(t*4|)*14tmL'",
     )
     _add_switch(ex, "--use-megatron-fsdp", "Megatron-FSDP instead of megatron-core's DDP")
+    _add_switch(
+        ex,
+        "--grad-reduce-in-fp32",
+        "accumulate and reduce gradients in fp32 (default: the precision's mixed-precision "
+        "preset, fp32; a published run's: bf16)",
+    )
+    _add_switch(
+        ex, "--cpu-offloading", "offload the first --cpu-offloading-num-layers layers' activations"
+    )
+    ex.add_argument(
+        "--cpu-offloading-num-layers",
+        type=positive_int_argument,
+        help="layers whose activations --cpu-offloading moves to the CPU",
+    )
 
 
 def _add_model_vocabulary(ex: argparse.ArgumentParser, *, layout: bool) -> None:
@@ -661,7 +675,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="draw one step as lanes, with the plan's overlap and with none (PNG or SVG; needs "
         "the 'plot' extra)",
     )
-    ex.add_argument("--strict", action="store_true", help="exit 1 instead of falling back")
+    ex.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 1 instead of falling back, and for a layout that does not fit in memory",
+    )
     ex.add_argument("--json", action="store_true", help="print the plan as one JSON object")
     _bound_numeric_flags(ex)
     _add_search(sub)

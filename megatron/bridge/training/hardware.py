@@ -21,6 +21,7 @@ from megatron.bridge.training.precisions import PRECISIONS, canonical_precision
 
 __all__ = [
     "GPUS",
+    "REPORTED_SHARE",
     "SYSTEMS",
     "GpuSpec",
     "check_precision_on_gpu",
@@ -57,14 +58,15 @@ class GpuSpec:
     gpus_per_node: int = 8
     """GPUs in one node (a DGX/HGX board: 8; a Grace Blackwell compute tray: 4)."""
     memory_gb: float = 0.0
-    """HBM capacity of one GPU, GB (10^9 bytes) as NVIDIA's datasheet states it: the capacity the
-    memory estimate plans against (:attr:`memory_bytes`)."""
+    """HBM capacity of one GPU as NVIDIA's datasheet states it, in GB; the memory estimate plans
+    against what the device reports of it (:attr:`memory_bytes`)."""
 
     @property
     def memory_bytes(self) -> int:
-        """The datasheet capacity in bytes (``memory_gb`` x 10^9): a lower bound of what the
-        device reports (an H100 80 GB reports 81,559 MiB, 85.5 x 10^9 bytes)."""
-        return round(self.memory_gb * 1e9)
+        """The capacity the device reports, in bytes: the datasheet's GB are binary (an H100's
+        five 16 GiB HBM3 stacks make its "80GB"), of which the device reports
+        :data:`REPORTED_SHARE`."""
+        return int(self.memory_gb * 2**30 * REPORTED_SHARE)
 
     def peak_format(self, precision: str | None) -> str:
         """The tensor-core format whose peak a precision's GEMMs reach: "BF16", "FP8" or "FP4".
@@ -112,6 +114,14 @@ class GpuSpec:
     def sm100_or_newer(self) -> bool:
         """Blackwell (SM100) or newer: drives CUDA_DEVICE_MAX_CONNECTIONS."""
         return blackwell_or_newer(self.compute_capability[0])
+
+
+#: Share of the datasheet's binary capacity a GPU reports as its total memory (``nvidia-smi``'s
+#: Memory-Usage total, what PyTorch's allocator can reach): H100 SXM 81,559 MiB of 81,920
+#: (99.56%), B200 183,359 MiB of 184,320 (99.48%), as public ``nvidia-smi`` output of those GPUs
+#: shows. The lower share is taken for every GPU (no public total was found for GB200, B300 and
+#: GB300).
+REPORTED_SHARE = 183_359 / 184_320
 
 
 def _sm(capability: tuple[int, int]) -> str:

@@ -243,6 +243,20 @@ class ModelDescription:
     """Modules recomputed under selective recompute (None: megatron-core's core_attn)."""
     mtp_num_layers: int | None = None
     """Multi-token-prediction layers."""
+    cpu_offloading: bool = False
+    """Offload the activations (and with cpu_offloading_weights the weights) of the first
+    cpu_offloading_num_layers layers to the CPU (megatron-core's ModelParallelConfig)."""
+    cpu_offloading_num_layers: int = 0
+    """Layers whose activations are offloaded with cpu_offloading."""
+    cpu_offloading_activations: bool = True
+    """cpu_offloading moves the layers' activations."""
+    cpu_offloading_weights: bool = False
+    """cpu_offloading moves the layers' weights."""
+    cross_entropy_loss_fusion: bool = False
+    """The loss runs in a fused cross-entropy kernel (cross_entropy_fusion_impl's)."""
+    cross_entropy_fusion_impl: str = "native"
+    """The fused cross entropy: native (megatron-core's, fp32) or te (Transformer Engine's,
+    which writes its gradient into the 16-bit logits)."""
     gradient_accumulation_fusion: bool = False
     """Weight-gradient GEMMs accumulate into main_grad directly."""
     cuda_graph_impl: str = "none"

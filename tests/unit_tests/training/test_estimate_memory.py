@@ -17,6 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from megatron.bridge.recipes import recipe_spec
 from megatron.bridge.training.comm_overlap import CommOverlapConfig, plan_comm_overlap
 from megatron.bridge.training.estimate.memory import PARTS, estimate_memory, memory_of_job
 from megatron.bridge.training.estimate.model_cost import ModelCost
@@ -77,6 +78,11 @@ def _args(job: JobDescription, micro_batches: int | None) -> SimpleNamespace:
         mtp_num_layers=m.mtp_num_layers,
         normalization=m.normalization,
         multi_latent_attention=m.multi_latent_attention,
+        q_lora_rank=m.q_lora_rank,
+        kv_lora_rank=m.kv_lora_rank,
+        qk_head_dim=m.qk_head_dim,
+        qk_pos_emb_head_dim=m.qk_pos_emb_head_dim,
+        v_head_dim=m.v_head_dim,
         padded_vocab_size=ModelCost(m).padded_vocab(job.tp_size),
         untie_embeddings_and_output_weights=not m.share_embeddings_and_output_weights,
         ffn_hidden_size=m.ffn_size,
@@ -100,30 +106,106 @@ def _args(job: JobDescription, micro_batches: int | None) -> SimpleNamespace:
 
 
 def _megatron_lm_weight_and_optimizer(args: SimpleNamespace) -> float:
-    """Megatron-LM ``compute_weight_and_optimizer_memory`` for a dense model without MLA or
-    MTP (the branches these tests take), in bytes."""
+    """Megatron-LM ``compute_weight_and_optimizer_memory`` without MTP layers (the branch these
+    tests take: its MTP layer leaves out the MTP projection and norms), in bytes."""
     query_projection_size = args.kv_channels * args.num_attention_heads
     query_projection_to_hidden_size_ratio = query_projection_size / args.hidden_size
     if not args.group_query_attention:
         args.num_query_groups = args.num_attention_heads
+    num_experts = 1 if args.num_experts is None else args.num_experts
     gated_linear_multiplier = 3 / 2 if args.swiglu else 1
-    num_dense_layers = args.num_layers
-    norm_size = 1 if args.normalization == "RMSNorm" else 2
-    self_attn_term = (
-        2
-        * args.hidden_size
-        * args.hidden_size
-        * (
-            (1 + (args.num_query_groups / args.num_attention_heads))
-            * query_projection_to_hidden_size_ratio
-        )
+    shared_expert_ffn_hidden_size = (
+        0
+        if args.moe_shared_expert_intermediate_size is None
+        else args.moe_shared_expert_intermediate_size
     )
+    if args.num_experts is not None:
+        if isinstance(args.moe_layer_freq, int):
+            moe_layer_pattern = [
+                1 if (i % args.moe_layer_freq == 0) else 0 for i in range(args.num_layers)
+            ]
+        else:
+            moe_layer_pattern = list(args.moe_layer_freq)
+        num_dense_layers = args.num_layers - sum(moe_layer_pattern)
+        num_moe_layers = sum(moe_layer_pattern)
+        moe_ffn_hidden_size = args.moe_ffn_hidden_size
+    else:
+        num_dense_layers = args.num_layers
+        num_moe_layers = 0
+        moe_ffn_hidden_size = 0
+    norm_size = 1 if args.normalization == "RMSNorm" else 2
+    if args.multi_latent_attention:
+        if args.q_lora_rank is None:
+            q_term = (
+                args.hidden_size
+                * args.num_attention_heads
+                * (args.qk_head_dim + args.qk_pos_emb_head_dim)
+            )
+        else:
+            q_term = args.q_lora_rank * (
+                args.hidden_size
+                + args.num_attention_heads * (args.qk_head_dim + args.qk_pos_emb_head_dim)
+                + norm_size
+            )
+        self_attn_term = (
+            q_term
+            + args.kv_lora_rank
+            * (
+                args.hidden_size
+                + args.num_attention_heads * (args.qk_head_dim + args.v_head_dim)
+                + norm_size
+            )
+            + args.hidden_size * args.qk_pos_emb_head_dim
+            + (args.num_attention_heads * args.v_head_dim) * args.hidden_size
+        )
+    else:
+        self_attn_term = (
+            2
+            * args.hidden_size
+            * args.hidden_size
+            * (
+                (1 + (args.num_query_groups / args.num_attention_heads))
+                * query_projection_to_hidden_size_ratio
+            )
+        )
     embedding_size = args.hidden_size * args.padded_vocab_size
     final_layernorm = norm_size * args.hidden_size
+    attention_params = self_attn_term
     dense_mlp_params = 2 * args.hidden_size * args.ffn_hidden_size * gated_linear_multiplier
+    shared_expert_params = (
+        2 * args.hidden_size * shared_expert_ffn_hidden_size * gated_linear_multiplier
+    )
+    routed_expert_hidden_size = (
+        args.moe_latent_size if args.moe_latent_size is not None else args.hidden_size
+    )
+    routed_expert_params = (
+        2 * routed_expert_hidden_size * moe_ffn_hidden_size * num_experts * gated_linear_multiplier
+    )
+    latent_projection_params = (
+        2 * args.hidden_size * args.moe_latent_size
+        if args.num_experts is not None and args.moe_latent_size is not None
+        else 0
+    )
     layernorm_params = 2 * args.hidden_size * norm_size
-    tp_sharded_params_in_transformer_block = (self_attn_term + dense_mlp_params) * num_dense_layers
-    replicated_params_in_transformer_block = layernorm_params * num_dense_layers + final_layernorm
+    router_params = (
+        (args.hidden_size * num_experts) + (num_experts if args.add_bias_linear else 0)
+        if args.num_experts is not None
+        else 0
+    )
+    expert_data_parallel_size = args.world_size // (
+        args.expert_tensor_parallel_size
+        * args.expert_model_parallel_size
+        * args.pipeline_model_parallel_size
+    )
+    tp_sharded_params_in_transformer_block = (attention_params + dense_mlp_params) * (
+        num_dense_layers
+    ) + (attention_params + shared_expert_params) * num_moe_layers
+    replicated_params_in_transformer_block = (
+        layernorm_params * num_dense_layers
+        + (layernorm_params + latent_projection_params + router_params) * num_moe_layers
+        + final_layernorm
+    )
+    expert_sharded_params_in_transformer_block = routed_expert_params * num_moe_layers
     tp_sharded_params_on_most_loaded_shard = (
         (tp_sharded_params_in_transformer_block / args.pipeline_model_parallel_size)
         + embedding_size
@@ -131,11 +213,20 @@ def _megatron_lm_weight_and_optimizer(args: SimpleNamespace) -> float:
     replicated_params_on_most_loaded_shard = (
         replicated_params_in_transformer_block / args.pipeline_model_parallel_size
     )
+    expert_sharded_params_on_most_loaded_shard = (
+        expert_sharded_params_in_transformer_block / args.pipeline_model_parallel_size
+    ) / (args.expert_tensor_parallel_size * args.expert_model_parallel_size)
     if args.untie_embeddings_and_output_weights and args.pipeline_model_parallel_size == 1:
         tp_sharded_params_on_most_loaded_shard += embedding_size / args.tensor_model_parallel_size
-    per_param = 18 if not args.use_distributed_optimizer else 6 + (12 / args.data_parallel_size)
-    return (tp_sharded_params_on_most_loaded_shard + replicated_params_on_most_loaded_shard) * (
-        per_param
+
+    def num_bytes_per_parameter(data_parallel_size):
+        return 18 if not args.use_distributed_optimizer else 6 + (12 / data_parallel_size)
+
+    return (
+        tp_sharded_params_on_most_loaded_shard + replicated_params_on_most_loaded_shard
+    ) * num_bytes_per_parameter(args.data_parallel_size) + (
+        expert_sharded_params_on_most_loaded_shard
+        * num_bytes_per_parameter(expert_data_parallel_size)
     )
 
 
@@ -203,6 +294,52 @@ def test_model_state_matches_megatron_lm(tp, pp, vpp, dp, mbs, gbs, dist_opt):
     assert ours == pytest.approx(theirs, rel=0.02)
 
 
+# An MoE model with a dense first layer, shared experts and SwiGLU, RMSNorm, untied embeddings;
+# with multi-head attention or MLA (the formula splits every attention weight over TP, while
+# megatron-core keeps MLA's down-projections whole on each TP rank: MLA is compared at TP 1).
+MOE = dataclasses.replace(
+    GPT,
+    num_layers=4,
+    hidden_size=1024,
+    num_attention_heads=16,
+    ffn_hidden_size=2816,
+    gated_linear_unit=True,
+    activation_func="silu",
+    normalization="RMSNorm",
+    share_embeddings_and_output_weights=False,
+    num_moe_experts=16,
+    moe_router_topk=2,
+    moe_ffn_hidden_size=512,
+    moe_shared_expert_intermediate_size=512,
+    moe_layer_freq=(0, 1, 1, 1),
+    hidden_dropout=0.0,
+)
+MLA = dataclasses.replace(
+    MOE,
+    multi_latent_attention=True,
+    q_lora_rank=256,
+    kv_lora_rank=128,
+    qk_head_dim=64,
+    qk_pos_emb_head_dim=32,
+    v_head_dim=64,
+)
+
+
+@pytest.mark.parametrize(
+    ("model", "tp", "ep", "dp"),
+    [(MOE, 1, 4, 8), (MOE, 2, 4, 4), (MOE, 1, 16, 16), (MLA, 1, 4, 8), (MLA, 1, 8, 8)],
+    ids=["moe-tp1-ep4", "moe-tp2-ep4", "moe-ep16", "mla-ep4", "mla-ep8"],
+)
+@pytest.mark.parametrize("dist_opt", [True, False])
+def test_moe_and_mla_model_state_matches_megatron_lm(model, tp, ep, dp, dist_opt):
+    job = _job(model, tp=tp, dp=dp, gbs=64, use_distributed_optimizer=dist_opt)
+    job = job.replace(**{"model.expert_model_parallel_size": ep})
+    estimate = memory_of_job(job)
+    ours = sum(estimate.part(name) for name in _MODEL_STATE)
+    theirs = _megatron_lm_weight_and_optimizer(_args(job, job.micro_batches))
+    assert ours == pytest.approx(theirs, rel=0.02)
+
+
 @pytest.mark.parametrize(("tp", "pp", "vpp", "dp", "mbs", "gbs"), LAYOUTS)
 def test_activations_match_megatron_lm(tp, pp, vpp, dp, mbs, gbs):
     job = _job(tp=tp, pp=pp, vpp=vpp, dp=dp, mbs=mbs, gbs=gbs)
@@ -235,7 +372,8 @@ def test_parts_are_the_listed_ones_and_add_up():
     assert tuple(name for name, _ in estimate.parts) == PARTS
     assert estimate.total_bytes == sum(value for _, value in estimate.parts)
     assert estimate.headroom_bytes == estimate.capacity_bytes - estimate.total_bytes
-    assert estimate.capacity_bytes == 80 * 10**9
+    # What an H100 80GB reports (nvidia-smi: 81,559 MiB), within 0.1%.
+    assert estimate.capacity_bytes == pytest.approx(81_559 * 2**20, rel=1e-3)
 
 
 def test_the_distributed_optimizer_shards_master_weights_and_state_over_dp():
@@ -356,7 +494,7 @@ def test_a_layout_that_does_not_fit_names_the_numbers_and_the_fixes():
     assert not estimate.fits and estimate.headroom_bytes < 0
     assert estimate.fixes, estimate
     assert "does not fit" in estimate.error
-    assert f"{estimate.total_bytes / 1e9:.1f} GB" in estimate.error
+    assert f"{estimate.total_bytes / 2**30:.1f} GiB" in estimate.error
     assert any("distributed optimizer" in fix for fix in estimate.fixes)
     assert all(" saves " in fix for fix in estimate.fixes)
 
@@ -375,3 +513,37 @@ def test_render_lists_every_part_and_the_headroom():
         assert name in text
     assert "headroom" in text and "H100" in text
     assert math.isclose(sum(estimate.to_dict()["parts"].values()), estimate.total_bytes)
+
+
+# --- parameters against a real megatron-core GPTModel --------------------------------------------
+
+
+@pytest.mark.parametrize("recipe", ["gpt3_175b", "llama3_70b"])
+def test_parameters_are_those_of_the_built_model(one_rank_group, recipe):
+    # The recipe's architecture shrunk so megatron-core builds it on the CPU (TP 1, PP 1); fp32
+    # gradients hold 4 bytes a parameter. (megatron-core's MoE layer needs CUDA to build, so
+    # MoE and MLA blocks are not built here.)
+    spec = recipe_spec(recipe).changed(
+        **{
+            "model.num_layers": 2,
+            "model.hidden_size": 64,
+            "model.num_attention_heads": 4,
+            "model.num_query_groups": 2 if recipe == "llama3_70b" else None,
+            "model.ffn_hidden_size": 160,
+            "model.vocab_size": 1000,
+            "model.seq_length": 32,
+            "model.tensor_model_parallel_size": 1,
+            "model.pipeline_model_parallel_size": 1,
+            "model.virtual_pipeline_model_parallel_size": None,
+            "model.context_parallel_size": 1,
+            "global_batch_size": 8,
+            "grad_reduce_in_fp32": True,
+            "preset": "none",
+        }
+    )
+    estimate = memory_of_job(spec.job_on(world_size=4))
+    provider = spec.build().model
+    provider.use_cpu_initialization = True
+    provider.layernorm_zero_centered_gamma = False  # torch's LayerNorm fallback lacks it
+    built = sum(p.numel() for p in provider.provide().parameters())
+    assert estimate.part("gradients") == 4 * built

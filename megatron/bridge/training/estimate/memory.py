@@ -104,7 +104,7 @@ class MemoryEstimate:
     total_bytes: int
     """The sum of the parts."""
     capacity_bytes: int
-    """The GPU's HBM capacity (``GpuSpec.memory_bytes``: the datasheet's GB x 10^9)."""
+    """The GPU's HBM capacity as the device reports it (``GpuSpec.memory_bytes``)."""
     headroom_bytes: int
     """capacity - total; negative when the job does not fit."""
     fits: bool
@@ -171,7 +171,7 @@ class MemoryEstimate:
 
 
 def _gb(n: float) -> str:
-    return f"{n / 1e9:.1f} GB"
+    return f"{n / 2**30:.1f} GiB"
 
 
 def estimate_memory(plan: OverlapPlan) -> MemoryEstimate:
@@ -467,6 +467,15 @@ def _chunk_activations(
         layers_bytes = stored
     else:
         layers_bytes = sum(per_layer)
+    offloaded = (
+        m.cpu_offloading_num_layers if m.cpu_offloading and m.cpu_offloading_activations else 0
+    )
+    if offloaded and per_layer:
+        # megatron-core's cpu_offloading moves the first N layers' activations to the host after
+        # their forward and brings them back for their backward: one of them is on the GPU at a
+        # time (the one in flight to or from the host).
+        moved = per_layer[: min(offloaded, len(per_layer))]
+        layers_bytes -= sum(moved) - max(moved)
     logits = 0.0
     vocab = dims.padded_vocab(job.tp_size)
     if embedding:
@@ -475,9 +484,13 @@ def _chunk_activations(
         layers_bytes += tok.tokens * 8 + tok.bytes(_Act(whole=mask))
     heads = (1 if loss else 0) + (dims.mtp_layers if mtp else 0)
     if heads:
-        # The final norm's input and output, and fp32 logits over the vocabulary / TP for the
-        # cross entropy, per output head (the main one and each MTP depth's).
-        logits = heads * tok.bytes(_Act(whole=2 * _BF16 * h, split=_FP32 * vocab))
+        # The final norm's input and output, and the logits over the vocabulary / TP the cross
+        # entropy keeps, per output head (the main one and each MTP depth's): fp32 (megatron-core's
+        # vocab_parallel_cross_entropy casts them and keeps exp(logits)), or the 16-bit logits
+        # Transformer Engine's fused cross entropy writes its gradient into.
+        te_loss = m.cross_entropy_loss_fusion and m.cross_entropy_fusion_impl == "te"
+        per_vocab = _BF16 if te_loss else _FP32
+        logits = heads * tok.bytes(_Act(whole=2 * _BF16 * h, split=per_vocab * vocab))
     if mtp and dims.mtp_layers:
         blocks = dims.mtp_blocks()
         depth = _layer_bytes(dims, blocks, selective, tok)
@@ -768,11 +781,11 @@ def _with_fixes(
 def _assumptions(job: JobDescription) -> tuple[str, ...]:
     grad = "fp32" if job.grad_reduce_in_fp32 else "16-bit"
     out = [
-        "capacity: the datasheet's GB x 10^9 (a lower bound of what the device reports)",
+        "capacity: what the device reports of the datasheet's (binary) GB; allocator "
+        "fragmentation not counted",
         f"Adam with fp32 master weights and moments; main gradients in {grad}",
         "core attention in TE's fused kernel (no s x s scores kept); 16-bit activations",
-        f"CUDA context {_gb(CUDA_CONTEXT_BYTES)}, NCCL buffers {_gb(NCCL_BUFFER_BYTES)}; "
-        "allocator fragmentation not counted",
+        f"CUDA context {_gb(CUDA_CONTEXT_BYTES)}, NCCL buffers {_gb(NCCL_BUFFER_BYTES)}",
     ]
     if job.model.moe:
         out.append(
