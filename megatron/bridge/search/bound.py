@@ -11,7 +11,8 @@ hides at most its ``hideable`` share of its seconds. Hence, summed over the segm
 
 - compute: the executed FLOPs (model FLOPs plus the recomputed forwards) at the GPU's dense peak
   of the compute dtype times the achievable fraction (core attention and scans run at or below
-  that peak), plus the memory-bound kernels' bytes at the HBM peak;
+  that peak), plus the memory-bound kernels' bytes at the HBM peak, plus the grouped GEMMs' and
+  Mamba scans' time beyond their FLOPs (the estimate's own kernel term);
 - TP: its collectives' seconds at link peak (``comm.tp_transfers`` priced by ``comm.price``);
   TP overlap hides at most (TP - 1) / TP of them;
 - EP: the all-to-alls' seconds; EP overlap hides at most ``EP_OVERLAP.hidden_share`` of them.
@@ -32,6 +33,10 @@ from megatron.bridge.training.estimate.comm import ep_transfers, price, tp_trans
 from megatron.bridge.training.estimate.efficiency import EP_OVERLAP, achievable_fraction
 from megatron.bridge.training.estimate.model_cost import ModelCost
 from megatron.bridge.training.estimate.stage import busiest_stage
+
+# The estimate's kernel term itself, not a copy of it: the bound must add exactly what the step
+# adds to the compute.
+from megatron.bridge.training.estimate.step import _kernel_seconds
 from megatron.bridge.training.hardware import gpu_spec
 from megatron.bridge.training.job import ModelDescription
 
@@ -58,7 +63,8 @@ def throughput_ceiling(
     gpu = gpu_spec(job.gpu)
     micro_batches = job.micro_batches
     mbs = job.micro_batch_size
-    stage = busiest_stage(job, _cost(job.model), micro_batch_size=mbs, micro_batches=micro_batches)
+    cost = _cost(job.model)
+    stage = busiest_stage(job, cost, micro_batch_size=mbs, micro_batches=micro_batches)
     dp = job.dp_size
     tokens = micro_batches * mbs * dp * job.model.seq_length
     executed = (
@@ -78,7 +84,18 @@ def throughput_ceiling(
         / job.cp_size
         * (stage.elementwise_bytes_per_token + stage.recompute_elementwise_bytes_per_token)
     )
-    compute = executed / rate + moved / (gpu.hbm_gb_per_s * 1e9)
+    # The grouped GEMMs' and Mamba scans' time beyond their FLOPs: the estimate's own term,
+    # on the same tokens (one GPU's, split over TP and CP).
+    kernels = _kernel_seconds(
+        job,
+        gpu,
+        cost,
+        stage,
+        tokens=tokens / dp / (job.tp_size * job.cp_size),
+        fraction=fraction,
+        ssm_scan_fraction=None,
+    )
+    compute = executed / rate + moved / (gpu.hbm_gb_per_s * 1e9) + kernels.total
     step = compute * (1 + (job.pp_size - 1) / segments)
     # estimate_step's NVLink domain.
     domain = nvlink_domain or gpu.nvlink_domain or gpus_per_node or gpu.gpus_per_node
