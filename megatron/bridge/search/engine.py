@@ -6,8 +6,7 @@ Every layout the layout rules accept (:mod:`.space`) is a candidate. A candidate
 memory estimated (:func:`.fit.memory_of`) and, when it fits, its step estimated
 (``estimate_step``); candidates are ranked by predicted tokens/s/GPU.
 
-Two rounds keep a large search short (DeepSeek-V3 on 256 GPUs: ~1,700 parallel grids, each with
-its pipeline splits, micro-batch sizes, recompute and sharding choices):
+Two rounds, each best throughput bound first (:mod:`.bound`), keep a large search short:
 
 1. every parallel layout (TP, PP, CP, EP, ETP and pipeline split) is costed once, at the
    smallest micro-batch and with the cheapest recompute and sharding that fit (the order of
@@ -16,10 +15,11 @@ its pipeline splits, micro-batch sizes, recompute and sharding choices):
 2. the best :data:`REFINED` parallel layouts of round 1 are costed with every micro-batch size,
    recompute and sharding.
 
-Recompute and sharding only trade memory for time in the estimate (recompute adds forward
-FLOPs, Megatron-FSDP is priced as the distributed optimizer), and a larger micro-batch only
-lengthens the pipeline bubble, so round 1's choice is a parallel layout's best but for the
-few the estimate puts close together: round 2 ranks those.
+In each round a layout whose bound is below the best already costed (the ``top`` rows, or the
+:data:`REFINED` of round 1) is skipped: it could not have entered them. Round 1 fixes the memory
+knobs at their cheapest fitting values, so a parallel layout that only a larger micro-batch
+(whose grouped GEMMs run fuller) lifts into the top may be missed: the top rows are exact among
+the layouts the two rounds reach.
 """
 
 from __future__ import annotations

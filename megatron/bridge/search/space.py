@@ -68,16 +68,6 @@ class PipelineSplit:
             "model.pipeline_model_parallel_layout": None,
         }
 
-    def label(self) -> str:
-        """Short text: ``VPP2 first 3 last 3 +emb +loss``."""
-        parts = [f"VPP{self.vpp}"] if self.vpp else []
-        if self.first is not None:
-            parts.append(f"first {self.first}")
-        if self.last is not None:
-            parts.append(f"last {self.last}")
-        parts += [name for name, on in (("+emb", self.embedding), ("+loss", self.loss)) if on]
-        return " ".join(parts)
-
 
 @dataclass(frozen=True)
 class Layout:
@@ -125,16 +115,6 @@ class Layout:
             "use_distributed_optimizer": self.sharding != "ddp",
             "use_megatron_fsdp": self.sharding == "megatron_fsdp",
         }
-
-    def label(self) -> str:
-        """One line: ``TP2 PP4 VPP5 CP1 EP1 mbs1 selective dist-opt``."""
-        etp = f" ETP{self.etp}" if self.etp is not None else ""
-        split = self.split.label()
-        sharding = {"ddp": "ddp", "distributed_optimizer": "dist-opt", "megatron_fsdp": "fsdp"}
-        return (
-            f"TP{self.tp} PP{self.pp}{' ' + split if split else ''} CP{self.cp} EP{self.ep}{etp} "
-            f"mbs{self.micro_batch_size} {self.recompute} {sharding[self.sharding]}"
-        )
 
 
 def _rejected(check: Any, **kwargs: Any) -> bool:
