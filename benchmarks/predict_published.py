@@ -124,7 +124,7 @@ def row_changes(row: dict) -> dict[str, Any]:
     """The row's layout as job changes on top of its recipe (:func:`plan_recipe`'s ``changes``).
 
     The sizes, batch sizes and Megatron-FSDP are a published run's (:func:`run`); the
-    recipe's recompute stays, since the tables do not publish it. ``mtp: false`` (a run without
+    recipe's recompute and activation offloading stay, since the tables publish neither. ``mtp: false`` (a run without
     MTP) drops the MTP layers.
     """
     published = run(
@@ -143,7 +143,11 @@ def row_changes(row: dict) -> dict[str, Any]:
         fsdp=row["fsdp"],
         source=row["source"],
     )
-    changes = {k: v for k, v in published.changes.items() if not k.startswith("model.recompute_")}
+    changes = {
+        k: v
+        for k, v in published.changes.items()
+        if not k.startswith(("model.recompute_", "model.cpu_offloading"))
+    }
     changes["model.seq_length"] = row["seq_length"]
     if row.get("mtp") is False:
         changes["model.mtp_num_layers"] = None

@@ -29,6 +29,8 @@ from typing import Any
 
 from megatron.bridge.cli.parser import build_parser
 from megatron.bridge.cli.planning import explain
+from megatron.bridge.recipes import RECIPES
+from megatron.bridge.recipes.published import published_runs
 from megatron.bridge.training.estimate import Estimate
 from megatron.bridge.training.estimate.accuracy import ACCURACY_FILE, FAMILIES
 from megatron.bridge.training.estimate_plot import picture_digest, plot_step, step_picture
@@ -125,6 +127,50 @@ def recipe_step_table() -> str:
     return "\n".join(lines) + "\n"
 
 
+def published_memory_table() -> str:
+    """Memory per GPU of every published run of every recipe: peak, capacity, headroom."""
+    lines = [
+        "| Recipe | GPU, precision | Layout | Model state | Activations + logits "
+        "| Peak per GPU | Capacity | Headroom |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    state = ("parameters", "quantized weight copies", "gradients", "master weights")
+    for recipe in sorted(RECIPES):
+        for run in published_runs(recipe):
+            args = build_parser().parse_args(
+                ["explain", "--recipe", recipe, "--gpu", run.gpu, "--precision", run.precision]
+            )
+            doc, _plan, _env = explain(args)
+            mem = doc["memory"]
+            parts = mem["parts"]
+            held = sum(parts[name] for name in (*state, "optimizer state"))
+            acts = parts["activations"] + parts["logits and loss"]
+            lines.append(
+                f"| `{recipe}` | {run.gpu.upper()}, {run.precision} | {_layout(doc).split(',')[0]}"
+                f" | {_gib(held)} | {_gib(acts)} ({mem['in_flight']} in flight) "
+                f"| {_gib(mem['total_bytes'])} | {_gib(mem['capacity_bytes'])} "
+                f"| {_gib(mem['headroom_bytes'])} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def reference_memory() -> str:
+    """The memory table and error line ``bridge-overlap explain`` prints for the reference."""
+    args = build_parser().parse_args(["explain"])
+    explain(args)
+    memory = args._memory
+    lines = ["```text", "Memory per GPU at its peak, busiest pipeline rank:"]
+    lines.extend(f"  {line}" for line in memory.render())
+    if memory.error is not None:
+        lines.append(f"ERROR: {memory.error}")
+    lines.append("```")
+    return "\n".join(lines) + "\n"
+
+
+def _gib(nbytes: float) -> str:
+    return f"{nbytes / 2**30:.1f} GiB"
+
+
 def _share(value: float | None, *, signed: bool = False) -> str:
     if value is None:
         return "-"
@@ -172,6 +218,8 @@ def published_accuracy() -> str:
 BLOCKS: dict[str, Callable[[], str]] = {
     "recipe-step-table": recipe_step_table,
     "published-accuracy": published_accuracy,
+    "published-memory-table": published_memory_table,
+    "reference-memory": reference_memory,
 }
 
 

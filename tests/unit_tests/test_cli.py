@@ -41,6 +41,8 @@ def test_json_document_has_stable_keys_and_the_resolved_values(capsys):
         "warnings",
         "estimate",
         "estimate_refused",
+        "memory",
+        "memory_refused",
     }
     assert doc["schema_version"] == JSON_SCHEMA_VERSION
     values = {d["knob"]: d["value"] for d in doc["overlap"]["decisions"]}

@@ -84,7 +84,7 @@ def test_the_recipe_table_quotes_the_exposed_time_explain_prints():
 IMAGE = re.compile(r"!\[[^\]]*\]\((?P<path>[^)\s]+)\)")
 
 
-def _pictures() -> list[Path]:
+def _all_pictures() -> list[Path]:
     return sorted(
         {
             (page.parent / m["path"]).resolve()
@@ -92,6 +92,24 @@ def _pictures() -> list[Path]:
             for m in IMAGE.finditer(page.read_text())
         }
     )
+
+
+def _pictures() -> list[Path]:
+    # The search pictures (search_*.png) are drawn by the `bridge-overlap search --plot` command
+    # their page shows (a search of minutes); test_search_pictures_are_drawn_by_their_command.
+    return [p for p in _all_pictures() if not p.name.startswith("search_")]
+
+
+def test_search_pictures_are_drawn_by_their_command():
+    pictures = [p for p in _all_pictures() if p.name.startswith("search_")]
+    assert pictures, "the search page shows no picture"
+    commands = [argv for _page, _reason, argv, _code in COMMANDS if "search" in argv]
+    for picture in pictures:
+        assert picture.is_file(), picture
+        drawn = [
+            a for a in commands if "--plot" in a and a[a.index("--plot") + 1].endswith(picture.name)
+        ]
+        assert drawn, f"{picture.name}: no documented `bridge-overlap search --plot` draws it"
 
 
 def test_the_docs_show_pictures():
@@ -162,6 +180,17 @@ NOT_RUN: dict[str, tuple[Callable[[list[str]], bool], str]] = {
     "the test suite": (
         lambda argv: "pytest" in argv,
         "runs the test suite, which would run itself",
+    ),
+    "a long search": (
+        lambda argv: (
+            "search" in argv
+            or any(
+                a.startswith("benchmarks/search_") or a == "benchmarks/bench_search.py"
+                for a in argv
+            )
+        ),
+        "a search over tens of GPUs, or over every published run, takes minutes of CPU; "
+        "tests/unit_tests/test_search.py runs search for every recipe at small settings",
     ),
     "your package": (
         lambda argv: any("my_package" in arg for arg in argv),

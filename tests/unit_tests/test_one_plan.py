@@ -167,6 +167,14 @@ def _flags_for_recipe(name: str) -> list[str]:
         argv.append("--embedding-in-pipeline-split")
     if m.account_for_loss_in_pipeline_split:
         argv.append("--loss-in-pipeline-split")
+    fp32 = cfg.mixed_precision.grad_reduce_in_fp32
+    argv.append("--grad-reduce-in-fp32" if fp32 else "--no-grad-reduce-in-fp32")
+    if m.cpu_offloading:
+        argv += [
+            "--cpu-offloading",
+            "--cpu-offloading-num-layers",
+            str(m.cpu_offloading_num_layers),
+        ]
     preset = cfg.comm_overlap.tp_comm_overlap_cfg
     preset_name = None
     if preset is not None:
@@ -320,9 +328,12 @@ def test_plugin_environment_passes_the_build_time_check(job):
 
 
 def test_no_tp_overlap_is_valid_under_strict_and_names_no_preset(capsys):
-    assert main(["explain", "--no-tp-comm-overlap", "--strict"]) == EXIT_OK
+    # The reference layout at PP 8: --strict also refuses a layout that does not fit in memory,
+    # and the reference's PP 4 does not fit in an H100's.
+    fits = ["--pp", "8"]
+    assert main(["explain", "--no-tp-comm-overlap", "--strict", *fits]) == EXIT_OK
     assert "Userbuffers preset: none" in capsys.readouterr().out
-    assert main(["explain", "--no-tp-comm-overlap", "--strict", "--json"]) == EXIT_OK
+    assert main(["explain", "--no-tp-comm-overlap", "--strict", "--json", *fits]) == EXIT_OK
     doc = json.loads(capsys.readouterr().out)
     assert doc["preset"]["name"] is None
     values = {d["knob"]: d["value"] for d in doc["overlap"]["decisions"]}

@@ -22,6 +22,7 @@ from megatron.bridge.cli.parser import build_parser
 from megatron.bridge.cli.planning import explain
 from megatron.bridge.cli.recipes import _render_recipes, list_recipes
 from megatron.bridge.cli.render import _render
+from megatron.bridge.cli.search import run_search
 
 
 def _run(argv: list[str], *, as_json: bool) -> int:
@@ -41,6 +42,13 @@ def _run(argv: list[str], *, as_json: bool) -> int:
             return _fail_with(exc, as_json=as_json)
         print(json.dumps({"recipes": rows}, indent=2) if args.json else _render_recipes(rows))
         return EXIT_OK
+    if args.command == "search":
+        try:
+            _result, doc, text = run_search(args)
+        except Exception as exc:
+            return _fail_with(exc, as_json=as_json)
+        print(json.dumps(doc, indent=2) if args.json else text)
+        return EXIT_OK
     try:
         doc, plan, env_plan = explain(args)
     except Exception as exc:
@@ -48,7 +56,7 @@ def _run(argv: list[str], *, as_json: bool) -> int:
     if args.json:
         print(json.dumps(doc, indent=2))
     else:
-        print(_render(doc, plan, env_plan, args._estimate))
+        print(_render(doc, plan, env_plan, args._estimate, args._memory))
     return EXIT_OK
 
 

@@ -3,7 +3,7 @@
 Exit codes (every failure is a message on stderr, never a traceback):
 
 - 0: the plan is valid (``recipes``: the list was printed);
-- 1: ``--strict`` refused a requested overlap;
+- 1: ``--strict`` refused a requested overlap, or a layout that does not fit in memory;
 - 2: invalid input: a flag, an override, a recipe (unknown, not importable, returning neither a
   ``RecipeSpec`` nor a ``ConfigContainer``, failing), or a configuration megatron-core's own
   validation rejects (its message is quoted);

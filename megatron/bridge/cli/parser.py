@@ -212,8 +212,9 @@ _hybrid_layer_pattern = _read_by(parse_hybrid_pattern)
 _pipeline_layout = _read_by(parse_layout)
 
 
-def _add_moe_router_and_layout(ex: argparse.ArgumentParser) -> None:
-    """The router, expert-GEMM, pipeline-layout and Megatron-FSDP flags, as Megatron-LM spells them."""
+def _add_moe_router_and_layout(ex: argparse.ArgumentParser, *, layout: bool) -> None:
+    """The router and expert-GEMM flags and, with ``layout``, the pipeline-layout and
+    Megatron-FSDP flags, as Megatron-LM spells them."""
     ex.add_argument(
         "--moe-router-score-function",
         # megatron-core's TransformerConfig.moe_router_score_function Literal.
@@ -234,16 +235,33 @@ def _add_moe_router_and_layout(ex: argparse.ArgumentParser) -> None:
         help="MoE load balancing (default aux_loss)",
     )
     _add_switch(ex, "--moe-grouped-gemm", "run the local experts as one grouped GEMM")
+    if not layout:
+        return
     ex.add_argument(
         "--pipeline-model-parallel-layout",
         type=_pipeline_layout,
         help="custom placement of layers on (virtual) pipeline stages, e.g. 'Et*4|(t*4|)*14tmL'",
     )
     _add_switch(ex, "--use-megatron-fsdp", "Megatron-FSDP instead of megatron-core's DDP")
+    _add_switch(
+        ex,
+        "--grad-reduce-in-fp32",
+        "accumulate and reduce gradients in fp32 (default: the precision's mixed-precision "
+        "preset, fp32; a published run's: bf16)",
+    )
+    _add_switch(
+        ex, "--cpu-offloading", "offload the first --cpu-offloading-num-layers layers' activations"
+    )
+    ex.add_argument(
+        "--cpu-offloading-num-layers",
+        type=positive_int_argument,
+        help="layers whose activations --cpu-offloading moves to the CPU",
+    )
 
 
-def _add_model_vocabulary(ex: argparse.ArgumentParser) -> None:
-    """The model flags spelled as Megatron-LM's ``arguments.py`` spells them."""
+def _add_model_vocabulary(ex: argparse.ArgumentParser, *, layout: bool) -> None:
+    """The model flags spelled as Megatron-LM's ``arguments.py`` spells them; with ``layout``
+    the activation recompute too (a layout choice ``search`` makes itself)."""
     ex.add_argument(
         "--kv-channels", type=positive_int_argument, help="head dimension (default hidden / heads)"
     )
@@ -301,30 +319,6 @@ def _add_model_vocabulary(ex: argparse.ArgumentParser) -> None:
         type=_hybrid_layer_pattern,
         help="hybrid model layers, one symbol each: M Mamba, * attention, - MLP, E MoE, ...",
     )
-    ex.add_argument(
-        "--recompute-granularity",
-        choices=["full", "selective"],
-        help="activation recompute: whole layers or the modules below (default: none)",
-    )
-    ex.add_argument(
-        "--recompute-method",
-        choices=["uniform", "block"],
-        help="with full recompute: layers recomputed in uniform groups or the first N per stage",
-    )
-    ex.add_argument(
-        "--recompute-num-layers",
-        type=positive_int_argument,
-        help="with full recompute: layers per group (uniform) or per stage (block)",
-    )
-    ex.add_argument(
-        "--recompute-modules",
-        nargs="*",
-        metavar="MODULE",
-        help=(
-            "with selective recompute: the modules recomputed, e.g. core_attn moe_act layernorm "
-            "mla_up_proj (given with none: nothing; not given: core_attn)"
-        ),
-    )
     _add_counts(
         ex,
         {
@@ -334,6 +328,31 @@ def _add_model_vocabulary(ex: argparse.ArgumentParser) -> None:
             "--mamba-num-heads": "Mamba heads (default 2 x hidden / head dim)",
         },
     )
+    if layout:
+        ex.add_argument(
+            "--recompute-granularity",
+            choices=["full", "selective"],
+            help="activation recompute: whole layers or the modules below (default: none)",
+        )
+        ex.add_argument(
+            "--recompute-method",
+            choices=["uniform", "block"],
+            help="with full recompute: layers recomputed in uniform groups or the first N per stage",
+        )
+        ex.add_argument(
+            "--recompute-num-layers",
+            type=positive_int_argument,
+            help="with full recompute: layers per group (uniform) or per stage (block)",
+        )
+        ex.add_argument(
+            "--recompute-modules",
+            nargs="*",
+            metavar="MODULE",
+            help=(
+                "with selective recompute: the modules recomputed, e.g. core_attn moe_act layernorm "
+                "mla_up_proj (given with none: nothing; not given: core_attn)"
+            ),
+        )
 
 
 def add_gpu_and_precision(
@@ -371,57 +390,33 @@ def _limits_epilog() -> str:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of ``bridge-overlap``."""
-    parser = _Parser(prog="bridge-overlap", description=_DESCRIPTION)
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    ex = sub.add_parser(
-        "explain",
-        help="show every overlap decision for a layout, with reasons",
-        description=(
-            "Explain the communication-overlap plan of a layout. With no arguments: the "
-            "reference layout (TP4 + SP, PP4 with VPP2, distributed optimizer, 128 H100 GPUs, "
-            "bf16, GPT-3 175B's shape: 96 layers, hidden 12288, 96 heads, seq 2048, mbs 1)."
-        ),
-        epilog=_limits_epilog(),
-    )
-    ex.add_argument(
-        "--recipe",
-        help=(
-            "explain a recipe: a name (see 'bridge-overlap recipes') or 'package.module:function'; "
-            "flags given here override its sizes"
-        ),
-    )
-    ex.add_argument(
-        "overrides",
-        nargs="*",
-        metavar="KEY=VALUE",
-        help=(
-            "with --recipe: overrides of the recipe's ConfigContainer, e.g. "
-            "model.tensor_model_parallel_size=8 comm_overlap.tp_comm_overlap=false "
-            "env_vars.CUDA_DEVICE_MAX_CONNECTIONS=8 (builds the container: imports torch)"
-        ),
-    )
-    _add_counts(
-        ex,
-        {
-            "--tp": "tensor-parallel size (default 4)",
-            "--pp": "pipeline-parallel size (default 4)",
-            "--vpp": "virtual pipeline size (default 2; 1 = none)",
-            "--cp": "context-parallel size (default 1)",
-            "--ep": "expert-parallel size (default 1)",
-            "--etp": "expert tensor-parallel size (default: TP)",
-            "--world-size": "number of GPUs (default 128)",
-        },
-    )
-    _add_switch(ex, "--sequence-parallel", "sequence parallelism (default: on when TP > 1)")
-    _add_switch(ex, "--distributed-optimizer", "distributed optimizer (default: on)")
-    _add_switch(
-        ex,
-        "--tp-comm-overlap",
-        "request TP comm overlap; refused with a warning (exit 1 with --strict) where the "
-        "layout cannot run it (default: on where it can: TP >= 2, sequence parallel, TE)",
-    )
+def _add_job_flags(ex: argparse.ArgumentParser, *, layout: bool) -> None:
+    """The flags that describe the job, one definition for ``explain`` and ``search``: the
+    GPU, the precision, the model (Megatron-LM's spellings) and the batch; with ``layout``
+    (``explain``) the layout too: parallel sizes, micro-batch, recompute, pipeline split,
+    optimizer sharding, overlap requests and the launch environment's options. ``search``
+    chooses the layout itself."""
+    if layout:
+        _add_counts(
+            ex,
+            {
+                "--tp": "tensor-parallel size (default 4)",
+                "--pp": "pipeline-parallel size (default 4)",
+                "--vpp": "virtual pipeline size (default 2; 1 = none)",
+                "--cp": "context-parallel size (default 1)",
+                "--ep": "expert-parallel size (default 1)",
+                "--etp": "expert tensor-parallel size (default: TP)",
+                "--world-size": "number of GPUs (default 128)",
+            },
+        )
+        _add_switch(ex, "--sequence-parallel", "sequence parallelism (default: on when TP > 1)")
+        _add_switch(ex, "--distributed-optimizer", "distributed optimizer (default: on)")
+        _add_switch(
+            ex,
+            "--tp-comm-overlap",
+            "request TP comm overlap; refused with a warning (exit 1 with --strict) where the "
+            "layout cannot run it (default: on where it can: TP >= 2, sequence parallel, TE)",
+        )
     add_gpu_and_precision(ex, gpu_default="h100", precision_default="bf16")
     _add_switch(
         ex,
@@ -429,22 +424,22 @@ def build_parser() -> argparse.ArgumentParser:
         "run core attention's dot products in FP8 (the estimate prices them at the FP8 peak; "
         "default off: 16-bit)",
     )
-    _add_counts(
-        ex,
-        {
-            "--seq-length": "sequence length (default 2048)",
-            "--micro-batch-size": "micro-batch size (default 1)",
-            "--global-batch-size": (
-                "samples per optimizer step (default: the recipe's; micro-batch x DP x PP "
-                "without one)"
-            ),
-            "--hidden-size": "model hidden size (default 12288)",
-            "--num-layers": "transformer layers (default 96)",
-            "--num-attention-heads": "attention heads (default 96)",
-            "--num-query-groups": "GQA query groups (default: MHA)",
-        },
-    )
-    for part in ("embedding", "loss"):
+    sizes = {
+        "--seq-length": "sequence length (default 2048)",
+        "--micro-batch-size": "micro-batch size (default 1)",
+        "--global-batch-size": (
+            "samples per optimizer step (default: the recipe's; micro-batch x DP x PP without one)"
+        ),
+        "--hidden-size": "model hidden size (default 12288)",
+        "--num-layers": "transformer layers (default 96)",
+        "--num-attention-heads": "attention heads (default 96)",
+        "--num-query-groups": "GQA query groups (default: MHA)",
+    }
+    if not layout:
+        del sizes["--micro-batch-size"]
+        sizes["--global-batch-size"] = "samples per optimizer step (default: the recipe's)"
+    _add_counts(ex, sizes)
+    for part in ("embedding", "loss") if layout else ():
         _add_switch(
             ex,
             f"--{part}-in-pipeline-split",
@@ -465,13 +460,14 @@ def build_parser() -> argparse.ArgumentParser:
         choices=list(get_args(launch_env.MoeFlexDispatcherBackend)),
         help="MoE flex dispatcher backend (affects CUDA_DEVICE_MAX_CONNECTIONS)",
     )
-    _add_model_vocabulary(ex)
-    _add_moe_router_and_layout(ex)
-    ex.add_argument("--ep-overlap", action="store_true", help="request EP all-to-all overlap")
-    ex.add_argument(
-        "--preset",
-        help="userbuffers preset name, 'auto' (look one up for the shape; default) or 'none'",
-    )
+    _add_model_vocabulary(ex, layout=layout)
+    _add_moe_router_and_layout(ex, layout=layout)
+    if layout:
+        ex.add_argument("--ep-overlap", action="store_true", help="request EP all-to-all overlap")
+        ex.add_argument(
+            "--preset",
+            help="userbuffers preset name, 'auto' (look one up for the shape; default) or 'none'",
+        )
     ex.add_argument(
         "--te",
         choices=["assume", "detect"],
@@ -485,13 +481,14 @@ def build_parser() -> argparse.ArgumentParser:
             f"{ASSUMED_TE_VERSION}, the newest any rule reads)"
         ),
     )
-    ex.add_argument(
-        "--layernorm-sm-margin",
-        type=int,
-        default=launch_env.DEFAULT_LAYERNORM_SM_MARGIN,
-        help="LayerNorm SM margin for the launch environment (default %(default)s)",
-    )
-    ex.add_argument("--nccl-pp-chunksize", type=int, help="NCCL_P2P_NET_CHUNKSIZE when PP > 1")
+    if layout:
+        ex.add_argument(
+            "--layernorm-sm-margin",
+            type=int,
+            default=launch_env.DEFAULT_LAYERNORM_SM_MARGIN,
+            help="LayerNorm SM margin for the launch environment (default %(default)s)",
+        )
+        ex.add_argument("--nccl-pp-chunksize", type=int, help="NCCL_P2P_NET_CHUNKSIZE when PP > 1")
     _add_counts(
         ex,
         {
@@ -558,15 +555,134 @@ def build_parser() -> argparse.ArgumentParser:
             ),
         },
     )
+
+
+def world_sizes_argument(text: str) -> tuple[int, ...]:
+    """``search --world-size``: ``N``, a list ``N,M,...``, or a doubling range ``A:B`` (A, 2A,
+    4A, ... up to B); at most 16 sizes, each within ``LIMITS["world_size"]``."""
+    text = text.strip()
+    try:
+        if ":" in text:
+            low_text, high_text = text.split(":")
+            low, high = int(low_text), int(high_text)
+            if low < 1 or high < low:
+                raise ValueError
+            sizes: list[int] = []
+            while low <= high and len(sizes) <= 16:
+                sizes.append(low)
+                low *= 2
+        else:
+            sizes = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"cannot read {text!r}: write a GPU count (256), a list (64,128,256) or a doubling "
+            "range A:B (64:256 = 64, 128, 256)"
+        ) from None
+    if len(sizes) > 16:
+        raise argparse.ArgumentTypeError(f"{text!r} names more than 16 world sizes; give fewer")
+    for size in sizes:
+        if size < 1:
+            raise argparse.ArgumentTypeError(f"{text!r}: a world size is a GPU count >= 1")
+        try:
+            _check_limit("world_size", size, label="--world-size")
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    return tuple(sorted(set(sizes)))
+
+
+def _add_search(sub: argparse._SubParsersAction) -> None:
+    """``bridge-overlap search``: the job flags without the layout, the world sizes, the output."""
+    se = sub.add_parser(
+        "search",
+        help="rank the layouts that fit a GPU by predicted tokens/s/GPU",
+        description=(
+            "Search every layout megatron-core accepts for a model (a recipe, or the model flags "
+            "explain takes) on a GPU, precision, world size(s) and global batch: keep those that "
+            "fit by the memory estimate, plan their overlap as explain does, and rank them by "
+            "predicted tokens/s/GPU. Exit code 0: printed; 2: invalid input, or no layout fits."
+        ),
+    )
+    se.add_argument(
+        "--recipe",
+        help="search a recipe's model (see 'bridge-overlap recipes'); flags change its model",
+    )
+    se.add_argument(
+        "--world-size",
+        dest="world_sizes",
+        type=world_sizes_argument,
+        help=(
+            "GPU count(s): N, a list N,M,... or a doubling range A:B (64:256 = 64, 128, 256); "
+            "default: the recipe's published count"
+        ),
+    )
+    _add_job_flags(se, layout=False)
+    se.add_argument(
+        "--top", type=positive_int_argument, default=10, help="rows to print (default 10)"
+    )
+    se.add_argument(
+        "--plot",
+        metavar="PATH",
+        help="draw tokens/s/GPU against memory per GPU for every costed layout (PNG or SVG; "
+        "needs the 'plot' extra)",
+    )
+    se.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    # What search chooses itself: the layout flags explain reads are absent here.
+    se.set_defaults(
+        world_size=None,
+        vpp=None,
+        pipeline_model_parallel_layout=None,
+        strict=False,
+        ep_overlap=False,
+    )
+    _bound_numeric_flags(se)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``bridge-overlap``."""
+    parser = _Parser(prog="bridge-overlap", description=_DESCRIPTION)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    ex = sub.add_parser(
+        "explain",
+        help="show every overlap decision for a layout, with reasons",
+        description=(
+            "Explain the communication-overlap plan of a layout. With no arguments: the "
+            "reference layout (TP4 + SP, PP4 with VPP2, distributed optimizer, 128 H100 GPUs, "
+            "bf16, GPT-3 175B's shape: 96 layers, hidden 12288, 96 heads, seq 2048, mbs 1)."
+        ),
+        epilog=_limits_epilog(),
+    )
+    ex.add_argument(
+        "--recipe",
+        help=(
+            "explain a recipe: a name (see 'bridge-overlap recipes') or 'package.module:function'; "
+            "flags given here override its sizes"
+        ),
+    )
+    ex.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help=(
+            "with --recipe: overrides of the recipe's ConfigContainer, e.g. "
+            "model.tensor_model_parallel_size=8 comm_overlap.tp_comm_overlap=false "
+            "env_vars.CUDA_DEVICE_MAX_CONNECTIONS=8 (builds the container: imports torch)"
+        ),
+    )
+    _add_job_flags(ex, layout=True)
     ex.add_argument(
         "--plot",
         metavar="PATH",
         help="draw one step as lanes, with the plan's overlap and with none (PNG or SVG; needs "
         "the 'plot' extra)",
     )
-    ex.add_argument("--strict", action="store_true", help="exit 1 instead of falling back")
+    ex.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 1 instead of falling back, and for a layout that does not fit in memory",
+    )
     ex.add_argument("--json", action="store_true", help="print the plan as one JSON object")
     _bound_numeric_flags(ex)
+    _add_search(sub)
     ls = sub.add_parser(
         "recipes",
         help="list the recipes available here, with each one's layout",

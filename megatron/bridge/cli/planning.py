@@ -19,9 +19,10 @@ from megatron.bridge.cli.json_document import document
 from megatron.bridge.recipes import plan_recipe, recipe_spec
 from megatron.bridge.recipes.spec import RecipeSpec
 from megatron.bridge.training import launch_env
-from megatron.bridge.training.comm_overlap import OverlapPlan
+from megatron.bridge.training.comm_overlap import OverlapPlan, OverlapRefusedError
 from megatron.bridge.training.comm_overlap.rules.ep import unused_flex_backend
 from megatron.bridge.training.estimate import estimate_step
+from megatron.bridge.training.estimate.memory import MemoryEstimate, estimate_memory
 from megatron.bridge.training.validators import LimitError
 
 
@@ -82,6 +83,9 @@ def explain(
         raise  # a size above its bound is invalid input (exit 2), not a missing fact
     except ValueError as exc:  # the job lacks what the estimate needs; the document says what
         estimate, refused = None, str(exc)
+    memory, memory_refused = _memory(plan)
+    if memory is not None and not memory.fits and args.strict:
+        raise OverlapRefusedError(memory.error)
     doc = document(
         plan, env_plan, recipe=args.recipe, te_mode=args.te, preset_info=_preset_info(args, spec)
     )
@@ -91,7 +95,10 @@ def explain(
         doc["warnings"].append(f"--moe-flex-backend {args.moe_flex_backend}: {unused}")
     doc["estimate"] = None if estimate is None else estimate.to_dict()
     doc["estimate_refused"] = refused
+    doc["memory"] = None if memory is None else {**memory.to_dict(), "error": memory.error}
+    doc["memory_refused"] = memory_refused
     args._estimate = estimate
+    args._memory = memory
     if args.plot is not None:
         if estimate is None:
             raise ValueError(f"--plot needs the step estimate, which was refused: {refused}")
@@ -103,6 +110,16 @@ def explain(
         except (ValueError, ImportError, OSError) as exc:
             raise ValueError(f"--plot {args.plot}: {exc}") from None
     return doc, plan, env_plan
+
+
+def _memory(plan: OverlapPlan) -> tuple[MemoryEstimate | None, str | None]:
+    """The plan's memory per GPU, or None and why the job lacks what it needs."""
+    try:
+        return estimate_memory(plan), None
+    except LimitError:
+        raise  # a size above its bound is invalid input (exit 2)
+    except ValueError as exc:
+        return None, str(exc)
 
 
 def _check_plot_path(path: str) -> None:

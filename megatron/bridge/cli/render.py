@@ -8,6 +8,7 @@ from typing import Any
 from megatron.bridge.training import launch_env
 from megatron.bridge.training.comm_overlap import OverlapPlan
 from megatron.bridge.training.estimate import Estimate
+from megatron.bridge.training.estimate.memory import MemoryEstimate
 
 
 def _render(
@@ -15,6 +16,7 @@ def _render(
     plan: OverlapPlan,
     env_plan: launch_env.LaunchEnvPlan,
     estimate: Estimate | None = None,
+    memory: MemoryEstimate | None = None,
 ) -> str:
     lay = doc["layout"]
     head = (
@@ -57,6 +59,15 @@ def _render(
     elif doc.get("estimate_refused"):
         lines.append("")
         lines.append(f"No step estimate: {doc['estimate_refused']}")
+    if memory is not None:
+        lines.append("")
+        lines.append("Memory per GPU at its peak, busiest pipeline rank:")
+        lines.extend(f"  {line}" for line in memory.render())
+    elif doc.get("memory_refused"):
+        lines.append("")
+        lines.append(f"No memory estimate: {doc['memory_refused']}")
     extra = [w for w in doc["warnings"] if w not in plan.warnings]
     lines.extend(f"WARNING: {w}" for w in extra)
+    if memory is not None and memory.error is not None:
+        lines.append(f"ERROR: {memory.error}")
     return "\n".join(lines)

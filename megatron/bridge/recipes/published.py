@@ -70,13 +70,16 @@ def run(
     layout: str | None = None,
     recompute: str = "",
     fsdp: bool = False,
+    offload: int | None = None,
     source: str,
     **model: Any,
 ) -> PublishedRun:
     """A published run: ``gpus`` GPUs of ``gpu`` (a catalogue name or a published system such
     as "DGX-GB300") in ``precision``, global/micro batch ``gbs``/``mbs``, the parallel sizes
     and the pipeline layout (megatron-core's string form), the activation recompute in the
-    table's form (:func:`recompute_fields`), whether it runs Megatron-FSDP (``fsdp``); ``model``
+    table's form (:func:`recompute_fields`), whether it runs Megatron-FSDP (``fsdp``), the decoder
+    layers whose activations it offloads to the CPU (``offload``: megatron-core's
+    ``cpu_offloading_num_layers``, activations only; None: no offloading); ``model``
     holds further model fields the run sets (``moe_token_dispatcher_type="flex"``, ...). Unnamed
     sizes are megatron-core's defaults (1, no interleaving, ETP = TP, no custom layout, no
     recompute)."""
@@ -100,6 +103,11 @@ def run(
         {f"model.{field}": value for field, value in recompute_fields(recompute).items()}
     )
     changes["use_megatron_fsdp"] = fsdp
+    changes["model.cpu_offloading"] = offload is not None
+    changes["model.cpu_offloading_num_layers"] = offload or 0
+    # Upstream's performance recipes reduce gradients in 16 bits (perf_recipes/_common.py
+    # _benchmark_common and _perf_precision set grad_reduce_in_fp32 = False).
+    changes["grad_reduce_in_fp32"] = False
     changes.update({f"model.{field}": value for field, value in model.items()})
     return PublishedRun(name, canonical_precision(precision), MappingProxyType(changes), source)
 
@@ -143,7 +151,7 @@ def recompute_fields(recompute: str) -> dict[str, Any]:
     return fields
 
 
-_INT_COLUMNS = ("gpus", "gbs", "mbs", "tp", "pp", "vp", "cp", "ep", "etp")
+_INT_COLUMNS = ("gpus", "gbs", "mbs", "tp", "pp", "vp", "cp", "ep", "etp", "offload")
 
 
 def _flag(text: str) -> bool:

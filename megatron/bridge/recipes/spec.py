@@ -128,6 +128,12 @@ class RecipeSpec:
     """Userbuffers preset: "auto" (the published one for the shape), a published name, or "none"."""
     overlap: tuple[tuple[str, Any], ...] = ()
     """Further CommOverlapConfig fields (EP overlap, strict, ...), as (name, value) pairs."""
+    grad_reduce_in_fp32: bool | None = None
+    """Gradients accumulated and reduced in fp32 (True) or in the parameters' 16 bits (False);
+    None: the precision's mixed-precision preset (fp32 for every preset of :data:`PRECISIONS`).
+    A published run sets False: upstream's performance recipes reduce in 16 bits
+    (Megatron-Bridge ``perf_recipes/_common.py``: ``_benchmark_common`` and ``_perf_precision``
+    set ``grad_reduce_in_fp32 = False``)."""
     lr: float = 3e-4
     """Peak learning rate."""
     min_lr: float = 3e-5
@@ -140,8 +146,11 @@ class RecipeSpec:
         precision = canonical_precision(self.precision)
         object.__setattr__(self, "precision", precision)
         setting = PRECISIONS[precision]
+        grad_fp32 = self.grad_reduce_in_fp32
         job = self.job.replace(
-            grad_reduce_in_fp32=setting.grad_reduce_in_fp32,
+            grad_reduce_in_fp32=setting.grad_reduce_in_fp32 if grad_fp32 is None else grad_fp32,
+            fp8_param_gather=setting.quantized_params == "fp8",
+            fp4_param_gather=setting.quantized_params == "fp4",
             **{f"model.{k}": v for k, v in setting.model.items()},
         )
         if job.gpu is not None:
@@ -347,7 +356,6 @@ class RecipeSpec:
             TrainingConfig,
             default_optimizer,
         )
-        from megatron.bridge.training.mixed_precision import get_mixed_precision_config
 
         module_name, _, function_name = self.provider.partition(":")
         provider = getattr(importlib.import_module(module_name), function_name)
@@ -369,7 +377,7 @@ class RecipeSpec:
                 check_for_nan_in_grad=True,
                 use_megatron_fsdp=self.job.use_megatron_fsdp,
             ),
-            mixed_precision=get_mixed_precision_config(PRECISIONS[self.precision].mixed_precision),
+            mixed_precision=self._mixed_precision(),
             comm_overlap=self.request(),
             gpu=self.job.gpu,
             env_vars=self._env_vars(),
@@ -378,6 +386,14 @@ class RecipeSpec:
             gpu=self.job.gpu, precision=self.job.precision, env=dict(cfg.env_vars)
         )
         return cfg
+
+    def _mixed_precision(self) -> Any:
+        """The precision's mixed-precision preset, reducing gradients as the job says."""
+        from megatron.bridge.training.mixed_precision import get_mixed_precision_config
+
+        mixed = get_mixed_precision_config(PRECISIONS[self.precision].mixed_precision)
+        mixed.grad_reduce_in_fp32 = self.job.grad_reduce_in_fp32
+        return mixed
 
     def _env_vars(self) -> dict[str, str]:
         # The recipe's launch environment at its published GPU count. A request the rules refuse

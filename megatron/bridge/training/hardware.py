@@ -21,6 +21,7 @@ from megatron.bridge.training.precisions import PRECISIONS, canonical_precision
 
 __all__ = [
     "GPUS",
+    "REPORTED_SHARE",
     "SYSTEMS",
     "GpuSpec",
     "check_precision_on_gpu",
@@ -56,6 +57,16 @@ class GpuSpec:
     """GPUs sharing one NVLink domain beyond a node (GB200 NVL72: 72); None: NVLink spans a node."""
     gpus_per_node: int = 8
     """GPUs in one node (a DGX/HGX board: 8; a Grace Blackwell compute tray: 4)."""
+    memory_gb: float = 0.0
+    """HBM capacity of one GPU as NVIDIA's datasheet states it, in GB; the memory estimate plans
+    against what the device reports of it (:attr:`memory_bytes`)."""
+
+    @property
+    def memory_bytes(self) -> int:
+        """The capacity the device reports, in bytes: the datasheet's GB are binary (an H100's
+        five 16 GiB HBM3 stacks make its "80GB"), of which the device reports
+        :data:`REPORTED_SHARE`."""
+        return int(self.memory_gb * 2**30 * REPORTED_SHARE)
 
     def peak_format(self, precision: str | None) -> str:
         """The tensor-core format whose peak a precision's GEMMs reach: "BF16", "FP8" or "FP4".
@@ -105,6 +116,14 @@ class GpuSpec:
         return blackwell_or_newer(self.compute_capability[0])
 
 
+#: Share of the datasheet's binary capacity a GPU reports as its total memory (``nvidia-smi``'s
+#: Memory-Usage total, what PyTorch's allocator can reach): H100 SXM 81,559 MiB of 81,920
+#: (99.56%), B200 183,359 MiB of 184,320 (99.48%), as public ``nvidia-smi`` output of those GPUs
+#: shows. The lower share is taken for every GPU (no public total was found for GB200, B300 and
+#: GB300).
+REPORTED_SHARE = 183_359 / 184_320
+
+
 def _sm(capability: tuple[int, int]) -> str:
     return f"SM{capability[0]}{capability[1]}"
 
@@ -117,12 +136,13 @@ def _gpu(
     peaks: tuple[float, float | None, float | None],
     links: tuple[float, float],
     hbm_gb_per_s: float,
+    memory_gb: float,
     nvlink_domain: int | None = None,
     gpus_per_node: int = 8,
 ) -> GpuSpec:
     """One catalogue entry: ``peaks`` are the dense BF16, FP8 and FP4 TFLOP/s (None: no such
     tensor cores), ``links`` the NVLink and scale-out GB/s per direction, ``hbm_gb_per_s`` the
-    HBM bandwidth."""
+    HBM bandwidth, ``memory_gb`` the HBM capacity."""
     bf16, fp8, fp4 = peaks
     nvlink, network = links
     return GpuSpec(
@@ -135,14 +155,17 @@ def _gpu(
         nvlink_gb_per_s=nvlink,
         network_gb_per_s=network,
         hbm_gb_per_s=hbm_gb_per_s,
+        memory_gb=memory_gb,
         nvlink_domain=nvlink_domain,
         gpus_per_node=gpus_per_node,
     )
 
 
-def _nvl72(chip: GpuSpec, name: str, peaks: tuple[float, float, float]) -> GpuSpec:
-    """``chip`` in an NVL72 rack at a higher power limit: its own dense peaks, the chip's presets,
-    links and HBM, one 72-GPU NVLink domain, 4 GPUs a compute tray."""
+def _nvl72(
+    chip: GpuSpec, name: str, peaks: tuple[float, float, float], *, memory_gb: float
+) -> GpuSpec:
+    """``chip`` in an NVL72 rack at a higher power limit: its own dense peaks and HBM capacity,
+    the chip's presets, links and HBM bandwidth, one 72-GPU NVLink domain, 4 GPUs a tray."""
     return _gpu(
         name,
         chip.compute_capability,
@@ -150,6 +173,7 @@ def _nvl72(chip: GpuSpec, name: str, peaks: tuple[float, float, float]) -> GpuSp
         peaks=peaks,
         links=(chip.nvlink_gb_per_s, chip.network_gb_per_s),
         hbm_gb_per_s=chip.hbm_gb_per_s,
+        memory_gb=memory_gb,
         nvlink_domain=72,
         gpus_per_node=4,
     )
@@ -195,9 +219,23 @@ def _nvl72(chip: GpuSpec, name: str, peaks: tuple[float, float, float]) -> GpuSp
 #: - GB200 NVL72: 8 TB/s HBM3e (GB200 NVL72 datasheet: 576 TB/s over 72 GPUs).
 #: - B300: 8 TB/s HBM3e (HGX B300 datasheet: 64 TB/s for 8 GPUs).
 #: - GB300 NVL72: 8 TB/s HBM3e (GB300 NVL72 datasheet: 576 TB/s over 72 GPUs).
+#: HBM capacity per GPU (datasheets' "GPU memory"; a system's figure over its GPUs):
+#: - A100 80GB SXM: 80 GB HBM2e (NVIDIA A100 datasheet).
+#: - H100 SXM: 80 GB HBM3 (H100 datasheet).
+#: - H200 SXM: 141 GB HBM3e (H200 datasheet).
+#: - B200: 180 GB HBM3e (DGX B200 datasheet: 1,440 GB total GPU memory for 8 GPUs).
+#: - GB200 NVL72: 186 GB HBM3e (GB200 NVL72 datasheet: 13.4 TB HBM3e over 72 GPUs).
+#: - B300: 288 GB HBM3e (DGX B300 datasheet: 2.3 TB total GPU memory for 8 GPUs).
+#: - GB300 NVL72: 288 GB HBM3e (GB300 NVL72 datasheet: up to 20.7 TB HBM3e over 72 GPUs).
 #: Compute capabilities: CUDA's table (A100 8.0, H100/H200 9.0, B200/GB200 10.0, B300/GB300 10.3).
 _H100 = _gpu(
-    "h100", (9, 0), "h100", peaks=(989.0, 1979.0, None), links=(450.0, 50.0), hbm_gb_per_s=3350.0
+    "h100",
+    (9, 0),
+    "h100",
+    peaks=(989.0, 1979.0, None),
+    links=(450.0, 50.0),
+    hbm_gb_per_s=3350.0,
+    memory_gb=80.0,
 )
 _B200 = _gpu(
     "b200",
@@ -206,6 +244,7 @@ _B200 = _gpu(
     peaks=(2250.0, 4500.0, 9000.0),
     links=(900.0, 50.0),
     hbm_gb_per_s=8000.0,
+    memory_gb=180.0,
 )
 # Blackwell Ultra (SM103): the B200's BF16/FP8 peaks, NVLink and HBM bandwidth; its own FP4
 # peak and ConnectX-8 NIC.
@@ -215,6 +254,7 @@ _B300 = dataclasses.replace(
     compute_capability=(10, 3),
     peak_fp4_tflops=13500.0,
     network_gb_per_s=100.0,
+    memory_gb=288.0,
 )
 
 GPUS: Mapping[str, GpuSpec] = MappingProxyType(
@@ -228,16 +268,17 @@ GPUS: Mapping[str, GpuSpec] = MappingProxyType(
                 peaks=(312.0, None, None),
                 links=(300.0, 25.0),
                 hbm_gb_per_s=2039.0,
+                memory_gb=80.0,
             ),
             _H100,
             # The H100 chip with more and faster memory: the same tensor cores, NVLink and NIC.
-            dataclasses.replace(_H100, name="h200", hbm_gb_per_s=4800.0),
+            dataclasses.replace(_H100, name="h200", hbm_gb_per_s=4800.0, memory_gb=141.0),
             _B200,
             # The B200 chip at a higher power limit, in a 72-GPU NVLink domain, 4 GPUs a tray.
-            _nvl72(_B200, "gb200", peaks=(2500.0, 5000.0, 10000.0)),
+            _nvl72(_B200, "gb200", peaks=(2500.0, 5000.0, 10000.0), memory_gb=186.0),
             _B300,
             # The B300 chip at a higher power limit, in a 72-GPU NVLink domain, 4 GPUs a tray.
-            _nvl72(_B300, "gb300", peaks=(2500.0, 5000.0, 15000.0)),
+            _nvl72(_B300, "gb300", peaks=(2500.0, 5000.0, 15000.0), memory_gb=288.0),
         )
     }
 )

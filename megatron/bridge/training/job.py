@@ -244,6 +244,20 @@ class ModelDescription:
     """Modules recomputed under selective recompute (None: megatron-core's core_attn)."""
     mtp_num_layers: int | None = None
     """Multi-token-prediction layers."""
+    cpu_offloading: bool = False
+    """Offload the activations (and with cpu_offloading_weights the weights) of the first
+    cpu_offloading_num_layers layers to the CPU (megatron-core's ModelParallelConfig)."""
+    cpu_offloading_num_layers: int = 0
+    """Layers whose activations are offloaded with cpu_offloading."""
+    cpu_offloading_activations: bool = True
+    """cpu_offloading moves the layers' activations."""
+    cpu_offloading_weights: bool = False
+    """cpu_offloading moves the layers' weights."""
+    cross_entropy_loss_fusion: bool = False
+    """The loss runs in a fused cross-entropy kernel (cross_entropy_fusion_impl's)."""
+    cross_entropy_fusion_impl: str = "native"
+    """The fused cross entropy: native (megatron-core's, fp32) or te (Transformer Engine's,
+    which writes its gradient into the 16-bit logits)."""
     gradient_accumulation_fusion: bool = False
     """Weight-gradient GEMMs accumulate into main_grad directly."""
     cuda_graph_impl: str = "none"
@@ -356,7 +370,19 @@ class JobDescription:
     num_buckets: int | None = None
     """DDP bucket count set on the DDP config (exclusive with bucket_size in megatron-core)."""
     grad_reduce_in_fp32: bool = False
-    """Gradients are reduced in fp32."""
+    """Gradients are reduced in fp32 (the main-gradient buffer is fp32; else the parameters'
+    16-bit dtype)."""
+    fp8_param_gather: bool = False
+    """Parameters are kept in FP8 (DDP config's ``fp8_param_gather``: Transformer Engine's FP8
+    primary weights, gathered in FP8); else in 16 bits, with FP8 copies cast for the GEMMs."""
+    fp4_param_gather: bool = False
+    """Parameters are kept in FP4 (DDP config's ``fp4_param_gather``, NVFP4 primary weights)."""
+    optimizer_cpu_offload: bool = False
+    """The optimizer's fp32 state and main weights live partly in CPU memory (OptimizerConfig's
+    ``optimizer_cpu_offload``)."""
+    optimizer_offload_fraction: float = 0.0
+    """Share of the optimizer state offloaded to the CPU with ``optimizer_cpu_offload``
+    (OptimizerConfig's ``optimizer_offload_fraction``)."""
     te_available: bool = True
     """Transformer Engine imports where the job runs."""
     te_reason: str = ""

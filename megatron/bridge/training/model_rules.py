@@ -155,6 +155,36 @@ def _check_half_precision(*, bf16: bool, fp16: bool) -> None:
         )
 
 
+def _check_cpu_offloading(
+    *,
+    cpu_offloading: bool,
+    cpu_offloading_num_layers: int,
+    num_layers: int | None,
+    pipeline_model_parallel_size: int,
+    recompute_granularity: str | None,
+) -> None:
+    # Mirrors transformer_config.py TransformerConfig.__post_init__: offloaded layers below
+    # num_layers, no pipeline parallelism, no activation recompute.
+    if not cpu_offloading:
+        return
+    if num_layers is not None and not 0 <= cpu_offloading_num_layers < num_layers:
+        raise ValueError(
+            f"cpu_offloading_num_layers={cpu_offloading_num_layers}: megatron-core offloads "
+            f"fewer layers than num_layers={num_layers}; set it between 0 and {num_layers - 1}."
+        )
+    if pipeline_model_parallel_size > 1:
+        raise ValueError(
+            f"cpu_offloading=True with pipeline_model_parallel_size={pipeline_model_parallel_size}:"
+            " megatron-core offloads activations only without pipeline parallelism; set "
+            "cpu_offloading=False or PP to 1."
+        )
+    if recompute_granularity is not None:
+        raise ValueError(
+            f"cpu_offloading=True with recompute_granularity={recompute_granularity!r}: "
+            "megatron-core does not offload with activation recompute; choose one."
+        )
+
+
 def _check_fp8_recipe(*, fp8: str | None, fp8_recipe: str) -> None:
     # Mirrors transformer_config.py TransformerConfig.__post_init__: fp8_recipe='custom' needs
     # fp8_quantizer_factory.
@@ -777,6 +807,13 @@ def check_model(model: ModelDescription, *, te_version: str | None = None) -> No
         te_version=te_version,
     )
 
+    _check_cpu_offloading(
+        cpu_offloading=m.cpu_offloading,
+        cpu_offloading_num_layers=m.cpu_offloading_num_layers,
+        num_layers=m.num_layers,
+        pipeline_model_parallel_size=m.pipeline_model_parallel_size,
+        recompute_granularity=m.recompute_granularity,
+    )
     _check_recompute(
         recompute_granularity=m.recompute_granularity,
         recompute_method=m.recompute_method,

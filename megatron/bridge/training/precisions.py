@@ -68,6 +68,9 @@ class PrecisionSetting:
     """The oldest GPU (compute capability) that trains in it."""
     below_compute_capability: tuple[int, int] | None = None
     """The first compute capability that no longer trains in it (None: every newer one does)."""
+    quantized_params: Literal["fp8", "fp4"] | None = None
+    """The format its preset keeps the parameters in (``fp8_param_gather`` / ``fp4_param_gather``
+    of the preset; None: 16-bit parameters)."""
 
 
 def _fields(
@@ -113,6 +116,7 @@ PRECISIONS: Mapping[str, PrecisionSetting] = MappingProxyType(
             "fp8",
             "fp8",
             _FP8,
+            quantized_params="fp8",
         ),
         "fp8_cs": PrecisionSetting(
             "bf16_with_fp8_current_scaling_mixed",
@@ -122,6 +126,7 @@ PRECISIONS: Mapping[str, PrecisionSetting] = MappingProxyType(
             "fp8",
             "fp8",
             _FP8,
+            quantized_params="fp8",
         ),
         "fp8_sc": PrecisionSetting(
             "bf16_with_fp8_subchannel_scaling_mixed",
@@ -140,9 +145,17 @@ PRECISIONS: Mapping[str, PrecisionSetting] = MappingProxyType(
             "fp8",
             "fp8",
             *_MXFP8,
+            quantized_params="fp8",
         ),
         "nvfp4": PrecisionSetting(
-            "bf16_with_nvfp4_mixed", _fields(fp4="e2m1"), True, "NVFP4", "fp8", "fp4", _NVFP4
+            "bf16_with_nvfp4_mixed",
+            _fields(fp4="e2m1"),
+            True,
+            "NVFP4",
+            "fp8",
+            "fp4",
+            _NVFP4,
+            quantized_params="fp4",
         ),
     }
 )

@@ -240,6 +240,7 @@ LIMITS: Mapping[str, Limit] = MappingProxyType(
         "model.moe_latent_size": Limit(1, _WIDTH, _WIDE),
         "model.recompute_num_layers": Limit(1, _LAYERS, _DEEP),
         "model.mtp_num_layers": Limit(0, _LAYERS, _DEEP),
+        "model.cpu_offloading_num_layers": Limit(0, _LAYERS, _DEEP),
         "micro_batch_size": Limit(1, 2**16, "samples per micro-batch"),
         "global_batch_size": Limit(
             1, _TOKENS, "samples per step; published runs take some 10^3 to 10^4"

@@ -182,6 +182,12 @@ def describe_configs(
         ),
         num_buckets=ddp_config.num_buckets if megatron_ddp else None,
         grad_reduce_in_fp32=bool(getattr(ddp_config, "grad_reduce_in_fp32", False)),
+        fp8_param_gather=bool(getattr(ddp_config, "fp8_param_gather", False)),
+        fp4_param_gather=bool(getattr(ddp_config, "fp4_param_gather", False)),
+        optimizer_cpu_offload=bool(getattr(optimizer_config, "optimizer_cpu_offload", False)),
+        optimizer_offload_fraction=float(
+            getattr(optimizer_config, "optimizer_offload_fraction", 0.0) or 0.0
+        ),
         te_available=te.available,
         te_reason=te.reason,
         te_version=te.version,

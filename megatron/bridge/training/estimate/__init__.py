@@ -19,9 +19,12 @@ The parts, lowest first: ``model_cost`` (:class:`ModelCost`: FLOPs and parameter
 model), ``accuracy`` (how sure the estimate is: the error measured on published rows of the
 model's family, read from ``accuracy.json``), ``result`` (:class:`StepCost`, :class:`CommEntry`, :class:`Estimate` and their
 rendering), ``stage`` (the busiest pipeline stage), ``comm`` (bytes per parallelism and their
-link times), ``step`` (:func:`estimate_step`). Pure arithmetic: importing it loads no torch.
+link times), ``step`` (:func:`estimate_step`); ``memory`` (:func:`estimate_memory`: memory per GPU
+of the busiest pipeline rank by part, against the GPU's capacity). Pure arithmetic: importing it
+loads no torch.
 """
 
+from megatron.bridge.training.estimate.memory import MemoryEstimate, estimate_memory
 from megatron.bridge.training.estimate.model_cost import ModelCost
 from megatron.bridge.training.estimate.result import CP_RING as CP_RING
 from megatron.bridge.training.estimate.result import CommEntry, Estimate, Link, StepCost
@@ -31,7 +34,9 @@ __all__ = [
     "CommEntry",
     "Estimate",
     "Link",
+    "MemoryEstimate",
     "ModelCost",
     "StepCost",
+    "estimate_memory",
     "estimate_step",
 ]

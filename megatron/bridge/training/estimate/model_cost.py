@@ -671,6 +671,124 @@ class ModelCost:
             dense += shared * (self._mlp_matrices - 1) * h // tp_size + shared * h // tp_size
         return dense, expert
 
+    # --- layers by block, for the memory estimate -----------------------------------------------
+
+    def layer_blocks(self) -> tuple[str, ...]:
+        """The blocks of each decoder layer, one string per layer, in hybrid-pattern symbols.
+
+        A transformer layer is its attention (``*``, or ``+`` with multi_latent_attention) and
+        its MLP (``-``) or MoE (``E``) by moe_layer_pattern; a hybrid model's layer is its
+        pattern symbol (megatron-core's HybridModel builds one block a layer).
+        """
+        m = self.model
+        if m.hybrid_layer_pattern is not None:
+            return tuple(parse_hybrid_pattern(m.hybrid_layer_pattern).main)
+        attention = _MLA if m.multi_latent_attention else _ATTENTION
+        return tuple(attention + (_MOE if moe else _MLP) for moe in m.moe_layer_pattern)
+
+    def mtp_blocks(self) -> str:
+        """The blocks of one multi-token-prediction layer: a hybrid model's MTP pattern, or a
+        transformer layer whose MLP is MoE when the last decoder layer's is (megatron-core's
+        ``get_gpt_mtp_block_spec`` reuses the last layer's spec); empty without MTP."""
+        m = self.model
+        if self.mtp_layers == 0:
+            return ""
+        if m.hybrid_layer_pattern is not None:
+            return parse_hybrid_pattern(m.hybrid_layer_pattern).mtp or _ATTENTION + _MLP
+        return self.layer_blocks()[-1]
+
+    @property
+    def mamba_inner(self) -> int:
+        """Mamba: the mixer's inner width, heads x head_dim (default heads: 2h / head_dim)."""
+        m = self.model
+        heads = m.mamba_num_heads or 2 * m.hidden_size // m.mamba_head_dim
+        return heads * m.mamba_head_dim
+
+    def block_params(
+        self, symbol: str, *, tp_size: int = 1, ep_size: int = 1, etp_size: int | None = None
+    ) -> tuple[int, int]:
+        """(dense, expert) parameters one GPU holds of one block, by its hybrid-pattern symbol.
+
+        Each block counts its pre-norm. TP splits the column- and row-parallel weights (and the
+        column-parallel biases); norms, row-parallel biases, the router and MLA's down-projections
+        (megatron-core builds them ``duplicated``) are whole on every TP rank. Routed experts
+        are split over EP (whole experts) and ETP. ``*`` and ``D`` are GQA/MHA attention (with
+        the output gate when attention_output_gate); ``+`` MLA (megatron-core's
+        ``MLASelfAttention``: the query down-projection to q_lora_rank with its norm and
+        up-projection, or one full-rank query projection; the key/value down-projection to
+        kv_lora_rank plus the rotary key, its norm and up-projection; the output projection);
+        ``M`` a Mamba mixer (in_proj to z, x, B, C and dt; conv1d; A, D and dt bias per head;
+        the gated norm; out_proj); ``G`` a gated delta net (megatron-core's linear_* defaults);
+        ``-`` a dense MLP; ``E`` an MoE layer (router, routed and shared experts, the latent
+        projections with moe_latent_size).
+        """
+        m = self.model
+        h, tp = m.hidden_size, tp_size
+        bias = 1 if m.add_bias_linear else 0
+        norm = self._norm_params()
+        if symbol in (_ATTENTION, "D"):
+            q, kv = self.query_width, self.kv_width
+            qkv_bias = 1 if m.attention_bias else 0
+            gate = q * h // tp if m.attention_output_gate else 0
+            return norm + (q + 2 * kv) * (h + qkv_bias) // tp + q * h // tp + bias * h + gate, 0
+        if symbol == _MLA:
+            n, rope = m.num_attention_heads, m.qk_pos_emb_head_dim
+            qk = m.qk_head_dim + rope
+            if m.q_lora_rank is None:
+                query = h * n * qk // tp
+            else:
+                query = h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * n * qk // tp
+            kv = h * (m.kv_lora_rank + rope) + m.kv_lora_rank
+            kv += m.kv_lora_rank * n * (m.qk_head_dim + m.v_head_dim) // tp
+            return norm + query + kv + n * m.v_head_dim * h // tp + bias * h, 0
+        if symbol == _MAMBA:
+            d_in = self.mamba_inner
+            heads = d_in // m.mamba_head_dim
+            bc = 2 * m.mamba_num_groups * m.mamba_state_dim
+            in_proj = h * (2 * d_in + bc + heads) // tp
+            conv = (d_in + bc) * (_MAMBA_CONV_KERNEL + 1) // tp
+            return norm + in_proj + conv + 3 * heads // tp + d_in // tp + d_in * h // tp, 0
+        if symbol == _GDN:
+            qk, v = _GDN_QK_HEAD_DIM * _GDN_QK_HEADS, _GDN_V_HEAD_DIM * _GDN_V_HEADS
+            in_proj = h * (2 * qk + 2 * v + 2 * _GDN_V_HEADS) // tp
+            conv = _GDN_CONV_KERNEL * (2 * qk + v) // tp
+            return norm + in_proj + conv + v * h // tp + 2 * _GDN_V_HEADS // tp, 0
+        if symbol == _MLP:
+            ffn = m.ffn_size
+            return norm + ffn * (self._mlp_matrices - 1) * (h + bias) // tp + ffn * h // tp + (
+                bias * h
+            ), 0
+        if symbol == _MOE:
+            etp = tp if etp_size is None else etp_size
+            token = m.moe_latent_size or h
+            width = m.moe_ffn_hidden_size or m.ffn_size
+            one = width * (self._mlp_matrices - 1) * (token + bias) // etp + width * token // etp
+            expert = (one + bias * token) * (m.num_moe_experts or 0) // ep_size
+            dense = norm + h * (m.num_moe_experts or 0)  # router, replicated
+            shared = m.moe_shared_expert_intermediate_size or 0
+            dense += shared * (self._mlp_matrices - 1) * h // tp + shared * h // tp
+            if m.moe_latent_size is not None:
+                dense += 2 * h * m.moe_latent_size  # down- and up-projection, replicated
+            return dense, expert
+        raise ValueError(
+            f"unknown layer block {symbol!r}; expected one of {sorted(_LAYER_SYMBOLS)}"
+        )
+
+    def mtp_params(
+        self, tp_size: int = 1, *, ep_size: int = 1, etp_size: int | None = None
+    ) -> tuple[int, int]:
+        """(dense, expert) parameters of one multi-token-prediction layer on one GPU: its
+        blocks (:meth:`mtp_blocks`), the norms of the embedding and the hidden state, the
+        h x 2h projection of their concatenation (column-parallel) and its final norm
+        (megatron-core's ``MultiTokenPredictionLayer``); it shares the embedding and the output
+        layer."""
+        dense = 3 * self._norm_params() + 2 * self.model.hidden_size**2 // tp_size
+        expert = 0
+        for symbol in self.mtp_blocks():
+            d, e = self.block_params(symbol, tp_size=tp_size, ep_size=ep_size, etp_size=etp_size)
+            dense, expert = dense + d, expert + e
+        return dense, expert
+
     def embedding_params(self, tp_size: int = 1) -> int:
         """Parameters one GPU of the first stage holds for the embeddings."""
         params = self.padded_vocab(tp_size) * self.model.hidden_size // tp_size
@@ -722,7 +840,9 @@ _FORWARD_AND_BACKWARD = 3
 _ROTARY = frozenset({"rope", "yarn", "mrope"})
 
 # Layer symbols of megatron-core's hybrid pattern (``hybrid_layer_allocation.Symbols``).
-_MAMBA, _GDN, _ATTENTION, _MLP, _MOE = "M", "G", "*", "-", "E"
+_MAMBA, _GDN, _ATTENTION, _MLP, _MOE, _MLA = "M", "G", "*", "-", "E", "+"
+# megatron-core MambaMixer's conv1d kernel (d_conv default 4).
+_MAMBA_CONV_KERNEL = 4
 _LAYER_SYMBOLS = frozenset("MG*D+-E")
 _PIPE, _MTP_SEPARATOR = "|", "/"
 

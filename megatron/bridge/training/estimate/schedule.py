@@ -40,7 +40,15 @@ import bisect
 import math
 from dataclasses import dataclass, field
 
-__all__ = ["GradStream", "LayerStream", "ParamStream", "ScheduleInput", "StreamTime", "simulate"]
+__all__ = [
+    "GradStream",
+    "LayerStream",
+    "ParamStream",
+    "ScheduleInput",
+    "StreamTime",
+    "schedule_order",
+    "simulate",
+]
 
 
 @dataclass(frozen=True)
@@ -152,14 +160,35 @@ class _Segment:
 
 def _order(inp: ScheduleInput) -> tuple[list[int], list[int], int]:
     """Forward and backward chunk ids in schedule order, and the warmup forwards."""
-    m, v, p, r = inp.micro_batches, inp.vpp, inp.pp, inp.rank
+    return schedule_order(
+        micro_batches=inp.micro_batches,
+        vpp=inp.vpp,
+        pp=inp.pp,
+        rank=inp.rank,
+        ep_overlap=inp.ep_overlap,
+    )
+
+
+def schedule_order(
+    *, micro_batches: int, vpp: int, pp: int, rank: int, ep_overlap: bool
+) -> tuple[list[int], list[int], int]:
+    """The model chunk of each forward and of each backward of pipeline ``rank``, in the order
+    megatron-core's schedules run them, and the forwards before the first backward (warmup).
+
+    ``pipeline_parallel/schedules.py``: 1F1B warms up with PP - rank - 1 forwards; the
+    interleaved schedule with (PP - rank - 1) x 2 + (VPP - 1) x PP, taking PP micro-batches
+    through a chunk before the next (``microbatch_group_size_per_vp_stage`` = PP); the combined
+    1F1B of EP overlap runs one forward more before its first pair. After the warmup each
+    forward is followed by one backward.
+    """
+    m, v, p, r = micro_batches, vpp, pp, rank
     total = m * v
     fwd = [(k // p) % v if v > 1 else 0 for k in range(total)]
     bwd = [v - 1 - (k // p) % v if v > 1 else 0 for k in range(total)]
     if p == 1:
-        warmup = 1 if inp.ep_overlap else 0
+        warmup = 1 if ep_overlap else 0
     elif v > 1:
-        warmup = (p - r - 1) * 2 + (v - 1) * p + (1 if inp.ep_overlap else 0)
+        warmup = (p - r - 1) * 2 + (v - 1) * p + (1 if ep_overlap else 0)
     else:
         warmup = p - r - 1
     return fwd, bwd, min(warmup, total)

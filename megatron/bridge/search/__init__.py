@@ -1,0 +1,23 @@
+"""``bridge-overlap search``: which layouts of a model fit a GPU, and which is fastest.
+
+Given a model (a recipe, or the model flags ``explain`` takes), a GPU, a precision, one or more
+world sizes and a global batch size, the search enumerates the layouts megatron-core accepts
+(TP, PP, VPP, CP, EP, ETP, micro-batch size, recompute, distributed optimizer or Megatron-FSDP,
+uneven first and last pipeline stages), keeps those that fit by the memory estimate, plans
+their overlap as ``explain`` does and ranks them by predicted tokens/s/GPU.
+
+The parts, one file each:
+
+- ``space``: the layouts (:func:`~.space.layouts`), checked by the project's layout rules;
+- ``fit``: the memory of a planned layout and the cheap floors before planning;
+- ``bound``: an upper bound on a layout's predicted throughput, to skip what cannot rank;
+- ``engine``: the search itself (:func:`search`, :class:`SearchResult`);
+- ``report``: the text and the JSON document of a result;
+- ``plot``: the picture, predicted throughput against memory per GPU (the ``plot`` extra).
+
+Pure arithmetic: importing it loads neither torch nor megatron-core.
+"""
+
+from megatron.bridge.search.engine import Candidate, SearchResult, search
+
+__all__ = ["Candidate", "SearchResult", "search"]

@@ -1,0 +1,113 @@
+"""An upper bound on a planned layout's predicted tokens/s/GPU, without laying its step out
+(:func:`throughput_ceiling`).
+
+The step estimate lays the busiest stage's micro-batches out on megatron-core's schedule
+(``estimate.schedule.simulate``): the step starts with the pipeline bubble, ``(PP - 1)`` times
+one segment's forward and backward, then runs every segment (micro-batches x model chunks).
+Each segment lasts its compute plus what its in-layer communication exposes, and a stream
+hides at most its ``hideable`` share of its seconds. Hence, summed over the segments::
+
+    step >= compute x (1 + (PP - 1) / segments) + TP x (1 / TP) + EP x (1 - EP share)
+
+- compute: the executed FLOPs (model FLOPs plus the recomputed forwards) at the GPU's dense peak
+  of the compute dtype times the achievable fraction (core attention and scans run at or below
+  that peak), plus the memory-bound kernels' bytes at the HBM peak, plus the grouped GEMMs' and
+  Mamba scans' time beyond their FLOPs (the estimate's own kernel term);
+- TP: its collectives' seconds at link peak (``comm.tp_transfers`` priced by ``comm.price``);
+  TP overlap hides at most (TP - 1) / TP of them;
+- EP: the all-to-alls' seconds; EP overlap hides at most ``EP_OVERLAP.hidden_share`` of them.
+
+Both shares are taken as if the overlap were on, so the bound holds whatever the plan decided.
+tokens / step / world size then bounds the prediction from above. The search costs layouts best
+bound first and skips those whose bound is below what they must beat: a skipped layout could
+not have ranked there. ``tests/unit_tests/test_search_bound.py`` holds the bound to the estimate
+on every layout of small searches.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING
+
+from megatron.bridge.training.estimate.comm import ep_transfers, price, tp_transfers
+from megatron.bridge.training.estimate.efficiency import EP_OVERLAP, achievable_fraction
+from megatron.bridge.training.estimate.model_cost import ModelCost
+from megatron.bridge.training.estimate.stage import busiest_stage
+
+# The estimate's kernel term itself, not a copy of it: the bound must add exactly what the step
+# adds to the compute.
+from megatron.bridge.training.estimate.step import _kernel_seconds
+from megatron.bridge.training.hardware import gpu_spec
+from megatron.bridge.training.job import ModelDescription
+
+if TYPE_CHECKING:
+    from megatron.bridge.training.comm_overlap import OverlapPlan
+
+__all__ = ["throughput_ceiling"]
+
+
+@functools.lru_cache(maxsize=1024)
+def _cost(model: ModelDescription) -> ModelCost:
+    return ModelCost(model)
+
+
+def throughput_ceiling(
+    plan: OverlapPlan, *, gpus_per_node: int | None = None, nvlink_domain: int | None = None
+) -> float:
+    """An upper bound on ``estimate_step(plan, ...)``'s tokens/s/GPU (see the module docstring);
+    the options are ``estimate_step``'s. ``ValueError`` where the job lacks what the estimate
+    needs."""
+    job = plan.job
+    if job.gpu is None or job.micro_batch_size is None:
+        raise ValueError("the throughput bound needs the job's GPU and micro-batch size")
+    gpu = gpu_spec(job.gpu)
+    micro_batches = job.micro_batches
+    mbs = job.micro_batch_size
+    cost = _cost(job.model)
+    stage = busiest_stage(job, cost, micro_batch_size=mbs, micro_batches=micro_batches)
+    dp = job.dp_size
+    tokens = micro_batches * mbs * dp * job.model.seq_length
+    executed = (
+        tokens
+        / dp
+        * (stage.flops_per_token + stage.recompute_flops_per_token)
+        / (job.tp_size * job.cp_size)
+    )
+    fraction = achievable_fraction(gpu.name, job.compute_dtype).fraction
+    rate = gpu.peak_tflops(job.compute_dtype) * 1e12 * fraction
+    segments = micro_batches * stage.vpp
+    # The memory-bound kernels' bytes at the HBM peak, over the tokens of one CP rank (the
+    # stage's bytes per token are per TP rank already), as the estimate adds them.
+    moved = (
+        tokens
+        / dp
+        / job.cp_size
+        * (stage.elementwise_bytes_per_token + stage.recompute_elementwise_bytes_per_token)
+    )
+    # The grouped GEMMs' and Mamba scans' time beyond their FLOPs: the estimate's own term,
+    # on the same tokens (one GPU's, split over TP and CP).
+    kernels = _kernel_seconds(
+        job,
+        gpu,
+        cost,
+        stage,
+        tokens=tokens / dp / (job.tp_size * job.cp_size),
+        fraction=fraction,
+        ssm_scan_fraction=None,
+    )
+    compute = executed / rate + moved / (gpu.hbm_gb_per_s * 1e9) + kernels.total
+    step = compute * (1 + (job.pp_size - 1) / segments)
+    # estimate_step's NVLink domain.
+    domain = nvlink_domain or gpu.nvlink_domain or gpus_per_node or gpu.gpus_per_node
+    entries, _ = price(
+        [*tp_transfers(job, stage), *ep_transfers(job, stage)],
+        plan=plan,
+        gpu=gpu,
+        nvlink_domain=domain,
+    )
+    for entry in entries:
+        if entry.mode == "tp":
+            step += entry.seconds_at_link_peak / job.tp_size
+        elif entry.mode == "ep":
+            step += entry.seconds_at_link_peak * (1 - EP_OVERLAP.hidden_share)
+    return tokens / step / job.world_size
