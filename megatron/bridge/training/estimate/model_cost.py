@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 
 from megatron.bridge.training.job import ModelDescription
+from megatron.bridge.training.megatron_core_support import DSV4_HYBRID
 from megatron.bridge.training.model_rules import check_moe_layer_pattern
 
 __all__ = ["HybridPattern", "ModelCost", "parse_hybrid_pattern"]
@@ -132,6 +133,8 @@ class ModelCost:
         """
         m = self.model
         h, n = m.hidden_size, m.num_attention_heads
+        if self._dsv4_hybrid:
+            return 6 * self._dsv4_projection_weights(index) + self._core_flops(index)
         if m.multi_latent_attention:
             # The down-projections (none for full-rank queries), the up-projections with their
             # latent norms, the rotary key projection and the output projection.
@@ -157,6 +160,8 @@ class ModelCost:
         h, n = m.hidden_size, m.num_attention_heads
         qk = m.qk_head_dim + m.qk_pos_emb_head_dim
         q_up = h * n * qk if m.q_lora_rank is None else m.q_lora_rank * (n * qk + 1)
+        if self._dsv4_hybrid:
+            return q_up  # one key/value head projected straight from the hidden state
         return q_up + m.kv_lora_rank * (n * (m.qk_head_dim + m.v_head_dim) + 1)
 
     def _core_flops(self, index: int | None) -> float:
@@ -169,6 +174,8 @@ class ModelCost:
         """
         m = self.model
         s = m.seq_length
+        if self._dsv4_hybrid:
+            return self._dsv4_core_flops(index)
         if m.multi_latent_attention:
             n = m.num_attention_heads
             return 6 * (
@@ -319,6 +326,9 @@ class ModelCost:
 
     def _check_attention_variant(self) -> None:
         variant = self.model.experimental_attention_variant
+        if variant == _DSV4_HYBRID and self.model.hybrid_layer_pattern is None:
+            self._check_dsv4_fields()
+            return
         if variant is not None and self.model.hybrid_layer_pattern is None:
             raise ValueError(
                 f"The FLOPs of experimental_attention_variant={variant!r} need that variant's "
@@ -327,6 +337,100 @@ class ModelCost:
                 "sliding windows and hybrid layer patterns. Leave the variant unset to count "
                 "the layers as the plain attention they replace."
             )
+
+    # --- DeepSeek-V4 hybrid attention (upstream ``transformer_flops``, its dsv4_hybrid branch) --
+    #
+    # Every layer projects queries through q_lora_rank (with its norm), one key/value head of
+    # v_head_dim straight from the hidden state (with its norm), and the output through a
+    # grouped low-rank projection: heads x v_head_dim -> o_lora_rank, then o_groups x
+    # o_lora_rank -> hidden. Its core attention depends on the layer's compression ratio
+    # (csa_compress_ratios, decoder then MTP layers): 0 attends over the sliding window
+    # (csa_window_size) alone; 128 adds the keys compressed 128-fold, a compressor projection
+    # (hidden -> v_head_dim) and a core term growing with the sequence (heads x v_head_dim / 128
+    # per key); 4 adds the top-k of the keys compressed 4-fold that the DSA indexer picks, a
+    # compressor projection (hidden -> 2 v_head_dim), the indexer's projections and its dense
+    # scoring over the compressed keys. Each is a forward multiply-add count per token; training
+    # FLOPs are 3 x 2 times it.
+
+    @property
+    def _dsv4_hybrid(self) -> bool:
+        return (
+            self.model.experimental_attention_variant == _DSV4_HYBRID
+            and self.model.hybrid_layer_pattern is None
+        )
+
+    def _check_dsv4_fields(self) -> None:
+        """``ValueError`` naming the field when a DeepSeek-V4 attention field the FLOPs read is
+        missing or out of range (upstream raises for the same ones)."""
+        m = self.model
+        if not m.multi_latent_attention:
+            raise ValueError(
+                f"experimental_attention_variant={_DSV4_HYBRID!r} is a multi-latent attention "
+                "variant: set multi_latent_attention=True (--multi-latent-attention)."
+            )
+        for name in ("q_lora_rank", "o_lora_rank", "csa_compress_ratios"):
+            if getattr(m, name) is None:
+                raise ValueError(
+                    f"experimental_attention_variant={_DSV4_HYBRID!r} needs {name}; set it in "
+                    "the job description."
+                )
+        ratios = m.csa_compress_ratios
+        expected = m.num_layers + self.mtp_layers
+        if len(ratios) != expected:
+            raise ValueError(
+                f"csa_compress_ratios has {len(ratios)} entries; it needs one per layer, "
+                f"num_layers + MTP layers = {expected}."
+            )
+        unknown = sorted(set(ratios) - set(_DSV4_RATIOS))
+        if unknown:
+            raise ValueError(
+                f"csa_compress_ratios holds {unknown}; each entry is one of {list(_DSV4_RATIOS)}."
+            )
+        if _CSA in ratios:
+            for name in ("dsa_indexer_n_heads", "dsa_indexer_head_dim", "dsa_indexer_topk"):
+                if getattr(m, name) is None:
+                    raise ValueError(
+                        f"csa_compress_ratios has ratio-{_CSA} layers, which run the DSA "
+                        f"indexer: set {name}."
+                    )
+
+    def _dsv4_ratio(self, index: int | None) -> int:
+        """The compression ratio of layer ``index`` (decoder then MTP layers)."""
+        return self.model.csa_compress_ratios[index]
+
+    def _dsv4_projection_weights(self, index: int) -> float:
+        """Forward multiply-adds per token of layer ``index``'s attention GEMMs: the query,
+        key/value and grouped output projections, the compressor and the DSA indexer's."""
+        m = self.model
+        h, n, v = m.hidden_size, m.num_attention_heads, m.v_head_dim
+        q = m.q_lora_rank * (h + n * (m.qk_head_dim + m.qk_pos_emb_head_dim) + 1)
+        kv = h * v + v
+        out = n * v * m.o_lora_rank + m.o_groups * m.o_lora_rank * h
+        ratio = self._dsv4_ratio(index)
+        if ratio == _HCA:
+            return q + kv + out + 2 * h * v
+        if ratio == _CSA:
+            heads, dim = m.dsa_indexer_n_heads, m.dsa_indexer_head_dim
+            indexer = 2 * h * 2 * dim + m.q_lora_rank * heads * dim + h * heads
+            return q + kv + out + 2 * h * 2 * v + indexer
+        return q + kv + out
+
+    def _dsv4_core_flops(self, index: int | None) -> float:
+        """Training FLOPs per token of layer ``index``'s sparse attention: the sliding window,
+        the compressed keys it attends to (ratio 4: the indexer's top-k, at most a quarter of
+        the sequence, averaged over the causal positions; ratio 128: every compressed key) and
+        the indexer's dense scoring (ratio 4)."""
+        m = self.model
+        s, n, v, window = m.seq_length, m.num_attention_heads, m.v_head_dim, m.csa_window_size
+        ratio = self._dsv4_ratio(index)
+        if ratio == _HCA:
+            return 6 * (2 * n * window * v + s * n * v / _HCA)
+        if ratio == _CSA:
+            topk = min(m.dsa_indexer_topk, s // _CSA)
+            compressed = topk * (1 - topk * _CSA / (2 * s))
+            scoring = s * m.dsa_indexer_n_heads * m.dsa_indexer_head_dim / _CSA
+            return 6 * (2 * n * (window + compressed) * v + scoring)
+        return 6 * 2 * n * window * v
 
     # --- hybrid models (upstream ``hybrid_flops``) ---------------------------------------------
 
@@ -714,6 +818,12 @@ _ACTIVATION_BYTES = 2
 _FORWARD_AND_BACKWARD = 3
 # Position embeddings megatron-core applies as a rotation of Q and K (apply_rotary_pos_emb).
 _ROTARY = frozenset({"rope", "yarn", "mrope"})
+
+# DeepSeek-V4's hybrid attention: its variant name and the compression ratios upstream's
+# ``transformer_flops`` knows (0: window only, 4: compressed sparse, 128: heavily compressed).
+_DSV4_HYBRID = DSV4_HYBRID
+_CSA, _HCA = 4, 128
+_DSV4_RATIOS = (0, _CSA, _HCA)
 
 # Layer symbols of megatron-core's hybrid pattern (``hybrid_layer_allocation.Symbols``).
 _MAMBA, _GDN, _ATTENTION, _MLP, _MOE = "M", "G", "*", "-", "E"
