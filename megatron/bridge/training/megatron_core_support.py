@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import ast
 import functools
-import importlib.metadata
 import importlib.util
 from collections.abc import Collection
 from pathlib import Path
@@ -47,33 +46,57 @@ DSV4_HYBRID_FIELDS = (
 hyper-connections and hash routing (``deepseek_v4_bridge.py`` ``provider_bridge``)."""
 
 
+def _core_source(relative: str) -> Path | None:
+    """A source file of the installed megatron-core, found without importing it (only the
+    ``megatron`` namespace package is looked at); None when megatron-core is not installed."""
+    spec = importlib.util.find_spec("megatron.core")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for location in spec.submodule_search_locations:
+        source = Path(location) / relative
+        if source.is_file():
+            return source
+    return None
+
+
 @functools.cache
 def installed_config_fields() -> frozenset[str]:
     """The field names the installed megatron-core's ``TransformerConfig`` declares (its class
     body's annotated names, read from ``megatron/core/transformer/transformer_config.py``);
     empty when megatron-core is not installed."""
-    spec = importlib.util.find_spec("megatron.core")
-    if spec is None or not spec.submodule_search_locations:
+    source = _core_source("transformer/transformer_config.py")
+    if source is None:
         return frozenset()
-    for location in spec.submodule_search_locations:
-        source = Path(location) / "transformer" / "transformer_config.py"
-        if source.is_file():
-            tree = ast.parse(source.read_text(encoding="utf-8"))
-            for node in tree.body:
-                if isinstance(node, ast.ClassDef) and node.name == "TransformerConfig":
-                    return frozenset(
-                        item.target.id
-                        for item in node.body
-                        if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
-                    )
+    for node in ast.parse(source.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.ClassDef) and node.name == "TransformerConfig":
+            return frozenset(
+                item.target.id
+                for item in node.body
+                if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
+            )
     return frozenset()
 
 
+@functools.cache
 def _installed_version() -> str:
-    try:
-        return importlib.metadata.version("megatron-core")
-    except importlib.metadata.PackageNotFoundError:
-        return "(not installed)"
+    """``MAJOR.MINOR.PATCH`` of the installed megatron-core, from its ``package_info.py``
+    (read, not imported: package metadata is slow to import); empty when unknown."""
+    source = _core_source("package_info.py")
+    if source is None:
+        return ""
+    parts: dict[str, int] = {}
+    for node in ast.parse(source.read_text(encoding="utf-8")).body:
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, int)
+        ):
+            parts[node.targets[0].id] = node.value.value
+    if not {"MAJOR", "MINOR", "PATCH"} <= parts.keys():
+        return ""
+    return f"{parts['MAJOR']}.{parts['MINOR']}.{parts['PATCH']}"
 
 
 def cannot_build_reason(
@@ -91,8 +114,10 @@ def cannot_build_reason(
     missing = [name for name in DSV4_HYBRID_FIELDS if name not in fields]
     if not missing:
         return None
+    version = _installed_version()
+    core = f"megatron-core {version}" if version else "megatron-core"
     return (
-        f"megatron-core {_installed_version()} (installed) cannot build "
+        f"{core} (installed) cannot build "
         f"experimental_attention_variant={DSV4_HYBRID!r} (DeepSeek-V4's compressed sparse "
         f"attention, hyper-connections and hash routing): its TransformerConfig has no "
         f"{', '.join(missing)}. The job is planned and costed from its description; build it "

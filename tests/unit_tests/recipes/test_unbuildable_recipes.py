@@ -9,6 +9,7 @@ fields. Nemotron 3 Super and Ultra (hybrid Mamba with latent MoE) build and reso
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
 import json
 
 import pytest
@@ -51,6 +52,9 @@ def test_explain_plans_it_and_says_megatron_core_cannot_build_it(name, capsys):
     notes = [n for n in doc["overlap"]["notes"] if "cannot build" in n]
     assert len(notes) == 1
     assert all(field in notes[0] for field in DSV4_HYBRID_FIELDS)
+    # The version, read from megatron-core's package_info.py, is the installed distribution's.
+    installed = importlib.metadata.version("megatron-core")
+    assert notes[0].startswith(f"megatron-core {installed} (installed) cannot build")
     assert doc["estimate"]["prediction"]["tokens_per_s_per_gpu"] > 0
     assert main(["explain", "--recipe", name]) == EXIT_OK
     assert "cannot build experimental_attention_variant='dsv4_hybrid'" in capsys.readouterr().out
