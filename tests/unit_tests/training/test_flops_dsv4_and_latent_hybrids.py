@@ -145,3 +145,43 @@ def test_super_counts_the_repeated_mtp_layer_at_each_depth():
     layer = ModelCost(mtp_block).decoder_flops_per_token()
     more = ModelCost(model).flops_per_token() - ModelCost(one_depth).flops_per_token()
     assert more == pytest.approx(layer)
+
+
+# --- the whole model's elements -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "elements"),
+    [
+        # Megatron-Bridge examples/model_verification_cards/nemotron-3-super-120b-a12b/card.yaml:
+        # the export reproduces "all 42,683 source tensors and 123,611,033,088 elements,
+        # including the 41 FP32 router correction-bias tensors" (40 decoder MoE layers and the
+        # one repeated MTP layer's).
+        pytest.param("nemotron_3_super", 123_611_033_088, id="nemotron_3_super"),
+        # .../nemotron-3.5-lightning/card.yaml: "all 6,513 tensors and 32,913,266,240
+        # parameters match the pinned source".
+        pytest.param("nemotron_3_5_lightning", 32_913_266_240, id="nemotron_3_5_lightning"),
+    ],
+)
+def test_hybrid_state_elements_match_the_verification_cards(name, elements):
+    assert ModelCost(recipe_spec(name).job.model).hybrid_state_elements() == elements
+
+
+def test_each_mtp_depth_has_its_own_weights_without_the_repeated_layer():
+    model = recipe_spec("nemotron_3_super").job.model
+    repeated = ModelCost(model).hybrid_state_elements()
+    separate = ModelCost(
+        dataclasses.replace(model, mtp_use_repeated_layer=False)
+    ).hybrid_state_elements()
+    # One more MTP block: 3 norms of 4096, the 4096 x 8192 projection, an attention layer
+    # (norm, QKV 4096 x (4096 + 2 x 256), output 4096 x 4096) and an MoE layer (norm, router
+    # 512 x 4096 and its bias, latent projections 2 x 4096 x 1024, 512 experts of
+    # 2 x 1024 x 2688, the shared expert 2 x 4096 x 5376).
+    attention = 4096 + 4096 * 4608 + 4096 * 4096
+    moe = 4096 + 512 * 4096 + 512 + 2 * 4096 * 1024 + 512 * 2 * 1024 * 2688 + 2 * 4096 * 5376
+    assert separate - repeated == 3 * 4096 + 2 * 4096 * 4096 + attention + moe
+
+
+def test_state_elements_need_a_hybrid_model():
+    with pytest.raises(ValueError, match="counts a hybrid model"):
+        ModelCost(TINY_DSV4).hybrid_state_elements()

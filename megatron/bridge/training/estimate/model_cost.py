@@ -787,6 +787,86 @@ class ModelCost:
             params += self.padded_vocab(tp_size) * self.model.hidden_size // tp_size
         return params
 
+    # --- the whole hybrid model's elements ----------------------------------------------------
+
+    def hybrid_state_elements(self) -> int:
+        """Elements of a hybrid model's unsharded state: its parameters and the routers'
+        expert-bias buffers, what a checkpoint of megatron-core's ``HybridModel`` holds (the count
+        Megatron-Bridge's model verification cards give).
+
+        The embedding and, untied, the output layer over the vocabulary padded at TP 1, the
+        final norm; each pattern symbol's layer (:meth:`_hybrid_layer_elements`); the MTP
+        block: the embedding and hidden-state norms, their h x 2h projection, the MTP
+        pattern's layers and a final norm, once per depth, or once in all with
+        mtp_use_repeated_layer. ``ValueError`` without a hybrid layer pattern, or for a layer
+        symbol whose parameters are not counted here (gated delta net, DSA, MLA).
+        """
+        m = self.model
+        if m.hybrid_layer_pattern is None:
+            raise ValueError(
+                "hybrid_state_elements counts a hybrid model (hybrid_layer_pattern); this model "
+                "has none."
+            )
+        parsed = parse_hybrid_pattern(m.hybrid_layer_pattern)
+        h, vocab = m.hidden_size, self.padded_vocab(1)
+        elements = vocab * h + self._norm_params()
+        if not m.share_embeddings_and_output_weights:
+            elements += vocab * h
+        elements += sum(self._hybrid_layer_elements(symbol) for symbol in parsed.main)
+        if parsed.mtp_depths:
+            block = 3 * self._norm_params() + 2 * h * h
+            block += sum(self._hybrid_layer_elements(symbol) for symbol in parsed.mtp)
+            elements += block * (1 if m.mtp_use_repeated_layer else parsed.mtp_depths)
+        return elements
+
+    def _hybrid_layer_elements(self, symbol: str) -> int:
+        """Elements of one hybrid layer, by its pattern symbol, with its pre-norm.
+
+        ``M``: MambaMixer's in_proj (h to z and x of d_inner = heads x head_dim, B and C of
+        groups x state, dt per head), the depthwise conv1d over x, B and C (kernel 4, with
+        bias), dt_bias, A_log and D per head, the gated norm over d_inner and out_proj. ``*``:
+        QKV and the output projection. ``-``: the dense MLP. ``E``: the router, its expert
+        bias with moe_router_enable_expert_bias, the latent down- and up-projections with
+        moe_latent_size, the routed experts (over the latent width when there is one) and the
+        shared experts. Biases with add_bias_linear.
+        """
+        m = self.model
+        h, bias = m.hidden_size, 1 if m.add_bias_linear else 0
+        norm = self._norm_params()
+        if symbol == _MAMBA:
+            heads = m.mamba_num_heads or 2 * h // m.mamba_head_dim
+            d_inner = heads * m.mamba_head_dim
+            conv_channels = d_inner + 2 * m.mamba_num_groups * m.mamba_state_dim
+            in_proj = h * (d_inner + conv_channels + heads)
+            conv = conv_channels * (_MAMBA_CONV_KERNEL + 1)
+            return norm + in_proj + conv + 3 * heads + d_inner + d_inner * h
+        if symbol == _ATTENTION:
+            q, kv = self.query_width, self.kv_width
+            return norm + (q + 2 * kv) * (h + bias) + q * h + bias * h
+        if symbol == _MLP:
+            return norm + self._mlp_elements(h, m.ffn_size, bias)
+        if symbol == _MOE:
+            experts = m.num_moe_experts or 0
+            width = m.moe_ffn_hidden_size or m.ffn_size
+            router = experts * h + (experts if m.moe_router_enable_expert_bias else 0)
+            latent = m.moe_latent_size
+            routed_in = latent or h
+            projections = 2 * h * latent if latent else 0
+            routed = experts * self._mlp_elements(routed_in, width, bias)
+            shared = m.moe_shared_expert_intermediate_size or 0
+            shared_elements = self._mlp_elements(h, shared, bias) if shared else 0
+            return norm + router + projections + routed + shared_elements
+        raise ValueError(
+            f"hybrid layer symbol {symbol!r}: its parameters are not counted here (Mamba 'M', "
+            "attention '*', MLP '-' and MoE 'E' are)."
+        )
+
+    def _mlp_elements(self, width_in: int, width: int, bias: int) -> int:
+        """An MLP from ``width_in`` through ``width`` and back: fc1 (two halves when gated) and
+        fc2, with biases when ``bias``."""
+        fc1 = width * (self._mlp_matrices - 1) * (width_in + bias)
+        return fc1 + width * width_in + bias * width_in
+
 
 @dataclass(frozen=True)
 class _Elements:
@@ -829,6 +909,8 @@ _DSV4_RATIOS = (0, _CSA, _HCA)
 _MAMBA, _GDN, _ATTENTION, _MLP, _MOE = "M", "G", "*", "-", "E"
 _LAYER_SYMBOLS = frozenset("MG*D+-E")
 _PIPE, _MTP_SEPARATOR = "|", "/"
+# megatron-core's MambaMixer d_conv default: the causal conv1d's kernel width.
+_MAMBA_CONV_KERNEL = 4
 
 # Gated delta net dimensions: megatron-core TransformerConfig's linear_* defaults, which
 # upstream's ``hybrid_flops`` falls back to as well.
