@@ -65,7 +65,6 @@ def list_recipes() -> list[dict[str, Any]]:
 
 def _render_recipes(rows: list[dict[str, Any]]) -> str:
     lines = []
-    width = max((len(row["name"]) for row in rows), default=0)
     for row in rows:
         lay = row["layout"]
         if row.get("error"):
@@ -78,10 +77,10 @@ def _render_recipes(rows: list[dict[str, Any]]) -> str:
                 f"PP{lay['pp']} VPP{lay['vpp'] or '-'} CP{lay['cp']} EP{lay['ep']}  "
                 f"{lay['num_layers']} layers, hidden {lay['hidden_size']}, seq {lay['seq_length']}"
             )
-        lines.append(f"{row['name']:<{width}} {shape}  [{row['target']}]")
+        lines.append(f"{row['name']:<16} {shape}  [{row['target']}]")
         if row.get("published"):
             runs = ", ".join(
                 f"{r['gpu']} {r['precision']} ({r['world_size']})" for r in row["published"]
             )
-            lines.append(f"{'':<{width}} published runs (gpu= precision=): {runs}")
+            lines.append(f"{'':<16} published runs (gpu= precision=): {runs}")
     return "\n".join(lines)

@@ -247,7 +247,7 @@ LIMITS: Mapping[str, Limit] = MappingProxyType(
         "model.o_lora_rank": Limit(1, _WIDTH, _WIDE),
         "model.o_groups": Limit(1, _HEADS, _MANY_HEADS),
         "model.csa_window_size": Limit(1, _TOKENS, "tokens in the sliding window"),
-        "model.csa_compress_ratios": Limit(0, _TOKENS, "tokens compressed into one key"),
+        "model.csa_compress_ratios": Limit(0, _LAYERS, _DEEP),
         "model.num_residual_streams": Limit(1, _HEADS, "residual streams"),
         "micro_batch_size": Limit(1, 2**16, "samples per micro-batch"),
         "global_batch_size": Limit(
