@@ -331,9 +331,9 @@ class ModelCost:
             return
         if variant is not None and self.model.hybrid_layer_pattern is None:
             raise ValueError(
-                f"The FLOPs of experimental_attention_variant={variant!r} need that variant's "
-                "own fields (DSA indexer heads and top-k, gated-delta-net head dimensions), "
-                "which the job description does not hold; the estimate covers MLA, GQA/MHA, "
+                f"The FLOPs of experimental_attention_variant={variant!r} need settings the job "
+                "description does not hold (the gated delta net's head dimensions, the DSA "
+                "indexer's loss); the estimate covers MLA, DeepSeek-V4's dsv4_hybrid, GQA/MHA, "
                 "sliding windows and hybrid layer patterns. Leave the variant unset to count "
                 "the layers as the plain attention they replace."
             )
