@@ -1,43 +1,57 @@
-"""Predicted tokens/s/GPU beside the published ones, for every published row a recipe covers.
+"""Predicted tokens/s/GPU beside every published pre-training row, and how far off it is.
 
-    uv run python benchmarks/predict_published.py [--fit]
+    uv run python benchmarks/predict_published.py [--json] [--write-accuracy] [--fit]
 
-Reads the published pre-training rows (``tests/unit_tests/recipes/data/published_rows.yaml``:
-every row of the current release plus the archived rows kept there), plans each row's recipe at
-the row's GPU and precision (the recipe picks the row's published layout, world size and batch
-sizes), runs :func:`~megatron.bridge.training.estimate.estimate_step` on the plan and prints a
-markdown table: predicted, published, the relative error per row, then the median and worst
-absolute error over the rows the achievable-fraction table was not fitted on. Rows of models
-without a recipe are listed as such. ``--fit`` prints instead, for each row of
-:data:`~megatron.bridge.training.estimate.efficiency.FIT_ROWS`, the achievable fraction for which
-the prediction equals the published figure (bisection): the figures ``efficiency.ACHIEVABLE``
-holds. Nothing here asserts.
+Reads every published pre-training row (``tests/unit_tests/recipes/data/published_rows.yaml``,
+written by ``scripts/published_rows.py`` from Megatron-Bridge's current and archived release
+tables). Each row is planned through its model's recipe at the row's GPU and precision with the
+row's own layout (GPU count, batch sizes, sequence length, TP/PP/VP/CP/EP/ETP, Megatron-FSDP,
+pipeline layout) given as job changes, the route ``bridge-overlap explain --recipe`` takes for
+flags; everything the tables leave out (recompute, dispatcher, overlap) stays the recipe's. The
+step estimate then predicts its tokens/s/GPU. A row is predicted or carries the reason it is not
+(no recipe for its model, a setting the tables do not publish, a layout the plan refuses).
+
+The report: one line per row; the median error per group (model, GPU, precision, release), per
+model, per model family (:func:`~megatron.bridge.training.estimate.accuracy.model_family`) and per release
+(signed: how much older software differs); the median |error| over every row and over the two
+newest releases; the worst ten. Rows a constant of the estimate was fitted on
+(:data:`~megatron.bridge.training.estimate.efficiency.FIT_ROWS`,
+:data:`~megatron.bridge.training.estimate.kernels.SSM_FIT_ROWS`) are marked and left out of every
+median. ``--json`` prints the same as one document. ``--write-accuracy`` writes the family
+figures into ``megatron/bridge/training/estimate/accuracy.json``, which every estimate prints.
+``--fit`` prints instead, for each fitted row, the achievable fraction (or the Mamba scan's share
+of the BF16 peak) for which its prediction equals the published figure (bisection). Nothing here asserts.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from megatron.bridge.recipes import RECIPES, plan_recipe
+from megatron.bridge.recipes.published import run
 from megatron.bridge.training import hardware
 from megatron.bridge.training.estimate import estimate_step
+from megatron.bridge.training.estimate.accuracy import ACCURACY_FILE, FAMILIES, model_family
 from megatron.bridge.training.estimate.efficiency import FIT_ROWS, Achievable, FitRow
+from megatron.bridge.training.estimate.kernels import SSM_FIT_ROWS
 from megatron.bridge.training.precisions import published_precision
 
-ROWS_FILE = (
-    Path(__file__).resolve().parent.parent
-    / "tests"
-    / "unit_tests"
-    / "recipes"
-    / "data"
-    / "published_rows.yaml"
-)
+ROOT = Path(__file__).resolve().parent.parent
+ROWS_FILE = ROOT / "tests" / "unit_tests" / "recipes" / "data" / "published_rows.yaml"
+
+#: Rows of a release ranked among the newest of the report.
+NEWEST_RELEASES = 2
+#: Rows in the worst list.
+WORST = 10
 
 
 @dataclass(frozen=True)
@@ -46,27 +60,33 @@ class Prediction:
 
     row: dict
     """The published row, as the data file has it."""
-    gpu: str
-    """The catalogue's name of the row's GPU."""
-    precision: str
-    """The row's compute dtype."""
     predicted: float | None
-    """Predicted tokens/s/GPU; None when no recipe covers the row's model."""
-    fitted: bool
-    """The achievable-fraction table was fitted on this row."""
+    """Predicted tokens/s/GPU; None when the row is not predicted (see :attr:`reason`)."""
+    reason: str | None = None
+    """Why the row is not predicted; None when it is."""
+    family: str | None = None
+    """The model's family (:func:`model_family`); None without a recipe."""
+    fitted: bool = False
+    """A constant of the estimate was fitted on this row."""
 
     @property
     def label(self) -> str:
-        """The row as the table names it: model, system, precision, release."""
+        """The row as the report names it: model, system, precision, release (and GBS when
+        the release publishes two runs that differ only in it)."""
         r = self.row
-        return f"{r['model']} {r['system']} {r['precision']} ({r['release']})"
+        return f"{r['model']} {r['system']} {r['precision']} ({r['release']}, GBS {r['gbs']})"
 
     @property
     def error(self) -> float | None:
-        """(predicted - published) / published."""
+        """(predicted - published) / published; None when not predicted."""
         if self.predicted is None:
             return None
         return self.predicted / self.row["tokens_per_s_per_gpu"] - 1.0
+
+    @property
+    def measured(self) -> bool:
+        """Counted in the medians: predicted and not fitted on."""
+        return self.predicted is not None and not self.fitted
 
 
 def load_rows(path: Path = ROWS_FILE) -> list[dict]:
@@ -74,23 +94,216 @@ def load_rows(path: Path = ROWS_FILE) -> list[dict]:
     return yaml.safe_load(path.read_text())
 
 
-def predict(row: dict) -> Prediction:
-    """The estimate's tokens/s/GPU for ``row``'s recipe at its GPU and precision."""
-    gpu = hardware.system_gpu(row["system"]).name
-    precision = published_precision(row["precision"])
-    fitted = any(
-        (f.model, f.gpu, f.precision, f.release) == (row["model"], gpu, precision, row["release"])
-        for f in FIT_ROWS.values()
+def release_key(release: str) -> tuple[int, ...]:
+    """A release in shipping order: "26.04.01" -> (26, 4, 1)."""
+    return tuple(int(part) for part in release.split("."))
+
+
+def gpu_of(row: dict) -> str:
+    """The catalogue's name of the row's GPU."""
+    return hardware.system_gpu(row["system"]).name
+
+
+def fitted(row: dict) -> bool:
+    """Whether a constant of the estimate was fitted on ``row`` (:data:`FIT_ROWS`,
+    :data:`~megatron.bridge.training.estimate.kernels.SSM_FIT_ROWS`)."""
+    key = (
+        row["model"],
+        gpu_of(row),
+        published_precision(row["precision"]),
+        row["release"],
+        row["tokens_per_s_per_gpu"],
     )
+    return any(
+        (f.model, f.gpu, f.precision, f.release, f.tokens_per_s_per_gpu) == key
+        for f in (*FIT_ROWS.values(), *SSM_FIT_ROWS.values())
+    )
+
+
+def row_changes(row: dict) -> dict[str, Any]:
+    """The row's layout as job changes on top of its recipe (:func:`plan_recipe`'s ``changes``).
+
+    The sizes, batch sizes and Megatron-FSDP are a published run's (:func:`run`); the
+    recipe's recompute stays, since the tables do not publish it. ``mtp: false`` (a run without
+    MTP) drops the MTP layers.
+    """
+    published = run(
+        row["system"],
+        published_precision(row["precision"]),
+        gpus=row["gpus"],
+        gbs=row["gbs"],
+        mbs=row["mbs"],
+        tp=row["tp"],
+        pp=row["pp"],
+        vp=row["vp"],
+        cp=row["cp"],
+        ep=row["ep"],
+        etp=row.get("etp"),
+        layout=row.get("pipeline_layout"),
+        fsdp=row["fsdp"],
+        source=row["source"],
+    )
+    changes = {k: v for k, v in published.changes.items() if not k.startswith("model.recompute_")}
+    changes["model.seq_length"] = row["seq_length"]
+    if row.get("mtp") is False:
+        changes["model.mtp_num_layers"] = None
+    return changes
+
+
+def predict(row: dict) -> Prediction:
+    """The estimate's tokens/s/GPU for ``row``, or the reason there is none."""
+    if row.get("reason"):
+        return Prediction(row, None, row["reason"])
     if row["model"] not in RECIPES:
-        return Prediction(row, gpu, precision, None, fitted)
-    plan = plan_recipe(row["model"], gpu=gpu, precision=precision)
-    estimate = estimate_step(plan)
-    return Prediction(row, gpu, precision, estimate.prediction.tokens_per_s_per_gpu, fitted)
+        return Prediction(row, None, f"no recipe for {row['model']}")
+    try:
+        plan = plan_recipe(
+            row["model"],
+            gpu=gpu_of(row),
+            precision=published_precision(row["precision"]),
+            changes=row_changes(row),
+        )
+        estimate = estimate_step(plan)
+    except ValueError as exc:
+        return Prediction(row, None, f"the plan refuses the layout: {str(exc).splitlines()[0]}")
+    return Prediction(
+        row,
+        estimate.prediction.tokens_per_s_per_gpu,
+        family=model_family(plan.job.model),
+        fitted=fitted(row),
+    )
+
+
+# --- the report ---------------------------------------------------------------------------------
+
+
+def median(values: Iterable[float]) -> float | None:
+    """The median of ``values``; None when there are none."""
+    values = list(values)
+    return statistics.median(values) if values else None
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The medians of one set of rows (predicted and not fitted on)."""
+
+    rows: int
+    """Rows measured."""
+    median_abs_error: float | None
+    """Median |error|."""
+    median_signed_error: float | None
+    """Median error (positive: the estimate is optimistic)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready values."""
+        return {
+            "rows": self.rows,
+            "median_abs_error": self.median_abs_error,
+            "median_signed_error": self.median_signed_error,
+        }
+
+
+def summarize(predictions: Iterable[Prediction]) -> Summary:
+    """The medians over the measured rows of ``predictions``."""
+    errors = [p.error for p in predictions if p.measured]
+    return Summary(len(errors), median(abs(e) for e in errors), median(errors))
+
+
+def grouped(
+    predictions: Iterable[Prediction], key: Callable[[Prediction], Any]
+) -> dict[Any, Summary]:
+    """:func:`summarize` per value of ``key``, over groups with at least one measured row, in
+    the order the groups first appear."""
+    groups: dict[Any, list[Prediction]] = {}
+    for p in predictions:
+        if p.measured:
+            groups.setdefault(key(p), []).append(p)
+    return {k: summarize(v) for k, v in groups.items()}
+
+
+def group_key(p: Prediction) -> tuple[str, str, str, str]:
+    """(model, GPU, precision, release) of a row."""
+    r = p.row
+    return (r["model"], gpu_of(r), r["precision"], r["release"])
+
+
+def newest_releases(predictions: Iterable[Prediction], n: int = NEWEST_RELEASES) -> list[str]:
+    """The ``n`` newest releases among the rows."""
+    return sorted({p.row["release"] for p in predictions}, key=release_key)[-n:]
+
+
+def worst(predictions: Iterable[Prediction], n: int = WORST) -> list[Prediction]:
+    """The ``n`` measured rows with the largest |error|, largest first."""
+    return sorted((p for p in predictions if p.measured), key=lambda p: -abs(p.error))[:n]
+
+
+def report(predictions: list[Prediction]) -> dict[str, Any]:
+    """Every figure of the report as one JSON-ready document."""
+    newest = newest_releases(predictions)
+    by_release = grouped(predictions, lambda p: p.row["release"])
+    return {
+        "rows": [
+            {
+                "label": p.label,
+                "model": p.row["model"],
+                "gpu": gpu_of(p.row),
+                "precision": p.row["precision"],
+                "release": p.row["release"],
+                "family": p.family,
+                "published": p.row["tokens_per_s_per_gpu"],
+                "predicted": p.predicted,
+                "error": p.error,
+                "fitted": p.fitted,
+                "reason": p.reason,
+            }
+            for p in predictions
+        ],
+        "predicted": sum(p.predicted is not None for p in predictions),
+        "fitted": sum(p.fitted for p in predictions),
+        "overall": summarize(predictions).to_dict(),
+        "newest_releases": {
+            "releases": newest,
+            **summarize(p for p in predictions if p.row["release"] in newest).to_dict(),
+        },
+        "families": {k: v.to_dict() for k, v in grouped(predictions, lambda p: p.family).items()},
+        "models": {
+            k: v.to_dict() for k, v in grouped(predictions, lambda p: p.row["model"]).items()
+        },
+        "releases": {
+            k: by_release[k].to_dict() for k in sorted(by_release, key=release_key, reverse=True)
+        },
+        "groups": [
+            {"model": m, "gpu": g, "precision": pr, "release": rel, **s.to_dict()}
+            for (m, g, pr, rel), s in grouped(predictions, group_key).items()
+        ],
+        "worst": [p.label for p in worst(predictions)],
+    }
+
+
+def _pct(value: float | None, signed: bool = False) -> str:
+    if value is None:
+        return "-"
+    return f"{value:+.1%}" if signed else f"{value:.1%}"
+
+
+def _summary_rows(title: str, summaries: dict[Any, Summary]) -> list[str]:
+    lines = [
+        "",
+        f"| {title} | rows | median abs error | median error |",
+        "|---|---:|---:|---:|",
+    ]
+    for key, s in summaries.items():
+        name = " ".join(key) if isinstance(key, tuple) else str(key)
+        lines.append(
+            f"| {name} | {s.rows} | {_pct(s.median_abs_error)} | "
+            f"{_pct(s.median_signed_error, signed=True)} |"
+        )
+    return lines
 
 
 def table(predictions: list[Prediction]) -> str:
-    """The markdown table of ``predictions`` and its summary lines."""
+    """The report as markdown: the rows, the medians by group, model, family and release, the
+    worst."""
     lines = [
         "| row | layout | predicted tok/s/GPU | published tok/s/GPU | error |",
         "|---|---|---:|---:|---:|",
@@ -98,32 +311,75 @@ def table(predictions: list[Prediction]) -> str:
     for p in predictions:
         r = p.row
         layout = (
-            f"{r['gpus']} GPUs TP{r['tp']} PP{r['pp']} VP{r['vp'] or '-'} CP{r['cp']} EP{r['ep']}"
+            f"{r['gpus']} GPUs TP{r['tp']} PP{r['pp']} VP{r['vp'] or '-'} CP{r['cp']} "
+            f"EP{r['ep']}{' FSDP' if r['fsdp'] else ''} MBS{r['mbs']}"
         )
+        published = f"{r['tokens_per_s_per_gpu']:.0f}"
         if p.predicted is None:
-            lines.append(
-                f"| {p.label} | {layout} | no recipe | {r['tokens_per_s_per_gpu']:.0f} | |"
-            )
+            lines.append(f"| {p.label} | {layout} | {p.reason} | {published} | |")
             continue
         mark = " (fit)" if p.fitted else ""
         lines.append(
-            f"| {p.label}{mark} | {layout} | {p.predicted:.0f} | "
-            f"{r['tokens_per_s_per_gpu']:.0f} | {p.error:+.1%} |"
+            f"| {p.label}{mark} | {layout} | {p.predicted:.0f} | {published} | {p.error:+.1%} |"
         )
-    rest = [abs(p.error) for p in predictions if p.error is not None and not p.fitted]
-    if rest:
-        worst = max(
-            (p for p in predictions if p.error is not None and not p.fitted),
-            key=lambda p: abs(p.error),
-        )
-        lines += [
-            "",
-            f"Rows predicted: {sum(p.predicted is not None for p in predictions)} of "
-            f"{len(predictions)}; fitted on {sum(p.fitted for p in predictions)}.",
-            f"Over the {len(rest)} rows not fitted on: median |error| {statistics.median(rest):.1%}, "
-            f"worst {abs(worst.error):.1%} ({worst.label}).",
-        ]
+    overall = summarize(predictions)
+    newest = newest_releases(predictions)
+    recent = summarize(p for p in predictions if p.row["release"] in newest)
+    by_release = grouped(predictions, lambda p: p.row["release"])
+    lines += _summary_rows("model, GPU, precision, release", grouped(predictions, group_key))
+    lines += _summary_rows("model", grouped(predictions, lambda p: p.row["model"]))
+    lines += _summary_rows("family", grouped(predictions, lambda p: p.family))
+    lines += _summary_rows(
+        "release", {k: by_release[k] for k in sorted(by_release, key=release_key, reverse=True)}
+    )
+    lines += [
+        "",
+        f"Rows: {len(predictions)}; predicted {sum(p.predicted is not None for p in predictions)}; "
+        f"fitted on (left out of the medians) {sum(p.fitted for p in predictions)}.",
+        f"Median |error| over the {overall.rows} measured rows: "
+        f"{_pct(overall.median_abs_error)} (median error "
+        f"{_pct(overall.median_signed_error, signed=True)}).",
+        f"Median |error| over the {recent.rows} measured rows of the newest releases "
+        f"({', '.join(newest)}): {_pct(recent.median_abs_error)}.",
+        "",
+        f"Worst {WORST}:",
+    ]
+    lines += [f"- {p.label}: {p.error:+.1%}" for p in worst(predictions)]
     return "\n".join(lines)
+
+
+def accuracy_document(predictions: list[Prediction]) -> dict[str, Any]:
+    """What ``accuracy.json`` holds, every figure rounded to 0.1 %: per family the medians over
+    its measured rows (the figure every estimate prints), and for the docs the medians over
+    every measured row, over the newest releases' and per release."""
+
+    def rounded(s: Summary) -> dict[str, Any]:
+        return {
+            "rows": s.rows,
+            "median_abs_error": None
+            if s.median_abs_error is None
+            else round(s.median_abs_error, 3),
+            "median_signed_error": (
+                None if s.median_signed_error is None else round(s.median_signed_error, 3)
+            ),
+        }
+
+    families = grouped(predictions, lambda p: p.family)
+    by_release = grouped(predictions, lambda p: p.row["release"])
+    newest = newest_releases(predictions)
+    return {
+        "written_by": "benchmarks/predict_published.py --write-accuracy",
+        "rows_file": "tests/unit_tests/recipes/data/published_rows.yaml",
+        "families": {f: rounded(families[f]) for f in FAMILIES if f in families},
+        "overall": rounded(summarize(predictions)),
+        "newest_releases": {
+            "releases": newest,
+            **rounded(summarize(p for p in predictions if p.row["release"] in newest)),
+        },
+        "releases": {
+            r: rounded(by_release[r]) for r in sorted(by_release, key=release_key, reverse=True)
+        },
+    }
 
 
 def fit(row: FitRow, *, steps: int = 40) -> float:
@@ -140,16 +396,46 @@ def fit(row: FitRow, *, steps: int = 40) -> float:
     return (low + high) / 2
 
 
+def fit_ssm(row: FitRow, *, steps: int = 40) -> float:
+    """The SSM scan share of the BF16 peak for which ``row``'s prediction is its published one."""
+    plan = plan_recipe(row.model, gpu=row.gpu, precision=row.precision)
+    low, high = 0.001, 1.0
+    for _ in range(steps):
+        mid = (low + high) / 2
+        predicted = estimate_step(plan, ssm_scan_fraction=mid)
+        if predicted.prediction.tokens_per_s_per_gpu < row.tokens_per_s_per_gpu:
+            low = mid
+        else:
+            high = mid
+    return (low + high) / 2
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Print the table, or with ``--fit`` the fitted fractions."""
+    """Print the report (markdown or ``--json``), write the accuracy file, or fit."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fit", action="store_true", help="print the fitted fractions")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument(
+        "--write-accuracy",
+        action="store_true",
+        help=f"write the family figures into {ACCURACY_FILE.relative_to(ROOT)}",
+    )
     args = parser.parse_args(argv)
     if args.fit:
         for key, row in FIT_ROWS.items():
             print(f"{key}: {fit(row):.3f}  ({row.source})")
+        for gen, ssm in SSM_FIT_ROWS.items():
+            print(f"ssm scan {gen}: {fit_ssm(ssm):.4f}  ({ssm.source})")
         return 0
-    print(table([predict(row) for row in load_rows()]))
+    predictions = [predict(row) for row in load_rows()]
+    if args.write_accuracy:
+        text = json.dumps(accuracy_document(predictions), indent=2) + "\n"
+        ACCURACY_FILE.write_text(text, encoding="utf-8")
+        print(f"wrote {ACCURACY_FILE.relative_to(ROOT)}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(report(predictions), indent=2))
+    else:
+        print(table(predictions))
     return 0
 
 

@@ -30,6 +30,7 @@ from typing import Any
 from megatron.bridge.cli.parser import build_parser
 from megatron.bridge.cli.planning import explain
 from megatron.bridge.training.estimate import Estimate
+from megatron.bridge.training.estimate.accuracy import ACCURACY_FILE, FAMILIES
 from megatron.bridge.training.estimate_plot import picture_digest, plot_step, step_picture
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -124,8 +125,54 @@ def recipe_step_table() -> str:
     return "\n".join(lines) + "\n"
 
 
+def _share(value: float | None, *, signed: bool = False) -> str:
+    if value is None:
+        return "-"
+    return f"{value:+.1%}" if signed else f"{value:.1%}"
+
+
+def published_accuracy() -> str:
+    """The estimate's measured error on the published rows (``estimate/accuracy.json``, written
+    by ``benchmarks/predict_published.py --write-accuracy``): per model family, overall, over the
+    newest releases, and per release."""
+    doc = json.loads(ACCURACY_FILE.read_text(encoding="utf-8"))
+    lines = [
+        "| Model family | Rows | Median \\|error\\| | Median error |",
+        "|---|---:|---:|---:|",
+    ]
+    for family, description in FAMILIES.items():
+        s = doc["families"].get(family)
+        if s is None:
+            lines.append(f"| {description} | 0 | no published rows | |")
+            continue
+        lines.append(
+            f"| {description} | {s['rows']} | {_share(s['median_abs_error'])} "
+            f"| {_share(s['median_signed_error'], signed=True)} |"
+        )
+    overall, newest = doc["overall"], doc["newest_releases"]
+    lines.append(
+        f"| every family | {overall['rows']} | {_share(overall['median_abs_error'])} "
+        f"| {_share(overall['median_signed_error'], signed=True)} |"
+    )
+    lines.append(
+        f"| every family, releases {' and '.join(newest['releases'])} | {newest['rows']} "
+        f"| {_share(newest['median_abs_error'])} "
+        f"| {_share(newest['median_signed_error'], signed=True)} |"
+    )
+    lines += ["", "| Release | Rows | Median error | Median \\|error\\| |", "|---|---:|---:|---:|"]
+    for release, s in doc["releases"].items():
+        lines.append(
+            f"| {release} | {s['rows']} | {_share(s['median_signed_error'], signed=True)} "
+            f"| {_share(s['median_abs_error'])} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 #: Every generated block, by the name its marker gives.
-BLOCKS: dict[str, Callable[[], str]] = {"recipe-step-table": recipe_step_table}
+BLOCKS: dict[str, Callable[[], str]] = {
+    "recipe-step-table": recipe_step_table,
+    "published-accuracy": published_accuracy,
+}
 
 
 def stale_blocks(page: Path, text: str) -> tuple[str, list[str]]:

@@ -3,7 +3,8 @@
 ``megatron/bridge/explain.schema.json`` ships with the package for consumers of the JSON. Its
 parts that mirror a Python definition are generated from it, never written by hand: the job
 description (``$defs/job``, from :class:`~megatron.bridge.training.job.JobDescription`'s fields
-and annotations) and the knob names (from ``KNOBS``). :func:`explain_schema` is the shipped
+and annotations), the knob names (from ``KNOBS``) and the model families of the estimate's
+accuracy (from ``estimate.accuracy.Family``). :func:`explain_schema` is the shipped
 file with those parts regenerated; ``python -m megatron.bridge.schema`` rewrites the file, and a
 test holds the shipped file equal to :func:`explain_schema`.
 """
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from megatron.bridge.training.comm_overlap.knobs import KNOBS
+from megatron.bridge.training.estimate.accuracy import Family
 from megatron.bridge.training.job import JobDescription, ModelDescription
 
 __all__ = ["SCHEMA_FILE", "dataclass_schema", "explain_schema", "shipped_schema"]
@@ -82,6 +84,8 @@ def explain_schema() -> dict[str, Any]:
     defs["job"] = job
     plan = defs["plan"]["properties"]
     plan["decisions"]["items"]["properties"]["knob"] = {"enum": list(KNOBS)}
+    accuracy = defs["estimate"]["properties"]["accuracy"]["properties"]
+    accuracy["family"] = {"enum": list(typing.get_args(Family))}
     return schema
 
 

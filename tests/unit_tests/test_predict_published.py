@@ -1,47 +1,370 @@
-"""``benchmarks/predict_published.py``: its table predicts every published row a recipe covers.
+"""``benchmarks/predict_published.py`` and its data: every published row, predicted or with a reason.
 
-Accuracy is reported by the script, not held here: these tests check that each covered row gets
-a positive prediction and that the table lists every row once.
+Accuracy is reported by the script, not held here (the step model's accuracy tests hold their
+own bounds): these tests check that the data file is what ``scripts/published_rows.py`` writes,
+that its parser reads the release tables' forms as worked by hand, that every row is predicted or
+says why not, that a recipe's own rows are planned exactly as the recipe plans them, and that the
+report's medians and groups are right on a tiny input worked by hand.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
+import re
 import sys
 from pathlib import Path
 
 import pytest
 
-from megatron.bridge.recipes import RECIPES
+from megatron.bridge.recipes import RECIPES, plan_recipe
+from megatron.bridge.training.precisions import published_precision
 
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "predict_published.py"
-_SPEC = importlib.util.spec_from_file_location("predict_published", _PATH)
-predict_published = importlib.util.module_from_spec(_SPEC)
-sys.modules[_SPEC.name] = predict_published  # dataclasses look their module up there
-_SPEC.loader.exec_module(predict_published)
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _load(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+predict_published = _load("predict_published", ROOT / "benchmarks" / "predict_published.py")
+published_rows = _load("published_rows", ROOT / "scripts" / "published_rows.py")
 
 ROWS = predict_published.load_rows()
 
 
+@pytest.fixture(scope="module")
+def predictions():
+    return [predict_published.predict(row) for row in ROWS]
+
+
 def _id(row: dict) -> str:
-    return f"{row['model']}-{row['system']}-{row['precision']}-{row['release']}"
+    return f"{row['model']}-{row['system']}-{row['precision']}-{row['release']}-{row['gbs']}"
 
 
-@pytest.mark.parametrize("row", [r for r in ROWS if r["model"] in RECIPES], ids=_id)
-def test_every_covered_row_gets_a_prediction(row):
-    prediction = predict_published.predict(row)
-    assert prediction.predicted is not None and prediction.predicted > 0
-    assert prediction.error == pytest.approx(
-        prediction.predicted / row["tokens_per_s_per_gpu"] - 1.0
+# --- the data -----------------------------------------------------------------------------------
+
+_COLUMNS = {
+    "model": str,
+    "release": str,
+    "published_model": str,
+    "system": str,
+    "gpus": int,
+    "precision": str,
+    "gbs": int,
+    "mbs": int,
+    "seq_length": int,
+    "fsdp": bool,
+    "tp": int,
+    "pp": int,
+    "cp": int,
+    "vp": (int, type(None)),
+    "ep": int,
+    "tokens_per_s_per_gpu": float,
+    "model_tflops_per_gpu": float,
+    "source": str,
+}
+
+
+def test_the_data_file_parses_with_every_column_typed_and_each_row_once():
+    assert len(ROWS) > 200
+    for row in ROWS:
+        for column, kind in _COLUMNS.items():
+            assert isinstance(row[column], kind), (_id(row), column)
+        assert set(row) - set(_COLUMNS) <= {"etp", "pipeline_layout", "mtp", "reason"}, _id(row)
+        assert row["gbs"] % (row["mbs"] * row["gpus"] // (row["tp"] * row["pp"] * row["cp"])) == 0
+    ids = [_id(row) for row in ROWS]
+    assert len(ids) == len(set(ids))
+    assert {row["source"] for row in ROWS} == {published_rows.CURRENT, published_rows.ARCHIVE}
+
+
+def test_the_data_file_is_the_generators_output():
+    # Rendering the parsed rows gives the file byte for byte: it is in the form the generator
+    # writes, with its header (sources) and nothing edited by hand.
+    text = predict_published.ROWS_FILE.read_text()
+    commit = re.search(r"Megatron-Bridge\n# commit (\w+)\.", text)[1]
+    assert published_rows.render(ROWS, commit) == text
+
+
+_CURRENT = """\
+## 26.08 NeMo Container
+
+### Pre-Training Performance
+
+#### Model: LLAMA3_8B
+
+| System | #-GPUs | Precision | GBS | MBS | Sequence Length | TP | PP | CP | VP | EP | Tokens / sec / GPU | Model TFLOP / sec / GPU |
+|--------|--------|-----------|-----|-----|-----------------|----|----|----|----|----|-----|-----|
+| DGX-H100 | 8 | FP8 | 128 | 1 | 8192 | 1 | 1 | 1 | n/a | n/a | 14000 | 700[^note] |
+
+### SFT Performance
+
+#### Model: LLAMA3_70B
+
+| System | #-GPUs | Precision | GBS | MBS | Sequence Length | TP | PP | CP | VP | EP | Tokens / sec / GPU | Model TFLOP / sec / GPU |
+|--------|--------|-----------|-----|-----|-----------------|----|----|----|----|----|-----|-----|
+| DGX-H100 | 8 | FP8 | 32 | 1 | 4096 | 1 | 1 | 1 | n/a | n/a | 3000 | 600 |
+"""
+
+_ARCHIVE = """\
+## 25.11 NeMo Container
+
+### Pre-Training Performance
+
+#### System: DGX-GB200
+
+| Model | #-GPUs | Precision | GBS | MBS | Sequence Length | FSDP | TP | PP | CP | VP | EP | GA | Tokens / sec / GPU | Model TFLOP / sec / GPU |
+|-------|--------|-----------|-----|-----|-----------------|------|----|----|----|----|----|----|-----|-----|
+| LLAMA3_8B | 8 | FP8-CS (FP8-MX) | 128 | 2 | 8192 | 0 | 1 | 1 | 1 | n/a | 1 | 8 | 31508 (29789) | 1622 (1533) |
+| DeepSeekV3 (w/o MTP) | 256 | BF16 | 4096 | 1 | 4096 | 0 | 1 | 4 | 1 | 4 | 64 | 64 | 3139 | 782 |
+
+## 25.09 NeMo Container
+
+### Pre-Training Performance
+
+#### System: DGX-GB200
+
+| Model | #-GPUs | GBS | MBS | Sequence Length | FSDP | TP | PP | CP | VP | EP | GA | Tokens / sec / GPU | Model TFLOP / sec / GPU |
+|-------|--------|-----|-----|-----------------|------|----|----|----|----|----|----|-----|-----|
+| LLAMA3_70B | 64 | 128 | 2 | 8192 | 64 (0) | 1 (2) | 1 (4) | 1 | 1 (5) | 1 | 1 (16) | 3986 (3546) | 1791 (1593) |
+| Qwen3_30B_a3B (tokendrop) | 8 | 512 | 4 | 4096 | 0 | 1 | 1 | 1 | 1 | 8 | 16 | 22775 (23723) | 524 (546) |
+"""
+
+
+def test_the_parser_reads_each_table_form_as_worked_by_hand():
+    rows = published_rows.collect(_CURRENT, _ARCHIVE)
+    brief = [
+        (r["model"], r["release"], r["system"], r["precision"], r["tokens_per_s_per_gpu"])
+        for r in rows
+    ]
+    # The SFT table is skipped; a bracketed figure is a second row; 25.09 has no precision
+    # column (plain FP8-CS, bracketed FP8-MX).
+    assert brief == [
+        ("llama3_8b", "26.08", "DGX-H100", "FP8", 14000.0),
+        ("llama3_8b", "25.11", "DGX-GB200", "FP8-CS", 31508.0),
+        ("llama3_8b", "25.11", "DGX-GB200", "FP8-MX", 29789.0),
+        ("deepseek_v3", "25.11", "DGX-GB200", "BF16", 3139.0),
+        ("llama3_70b", "25.09", "DGX-GB200", "FP8-CS", 3986.0),
+        ("llama3_70b", "25.09", "DGX-GB200", "FP8-MX", 3546.0),
+        ("qwen3_30b_a3b", "25.09", "DGX-GB200", "FP8-CS", 22775.0),
+        ("qwen3_30b_a3b", "25.09", "DGX-GB200", "FP8-MX", 23723.0),
+    ]
+    first = rows[0]
+    assert (first["vp"], first["ep"], first["fsdp"], first["model_tflops_per_gpu"]) == (
+        None,
+        1,
+        False,
+        700.0,
     )
+    assert "etp" not in first and first["source"] == published_rows.CURRENT
+    # Unbracketed cells are shared; bracketed ones split; VP 1 is no interleaving.
+    fsdp_row, pp_row = rows[4], rows[5]
+    assert (fsdp_row["fsdp"], fsdp_row["tp"], fsdp_row["pp"], fsdp_row["vp"]) == (True, 1, 1, None)
+    assert (pp_row["fsdp"], pp_row["tp"], pp_row["pp"], pp_row["vp"]) == (False, 2, 4, 5)
+    assert pp_row["model_tflops_per_gpu"] == 1593.0 and pp_row["gbs"] == 128
+    # Annotations: no MTP (the layout without the MTP layer), token drop (a reason).
+    deepseek = rows[3]
+    assert deepseek["published_model"] == "DeepSeekV3 (w/o MTP)"
+    assert deepseek["mtp"] is False and deepseek["etp"] == 1
+    assert deepseek["pipeline_layout"] == "Et*4|(t*4|)*14tL"
+    assert all("capacity factor" in r["reason"] for r in rows[6:])
+    assert all("reason" not in r for r in rows[:6])
 
 
-def test_the_table_lists_every_row_once_and_summarises_the_unfitted_ones():
-    predictions = [predict_published.predict(row) for row in ROWS]
+def test_the_parser_refuses_a_model_it_cannot_name():
+    text = _CURRENT.replace("LLAMA3_8B", "LLAMA9_1T")
+    with pytest.raises(ValueError, match="'LLAMA9_1T' has no entry in MODELS"):
+        published_rows.collect(text, "")
+
+
+# --- the predictions ----------------------------------------------------------------------------
+
+
+def test_every_row_is_predicted_or_says_why_not(predictions):
+    assert len(predictions) == len(ROWS)
+    for p in predictions:
+        if p.predicted is None:
+            assert p.reason, p.label
+            if p.row["model"] not in RECIPES:
+                assert p.reason == f"no recipe for {p.row['model']}"
+        else:
+            assert p.reason is None and p.predicted > 0, p.label
+            assert p.error == pytest.approx(p.predicted / p.row["tokens_per_s_per_gpu"] - 1.0)
+            assert p.family is not None
+    # Only the reasons the tables or the plan give: every row of a recipe's model without one
+    # is predicted.
+    for p in predictions:
+        if p.row["model"] in RECIPES and not p.row.get("reason"):
+            assert p.predicted is not None or p.reason.startswith("the plan refuses"), p.label
+    assert sum(p.predicted is not None for p in predictions) > 200
+
+
+def _newest(row: dict) -> bool:
+    releases = [r["release"] for r in ROWS if r["model"] == row["model"]]
+    return row["release"] == max(releases, key=predict_published.release_key)
+
+
+@pytest.mark.parametrize("row", [r for r in ROWS if r["model"] in RECIPES and _newest(r)], ids=_id)
+def test_a_recipes_own_row_as_changes_is_the_recipes_plan(row):
+    # The rows a recipe publishes (each model's newest release): the row's layout given as
+    # changes changes nothing, so the benchmark and the recipe predict the same job.
+    picks = {
+        "gpu": predict_published.gpu_of(row),
+        "precision": published_precision(row["precision"]),
+    }
+    recipe = plan_recipe(row["model"], **picks).job
+    changed = plan_recipe(row["model"], **picks, changes=predict_published.row_changes(row)).job
+    assert changed == recipe
+
+
+def test_a_row_unlike_its_recipe_runs_in_its_own_layout():
+    (row,) = [
+        r
+        for r in ROWS
+        if (r["model"], r["system"], r["release"], r["precision"])
+        == ("llama3_70b", "DGX-H100", "25.11", "FP8-CS")
+    ]
+    job = plan_recipe(
+        "llama3_70b", gpu="h100", precision="fp8_cs", changes=predict_published.row_changes(row)
+    ).job
+    assert (job.world_size, job.global_batch_size, job.micro_batch_size) == (64, 128, 1)
+    assert (job.tp_size, job.pp_size, job.vpp_size, job.cp_size) == (4, 8, 5, 1)
+    # The recipe's own H100 FP8 run (26.04.01) has GBS 256.
+    recipe = plan_recipe("llama3_70b", gpu="h100", precision="fp8_cs").job
+    assert recipe.global_batch_size == 256
+
+
+def test_the_fitted_rows_are_marked(predictions):
+    marked = {
+        (p.row["model"], p.row["release"], p.row["tokens_per_s_per_gpu"])
+        for p in predictions
+        if p.fitted
+    }
+    assert marked == {
+        (f.model, f.release, f.tokens_per_s_per_gpu)
+        for f in (*predict_published.FIT_ROWS.values(), *predict_published.SSM_FIT_ROWS.values())
+    }
+
+
+def test_the_table_lists_every_row_once_and_its_summaries(predictions):
     text = predict_published.table(predictions)
-    body = [line for line in text.splitlines() if line.startswith("| ") and "---" not in line]
-    assert len(body) == len(ROWS) + 1  # the header and one line per row
-    covered = [p for p in predictions if p.row["model"] in RECIPES]
-    assert covered and all(p.predicted is not None for p in covered)
-    assert sum("no recipe" in line for line in body) == len(ROWS) - len(covered)
-    assert "median |error|" in text and "worst" in text
+    body = [line for line in text.splitlines() if line.startswith("| ") and "|---" not in line]
+    assert sum(1 for line in body if re.match(r"\| \w+ DGX-", line)) == len(ROWS)
+    for p in predictions:
+        if p.predicted is None:
+            assert p.reason in text
+    assert "median abs error" in text and "Worst 10:" in text and "newest releases" in text
+
+
+# --- the report, worked by hand -----------------------------------------------------------------
+
+
+def _p(model, release, published, predicted, *, family="dense", fitted=False, system="DGX-H100"):
+    row = {
+        "model": model,
+        "release": release,
+        "system": system,
+        "precision": "FP8",
+        "gbs": 128,
+        "tokens_per_s_per_gpu": published,
+    }
+    reason = None if predicted is not None else "no recipe"
+    return predict_published.Prediction(row, predicted, reason, family, fitted)
+
+
+TINY = [
+    _p("a", "26.02", 100.0, 110.0),  # +10 %
+    _p("a", "26.02", 100.0, 80.0),  # -20 %
+    _p("b", "25.11", 100.0, 130.0, family="moe"),  # +30 %
+    _p("b", "26.04.01", 100.0, 200.0, family="moe", fitted=True),  # +100 %, fitted: left out
+    _p("c", "26.04", 100.0, None, family=None),  # not predicted
+    _p("b", "26.04", 200.0, 150.0, family="moe", system="DGX-GB200"),  # -25 %
+]
+
+
+def test_release_key_orders_releases_as_they_shipped():
+    releases = ["26.04", "25.11", "26.04.01", "26.02", "25.09"]
+    assert sorted(releases, key=predict_published.release_key) == [
+        "25.09",
+        "25.11",
+        "26.02",
+        "26.04",
+        "26.04.01",
+    ]
+
+
+def test_summarize_leaves_out_fitted_and_unpredicted_rows():
+    s = predict_published.summarize(TINY)
+    # |errors| 0.10, 0.20, 0.30, 0.25 -> median (0.20 + 0.25) / 2; signed 0.1, -0.2, 0.3, -0.25
+    # -> median (-0.2 + 0.1) / 2.
+    assert s.rows == 4
+    assert s.median_abs_error == pytest.approx(0.225)
+    assert s.median_signed_error == pytest.approx(-0.05)
+    assert predict_published.summarize(TINY[3:5]) == predict_published.Summary(0, None, None)
+
+
+def test_grouped_medians_by_family_release_and_group():
+    families = predict_published.grouped(TINY, lambda p: p.family)
+    assert list(families) == ["dense", "moe"]
+    assert families["dense"].median_abs_error == pytest.approx(0.15)
+    assert families["dense"].median_signed_error == pytest.approx(-0.05)
+    assert families["moe"].rows == 2
+    assert families["moe"].median_signed_error == pytest.approx(0.025)
+    releases = predict_published.grouped(TINY, lambda p: p.row["release"])
+    assert set(releases) == {"26.02", "25.11", "26.04"}  # 26.04.01 only has a fitted row
+    assert releases["26.04"].median_signed_error == pytest.approx(-0.25)
+    groups = predict_published.grouped(TINY, predict_published.group_key)
+    assert list(groups) == [
+        ("a", "h100", "FP8", "26.02"),
+        ("b", "h100", "FP8", "25.11"),
+        ("b", "gb200", "FP8", "26.04"),
+    ]
+
+
+def test_newest_releases_and_worst():
+    assert predict_published.newest_releases(TINY) == ["26.04", "26.04.01"]
+    worst = predict_published.worst(TINY, n=3)
+    assert [round(p.error, 2) for p in worst] == [0.3, -0.25, -0.2]
+    report = predict_published.report(TINY)
+    assert report["newest_releases"]["rows"] == 1  # 26.04's one measured row; 26.04.01 is fitted
+    assert report["overall"]["rows"] == 4 and report["predicted"] == 5 and report["fitted"] == 1
+    assert list(report["releases"]) == ["26.04", "26.02", "25.11"]
+
+
+def test_the_accuracy_document_rounds_each_medians():
+    doc = predict_published.accuracy_document(TINY)
+    assert doc["families"] == {
+        "dense": {"rows": 2, "median_abs_error": 0.15, "median_signed_error": -0.05},
+        "moe": {"rows": 2, "median_abs_error": 0.275, "median_signed_error": 0.025},
+    }
+    assert doc["overall"] == {"rows": 4, "median_abs_error": 0.225, "median_signed_error": -0.05}
+    assert doc["newest_releases"] == {
+        "releases": ["26.04", "26.04.01"],
+        "rows": 1,
+        "median_abs_error": 0.25,
+        "median_signed_error": -0.25,
+    }
+    assert list(doc["releases"]) == ["26.04", "26.02", "25.11"]
+    assert doc["releases"]["25.11"] == {
+        "rows": 1,
+        "median_abs_error": 0.3,
+        "median_signed_error": 0.3,
+    }
+
+
+def test_the_shipped_accuracy_file_is_what_the_current_code_measures(predictions):
+    """``estimate/accuracy.json`` (the figure every estimate prints) equals what this script
+    measures on the current code and data.
+
+    Recomputed rather than checked by a hash of its inputs: every published row is planned and
+    estimated without torch in a few seconds, and a hash would have to cover the whole step
+    model (any cost formula changes the figures), the recipes and the data alike. After a change
+    to any of them, ``uv run python benchmarks/predict_published.py --write-accuracy`` rewrites
+    the file.
+    """
+    shipped = json.loads(predict_published.ACCURACY_FILE.read_text(encoding="utf-8"))
+    assert shipped == predict_published.accuracy_document(predictions)

@@ -2,8 +2,11 @@
 
 Two panels share a time axis: the predicted step with the plan's overlap, and with every overlap
 knob off. Each has a compute lane (the pipeline bubble, each micro-batch's forward and backward
-or combined 1F1B pair, stalls waiting for parameters, the exposed tail) and one lane per link
-(NVLink, network) with the intervals each stream occupies it, as the schedule model placed them.
+or combined 1F1B pair as compute only, stalls while the GPU waits on communication: parameter
+all-gathers and the TP, CP and EP time a micro-batch leaves exposed, and the exposed tail) and
+one lane per link (NVLink, network) with the intervals each stream occupies it, as the schedule
+model placed them. Under the title, how sure the estimate is: the error measured on published
+rows of the model's family (:attr:`Estimate.accuracy`), the figure ``explain`` prints.
 
 matplotlib is imported when :func:`plot_step` runs (the ``plot`` extra), never on import.
 """
@@ -77,7 +80,12 @@ def step_picture(estimate: Estimate, *, title: str | None = None) -> dict[str, A
     ]
     if any(p is None for p, _name in panels):
         raise ValueError("plot_step needs an estimate with its predictions.")
-    return {"title": title, "panels": [_panel(p, name) for p, name in panels]}
+    accuracy = None if estimate.accuracy is None else estimate.accuracy.line()
+    return {
+        "title": title,
+        "accuracy": accuracy,
+        "panels": [_panel(p, name) for p, name in panels],
+    }
 
 
 def picture_digest(picture: dict[str, Any]) -> str:
@@ -137,16 +145,20 @@ def plot_step(estimate: Estimate, path: str | Path, *, title: str | None = None)
         ax.set_title(panel["heading"], fontsize=9, loc="left")
         ax.set_xlim(0, end * 1.02)
         ax.tick_params(axis="x", labelsize=7)
+    labels = {"stall": "stall (exposed communication)"}
     handles = [
-        matplotlib.patches.Patch(color=c, label=k) for k, c in _COLOURS.items() if k != "tail"
+        matplotlib.patches.Patch(color=c, label=labels.get(k, k))
+        for k, c in _COLOURS.items()
+        if k != "tail"
     ]
     fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=6, frameon=False)
     axes[-1].set_xlabel(
         "ms (compute at the achievable fraction of peak; link lanes: when each stream runs)",
         fontsize=8,
     )
-    if title:
-        fig.suptitle(title, fontsize=10)
+    heading = "\n".join(line for line in (title, picture["accuracy"]) if line)
+    if heading:
+        fig.suptitle(heading, fontsize=9)
     fig.tight_layout(rect=(0, 0.05, 1, 1))
     fig.savefig(path, dpi=80, metadata={"Description": picture_digest(picture)})
     plt.close(fig)

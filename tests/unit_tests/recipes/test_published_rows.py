@@ -22,7 +22,23 @@ from megatron.bridge.training import hardware
 from megatron.bridge.training.estimate.model_cost import ModelCost
 from megatron.bridge.training.precisions import published_precision
 
-ROWS = yaml.safe_load((Path(__file__).parent / "data" / "published_rows.yaml").read_text())
+ALL_ROWS = yaml.safe_load((Path(__file__).parent / "data" / "published_rows.yaml").read_text())
+
+
+def _release(text: str) -> tuple[int, ...]:
+    # "26.04.01" -> (26, 4, 1): releases in the order they shipped.
+    return tuple(int(part) for part in text.split("."))
+
+
+#: The rows the recipes run: each model's rows of the newest release that publishes the model
+#: (the archive's older rows ran older layouts and software; benchmarks/predict_published.py
+#: sets its prediction beside every row).
+ROWS = [
+    row
+    for row in ALL_ROWS
+    if row["release"]
+    == max((r["release"] for r in ALL_ROWS if r["model"] == row["model"]), key=_release)
+]
 
 #: Published models with rows and no recipe here, and why.
 NO_RECIPE: dict[str, str] = {}

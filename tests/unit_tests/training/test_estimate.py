@@ -273,6 +273,7 @@ def test_to_dict_has_exactly_the_documented_keys():
         "communication",
         "prediction",
         "without_overlap",
+        "accuracy",
         "assumptions",
     }
     prediction_keys = {

@@ -16,7 +16,8 @@ Times are lower bounds: bytes over peak bandwidth, FLOPs over peak dense tensor-
 throughput. :attr:`Estimate.assumptions` lists what the numbers leave out.
 
 The parts, lowest first: ``model_cost`` (:class:`ModelCost`: FLOPs and parameters of a
-model), ``result`` (:class:`StepCost`, :class:`CommEntry`, :class:`Estimate` and their
+model), ``accuracy`` (how sure the estimate is: the error measured on published rows of the
+model's family, read from ``accuracy.json``), ``result`` (:class:`StepCost`, :class:`CommEntry`, :class:`Estimate` and their
 rendering), ``stage`` (the busiest pipeline stage), ``comm`` (bytes per parallelism and their
 link times), ``step`` (:func:`estimate_step`). Pure arithmetic: importing it loads no torch.
 """

@@ -131,12 +131,12 @@ ACHIEVABLE: Mapping[tuple[str, str], Achievable] = MappingProxyType(
     {
         key: Achievable(fraction, f"fitted on {FIT_ROWS[key].source}")
         for key, fraction in {
-            ("gb300", "fp8_mx"): 0.538,
-            ("gb300", "nvfp4"): 0.350,
-            ("gb200", "fp8_mx"): 0.409,
-            ("gb200", "nvfp4"): 0.310,
-            ("h100", "fp8_cs"): 0.489,
-            ("b200", "fp8_cs"): 0.427,
+            ("gb300", "fp8_mx"): 0.549,
+            ("gb300", "nvfp4"): 0.361,
+            ("gb200", "fp8_mx"): 0.415,
+            ("gb200", "nvfp4"): 0.316,
+            ("h100", "fp8_cs"): 0.506,
+            ("b200", "fp8_cs"): 0.441,
         }.items()
     }
 )

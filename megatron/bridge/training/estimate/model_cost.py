@@ -67,6 +67,12 @@ class ModelCost:
         return sum(self.model.moe_layer_pattern) if self.model.moe else 0
 
     @property
+    def num_mamba_layers(self) -> int:
+        """Mamba layers of the decoder: the ``M`` symbols of a hybrid model's pattern (0 for a
+        transformer)."""
+        return self._layer_counts()[1]
+
+    @property
     def mtp_layers(self) -> int:
         """Multi-token-prediction layers: mtp_num_layers, or for a hybrid model that leaves it
         unset, the MTP depths its pattern spells (upstream's ``num_floating_point_operations``)."""

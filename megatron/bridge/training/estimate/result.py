@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 
+from megatron.bridge.training.estimate.accuracy import MeasuredAccuracy
 from megatron.bridge.training.estimate.efficiency import EP_OVERLAP
 
 __all__ = ["CP_RING", "CommEntry", "Estimate", "Link", "Prediction", "StepCost"]
@@ -91,7 +92,9 @@ class Prediction:
     achievable_source: str
     """Where that fraction comes from."""
     timeline: tuple[tuple[str, float, float], ...] = ()
-    """(kind, start, seconds) of the compute lane: bubble, forward, backward, 1f1b, stall, tail."""
+    """(kind, start, seconds) of the compute lane: bubble, forward, backward, 1f1b (compute
+    only), stall (waiting on communication: parameter all-gathers, exposed TP/CP/EP), tail
+    (exposed communication after the last compute)."""
     link_intervals: tuple[tuple[str, str, float, float], ...] = ()
     """(link, stream label, start, seconds) each stream occupies its link."""
 
@@ -132,9 +135,12 @@ class Estimate:
     """The predicted step with the plan's overlap."""
     without_overlap: Prediction | None = None
     """The predicted step with every overlap knob off (CP's ring still overlaps attention)."""
+    accuracy: MeasuredAccuracy | None = None
+    """How sure the prediction is: the error measured on published rows of the model's family."""
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: model_flops_per_token, step, communication, prediction(s), assumptions."""
+        """JSON-ready: model_flops_per_token, step, communication, prediction(s), accuracy,
+        assumptions."""
         return {
             "model_flops_per_token": self.model_flops_per_token,
             "step": _fields_dict(self.step),
@@ -143,6 +149,7 @@ class Estimate:
             "without_overlap": (
                 None if self.without_overlap is None else self.without_overlap.to_dict()
             ),
+            "accuracy": None if self.accuracy is None else self.accuracy.to_dict(),
             "assumptions": list(self.assumptions),
         }
 
@@ -229,6 +236,8 @@ class Estimate:
                 f"{off.tokens_per_s_per_gpu:.0f} tokens/s/GPU)"
             )
             lines.append(f"compute at {p.achievable_fraction:.0%} of peak: {p.achievable_source}")
+        if self.accuracy is not None:
+            lines.append(self.accuracy.line())
         return "\n".join(lines)
 
 

@@ -134,7 +134,9 @@ class Timeline:
     bubble: float
     compute_end: float
     segments: list[tuple[str, float, float]]
-    """(kind, start, seconds): bubble, forward, backward, 1f1b, stall, tail."""
+    """(kind, start, seconds): bubble, forward, backward, 1f1b (compute only), stall (waiting
+    on communication: a parameter all-gather, or the in-layer TP/CP/EP time a segment leaves
+    exposed), tail (exposed communication after the last compute)."""
     streams: dict[int, StreamTime]
 
 
@@ -296,7 +298,11 @@ def simulate(inp: ScheduleInput) -> Timeline:
             st.window += w
             st.intervals.append((t, secs))
         segments.append(_Segment(kind, t, d, duration, free))
-        drawn.append((kind, t, duration))
+        drawn.append((kind, t, d))
+        if duration > d:
+            # The in-layer communication this segment leaves exposed (TP, CP, EP) holds the
+            # compute lane without computing: drawn as a stall after the segment's compute.
+            drawn.append(("stall", t + d, duration - d))
         t += duration
 
     for i in range(warmup):

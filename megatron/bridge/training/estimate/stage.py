@@ -14,7 +14,7 @@ from megatron.bridge.training.job import JobDescription
 from megatron.bridge.training.model_rules import recomputed_modules
 from megatron.bridge.training.pipeline_layout import parse_layout, stage_layers
 
-__all__ = ["Stage", "busiest_stage", "stage_params"]
+__all__ = ["Stage", "busiest_stage", "mtp_rank", "stage_params"]
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ def _stage_layers(job: JobDescription) -> list[int]:
     return [sum(chunks) for chunks in stage_layers(job.model)]
 
 
-def _mtp_rank(job: JobDescription) -> int:
+def mtp_rank(job: JobDescription) -> int:
     """The pipeline rank that builds the multi-token-prediction layers: the one whose stage of
     ``pipeline_model_parallel_layout`` holds them, else the last (megatron-core builds MTP with
     the output layer, ``mtp_on_this_rank``)."""
@@ -139,13 +139,13 @@ def busiest_stage(
     per_rank = _stage_layers(job)
     moe_share = dims.num_moe_layers / job.model.num_layers
     per_layer = dims.layer_flops_per_token()
-    mtp_rank = _mtp_rank(job)
+    mtp_stage = mtp_rank(job)
 
     def stage_flops(rank: int) -> float:
         return (
             per_rank[rank] * per_layer
             + (dims.logit_flops_per_token(tp) if rank == pp - 1 else 0.0)
-            + (dims.mtp_flops_per_token(tp) if rank == mtp_rank else 0.0)
+            + (dims.mtp_flops_per_token(tp) if rank == mtp_stage else 0.0)
         )
 
     rank = max(range(pp), key=lambda r: (stage_flops(r), r))

@@ -14,6 +14,7 @@ import dataclasses
 import math
 from typing import TYPE_CHECKING
 
+from megatron.bridge.training.estimate.accuracy import measured_accuracy
 from megatron.bridge.training.estimate.comm import (
     cp_transfers,
     dp_transfers,
@@ -23,6 +24,14 @@ from megatron.bridge.training.estimate.comm import (
     tp_transfers,
 )
 from megatron.bridge.training.estimate.efficiency import EP_OVERLAP, Achievable, achievable_fraction
+from megatron.bridge.training.estimate.kernels import (
+    cross_entropy_bytes_per_token,
+    grouped_gemm_efficiency,
+    rows_per_expert,
+    ssd_flops_per_token,
+    ssm_scan_rate,
+    tensor_core_format,
+)
 from megatron.bridge.training.estimate.model_cost import ModelCost
 from megatron.bridge.training.estimate.result import (
     CP_RING,
@@ -38,7 +47,7 @@ from megatron.bridge.training.estimate.schedule import (
     ScheduleInput,
     simulate,
 )
-from megatron.bridge.training.estimate.stage import Stage, busiest_stage, stage_params
+from megatron.bridge.training.estimate.stage import Stage, busiest_stage, mtp_rank, stage_params
 from megatron.bridge.training.hardware import GpuSpec, gpu_spec
 from megatron.bridge.training.job import JobDescription, check_micro_batch_chunks
 from megatron.bridge.training.validators import LIMITS, LimitError
@@ -55,6 +64,7 @@ def estimate_step(
     gpus_per_node: int | None = None,
     nvlink_domain: int | None = None,
     achievable: Achievable | None = None,
+    ssm_scan_fraction: float | None = None,
 ) -> Estimate:
     """The cost of one training step on one GPU of the busiest pipeline stage of ``plan``.
 
@@ -64,7 +74,9 @@ def estimate_step(
     ``nvlink_domain`` is how many consecutive ranks NVLink connects (default: the GPU
     catalogue's domain, e.g. 72 on GB200 NVL72, else ``gpus_per_node``, which defaults to the
     catalogue's GPUs per node). ``achievable`` replaces the fitted fraction of peak the compute
-    runs at (:func:`~.efficiency.achievable_fraction`). Raises ``ValueError``
+    runs at (:func:`~.efficiency.achievable_fraction`); ``ssm_scan_fraction`` the fitted share
+    of the BF16 peak the Mamba scan kernels run at (:func:`~.kernels.ssm_scan_rate`). Raises
+    ``ValueError``
     when the job lacks what the estimate needs (GPU, micro-batch size, the model's shape).
     """
     f = plan.job
@@ -114,9 +126,19 @@ def estimate_step(
     achievable = achievable or achievable_fraction(gpu.name, f.compute_dtype)
     rate = achievable.fraction / seconds_per_flop
     segments = micro_batches * stage.vpp
+    kernels = _kernel_seconds(
+        f,
+        gpu,
+        dims,
+        stage,
+        tokens=tokens_per_dp_rank / split,
+        fraction=achievable.fraction,
+        ssm_scan_fraction=ssm_scan_fraction,
+    )
     shape = _Shape(
-        forward=(model_flops / 3 / rate + memory_forward) / segments,
-        backward=((executed - model_flops / 3) / rate + memory - memory_forward) / segments,
+        forward=(model_flops / 3 / rate + memory_forward + kernels.forward) / segments,
+        backward=((executed - model_flops / 3) / rate + memory - memory_forward + kernels.backward)
+        / segments,
         attention_share=mixer_share,
         core_attention_share=core_share,
     )
@@ -151,6 +173,7 @@ def estimate_step(
             global_batch_size=gbs,
             nvlink_domain=domain,
             ep_overlap=_ep_overlap(plan),
+            kernels=kernels,
         ),
         executed_flops_per_gpu=executed,
         average_flops_per_gpu=tokens * flops_per_token / f.world_size,
@@ -158,7 +181,102 @@ def estimate_step(
         expert_params_per_gpu=expert_params,
         pipeline_rank=stage.rank,
         knobs_off=tuple(knobs_off),
+        accuracy=measured_accuracy(f.model),
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class _KernelSeconds:
+    """Seconds per step the MoE and hybrid kernels add on one GPU of the stage (:mod:`.kernels`)."""
+
+    grouped_gemm: float = 0.0
+    """The routed experts' grouped GEMMs beyond their FLOPs at the achievable rate."""
+    grouped_gemm_efficiency: float = 1.0
+    """Useful share of the grouped GEMMs' time."""
+    ssm_scan: float = 0.0
+    """The Mamba layers' SSD scan kernels beyond the scan FLOPs the compute already counts."""
+    ssm_source: str = ""
+    """Where the scan's rate comes from (empty without Mamba layers)."""
+    loss: float = 0.0
+    """The cross-entropy over the vocabulary of the output heads on the stage."""
+    forward_share: float = 1 / 3
+    """Share of the added time in the forward passes."""
+
+    @property
+    def total(self) -> float:
+        return self.grouped_gemm + self.ssm_scan + self.loss
+
+    @property
+    def forward(self) -> float:
+        return self.total * self.forward_share
+
+    @property
+    def backward(self) -> float:
+        return self.total - self.forward
+
+
+def _kernel_seconds(
+    job: JobDescription,
+    gpu: GpuSpec,
+    dims: ModelCost,
+    stage: Stage,
+    *,
+    tokens: float,
+    fraction: float,
+    ssm_scan_fraction: float | None,
+) -> _KernelSeconds:
+    """What the stage's grouped GEMMs and Mamba scans cost beyond their FLOPs at the fitted
+    rate, for ``tokens`` tokens on one GPU (already split over TP and CP).
+
+    Grouped GEMMs: the routed experts' executed FLOPs (their recomputed forward included) at
+    the GEMM rate, times 1 / :func:`~.kernels.grouped_gemm_efficiency` - 1, the rows per expert
+    of one micro-batch under uniform routing (:func:`~.kernels.rows_per_expert`; benchmarks
+    force-balance the routing). Mamba: the SSD kernels' executed FLOPs
+    (:func:`~.kernels.ssd_flops_per_token`) at the generation's scan rate, less the scan FLOPs
+    the compute already prices. The loss: each output head on the stage (the main one on the
+    last, the MTP heads where they are built) moves :func:`~.kernels.cross_entropy_bytes_per_token`
+    at the HBM peak. The forward takes a third, as the FLOPs do.
+    """
+    m = job.model
+    gemm_rate = gpu.peak_tflops(job.compute_dtype) * 1e12 * fraction
+    grouped = 0.0
+    efficiency = 1.0
+    if stage.moe_layers and m.moe:
+        routed = dims.moe_mlp_flops_per_token() - dims.shared_expert_flops_per_token()
+        executed = routed * (1 + stage.moe_forward_recomputed / 3) * stage.moe_layers * tokens
+        local = (
+            stage.micro_batch_size
+            * m.seq_length
+            / (job.cp_size * (job.tp_size if job.sequence_parallel else 1))
+        )
+        efficiency = grouped_gemm_efficiency(
+            m,
+            rows=rows_per_expert(m, tokens=local, ep_size=job.ep_size),
+            etp_size=job.etp_size,
+            flop_rate=gemm_rate,
+            hbm_bytes_per_s=gpu.hbm_gb_per_s * 1e9,
+            tensor_cores=tensor_core_format(job.compute_dtype),
+        )
+        grouped = executed / gemm_rate * (1 / efficiency - 1)
+    scan = 0.0
+    source = ""
+    mamba = dims.num_mamba_layers
+    if mamba:
+        scan_rate, source = ssm_scan_rate(gpu, fraction=ssm_scan_fraction)
+        layers = stage.layers * mamba / m.num_layers
+        counted_rate = min(gemm_rate / fraction, gpu.peak_bf16_tflops * 1e12) * fraction
+        counted = stage.layers * dims.scan_flops_per_token() * tokens / counted_rate
+        scan = max(0.0, layers * ssd_flops_per_token(m) * tokens / scan_rate - counted)
+    heads = (1 if stage.last else 0) + (dims.mtp_layers if stage.rank == mtp_rank(job) else 0)
+    # Each head's loss runs over its padded_vocab / TP logits of the tokens on this CP rank.
+    loss = (
+        heads
+        * tokens
+        * job.tp_size
+        * cross_entropy_bytes_per_token(dims.padded_vocab(job.tp_size), job.tp_size)
+        / (gpu.hbm_gb_per_s * 1e9)
+    )
+    return _KernelSeconds(grouped, efficiency, scan, source, loss)
 
 
 def _memory_seconds(gpu: GpuSpec, stage: Stage, tokens: float) -> tuple[float, float]:
@@ -215,6 +333,7 @@ def _assumptions(
     global_batch_size: int,
     nvlink_domain: int,
     ep_overlap: bool,
+    kernels: _KernelSeconds,
 ) -> tuple[str, ...]:
     """What the estimate's numbers assume and leave out, for :attr:`Estimate.assumptions`."""
     peak = gpu.peak_format(job.compute_dtype)
@@ -259,6 +378,22 @@ def _assumptions(
         assumptions.append(
             "MoE: uniform routing (no imbalance, no dropped tokens); MoE layers spread evenly "
             "over stages; expert-TP traffic not modelled"
+        )
+    if kernels.grouped_gemm:
+        assumptions.append(
+            f"grouped expert GEMMs at {kernels.grouped_gemm_efficiency:.0%} of the dense GEMM "
+            f"rate (+{kernels.grouped_gemm:.3g} s): rows per expert padded to the GEMM tile, "
+            "operands and output at the HBM peak beside the FLOPs (roofline)"
+        )
+    if kernels.loss:
+        assumptions.append(
+            f"cross-entropy over the vocabulary +{kernels.loss:.3g} s: megatron-core's "
+            "vocab-parallel loss passes over fp32 logits (58 bytes per logit) at the HBM peak"
+        )
+    if kernels.ssm_scan:
+        assumptions.append(
+            f"Mamba SSD scan kernels +{kernels.ssm_scan:.3g} s: the chunked scan's executed "
+            f"FLOPs at the fitted share of the BF16 peak ({kernels.ssm_source})"
         )
     if job.use_megatron_fsdp:
         assumptions.append(

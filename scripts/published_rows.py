@@ -1,0 +1,382 @@
+"""Write ``tests/unit_tests/recipes/data/published_rows.yaml`` from Megatron-Bridge's release tables.
+
+    uv run python scripts/published_rows.py --upstream DIR [--rev REV] [--check]
+
+``DIR`` is a Megatron-Bridge git repository (a clone or a bare mirror); ``REV`` (default HEAD)
+the commit whose ``docs/performance-summary.md`` and ``docs/performance-summary-archive.md`` are
+read. Every pre-training table of every release becomes rows of the data file: one row per
+published figure, so a cell written "FP8-CS (FP8-MX)" with "37556 (36108)" tokens/s is two rows,
+each taking the bracketed value of every bracketed cell. SFT and LoRA tables are skipped.
+
+Beside the published columns each row holds layout facts the tables leave out, from upstream's
+recipes (each rule below names its source): ``etp`` for MoE models, the pipeline layout of the
+models that set one, ``mtp: false`` for a run published without MTP and ``reason`` for a run
+whose setting the tables do not say. ``--check`` changes nothing and exits 1 when the file differs
+from what the tables give.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROWS_FILE = (
+    Path(__file__).resolve().parents[1] / "tests/unit_tests/recipes/data/published_rows.yaml"
+)
+
+CURRENT = "docs/performance-summary.md"
+ARCHIVE = "docs/performance-summary-archive.md"
+
+#: The tables' model names -> the recipe names here (or the name a recipe would have).
+MODELS = {
+    "LLAMA3_8B": "llama3_8b",
+    "LLAMA3_70B": "llama3_70b",
+    "LLAMA3.1_405B": "llama31_405b",
+    "DeepSeekV3": "deepseek_v3",
+    "DeepSeekV4 Flash": "deepseek_v4_flash",
+    "GPT OSS 120B": "gpt_oss_120b",
+    "Qwen3_30B_a3B": "qwen3_30b_a3b",
+    "Qwen3_235B_a22B": "qwen3_235b_a22b",
+    "Kimi_K2": "kimi_k2",
+    "Nemotron_3_Nano": "nemotron_3_nano",
+    "Nemotron_3_5_Lightning": "nemotron_3_5_lightning",
+    "Nemotron_3_Super": "nemotron_3_super",
+    "Nemotron_3_Ultra": "nemotron_3_ultra",
+}
+
+#: MoE models: upstream's perf recipes of these models, or the base recipes they start from, set
+#: ``cfg.model.expert_tensor_parallel_size = 1`` (Megatron-Bridge src/megatron/bridge/
+#: perf_recipes/deepseek/common.py, deepseek/*/deepseek_v4.py, gpt_oss/{gb200,gb300,b300}/gpt_oss.py,
+#: qwen/*/qwen3_moe.py, nemotronh/{b200,b300,gb200,gb300}/nemotronh.py; recipes/kimi/h100/kimi_k2.py,
+#: recipes/gpt_oss/h100/gpt_oss.py, recipes/nemotronh/h100/nemotron_3_nano.py), so their rows
+#: carry ``etp: 1``.
+MOE_MODELS = frozenset(
+    {
+        "deepseek_v3",
+        "deepseek_v4_flash",
+        "gpt_oss_120b",
+        "qwen3_30b_a3b",
+        "qwen3_235b_a22b",
+        "kimi_k2",
+        "nemotron_3_nano",
+        "nemotron_3_5_lightning",
+        "nemotron_3_super",
+        "nemotron_3_ultra",
+    }
+)
+
+#: Models whose upstream perf recipes run Megatron-FSDP (``cfg.ddp.use_megatron_fsdp = True``) in
+#: every published layout: a table without an FSDP column leaves it out, so their rows carry
+#: ``fsdp: true`` there. Nemotron 3 Ultra: Megatron-Bridge perf_recipes/nemotronh/common.py
+#: _apply_nemotron_3_ultra_fsdp_hsdp, applied by nemotronh/{gb300,gb200}/nemotronh.py
+#: nemotron_3_ultra_pretrain_256gpu_{gb300,gb200}_fp8mx_config.
+FSDP_MODELS = frozenset({"nemotron_3_ultra"})
+
+#: Pipeline layouts by (PP, VP) in megatron-core's string form (E embedding, t decoder layer, m
+#: MTP layer, L loss, | a stage boundary). DeepSeek-V3 (61 layers, one MTP layer): Megatron-Bridge
+#: recipes/deepseek/h100/deepseek_v3.py _get_deepseek_v3_pipeline_layout, and PP2 x VP8 as
+#: perf_recipes/deepseek/gb300/deepseek_v3.py sets it; Kimi-K2 (61 layers, no MTP):
+#: recipes/kimi/h100/kimi_k2.py _get_kimi_k2_pipeline_layout. "{m}" is the MTP layer, left out
+#: for a run published without MTP. A (PP, VP) absent here has no published layout: the row
+#: keeps none, and megatron-core's even split judges it.
+_LAYOUT_16 = "Et*4|(t*4|)*14t{m}L"
+_LAYOUT_8 = "Et*8|(t*8|)*6t*5{m}L"
+_LAYOUT_4 = "Et*16|t*16|t*16|t*13{m}L"
+PIPELINE_LAYOUTS = {
+    "deepseek_v3": {
+        (4, 1): _LAYOUT_4,
+        (8, 1): _LAYOUT_8,
+        (4, 2): _LAYOUT_8,
+        (16, 1): _LAYOUT_16,
+        (8, 2): _LAYOUT_16,
+        (4, 4): _LAYOUT_16,
+        (2, 8): _LAYOUT_16,
+    },
+    "kimi_k2": {
+        stages: layout.replace("{m}", "")
+        for stages, layout in {
+            (4, 1): _LAYOUT_4,
+            (8, 1): _LAYOUT_8,
+            (4, 2): _LAYOUT_8,
+            (16, 1): _LAYOUT_16,
+            (8, 2): _LAYOUT_16,
+            (4, 4): _LAYOUT_16,
+            (2, 8): _LAYOUT_16,
+        }.items()
+    },
+}
+
+#: The 25.09 tables have no precision column: their footnote says a bracketed figure is the
+#: other quantization granularity (32x32 blocks on GB200 and B200: MXFP8), the plain one FP8
+#: current scaling, as the 25.11 tables label the same layouts.
+UNLABELLED_PRECISIONS = ("FP8-CS", "FP8-MX")
+
+#: Model-name annotations of the tables, and what each says about the run.
+VARIANTS = {
+    "w/ MTP": {},
+    "w/o MTP": {"mtp": False},
+    "dropless": {},
+    "tokendrop": {"reason": "token-drop run: the tables do not publish its expert capacity factor"},
+}
+
+_COLUMNS = {
+    "System": "system",
+    "Model": "model",
+    "#-GPUs": "gpus",
+    "Precision": "precision",
+    "GBS": "gbs",
+    "MBS": "mbs",
+    "Sequence Length": "seq_length",
+    "FSDP": "fsdp",
+    "TP": "tp",
+    "PP": "pp",
+    "CP": "cp",
+    "VP": "vp",
+    "EP": "ep",
+    "GA": "ga",
+    "Tokens / sec / GPU": "tokens_per_s_per_gpu",
+    "Model TFLOP / sec / GPU": "model_tflops_per_gpu",
+}
+
+_FOOTNOTE = re.compile(r"\[\^[^\]]*\]")
+_BRACKETED = re.compile(r"^(?P<first>[^()]+?)\s*\((?P<second>[^()]+)\)$")
+
+
+def _values(cell: str) -> list[str]:
+    """A cell's figures: ``["37556", "36108"]`` for "37556 (36108)", else the one figure."""
+    cell = _FOOTNOTE.sub("", cell).strip()
+    match = _BRACKETED.match(cell)
+    if match:
+        return [match["first"].strip(), match["second"].strip()]
+    return [cell]
+
+
+def _model_name(text: str) -> tuple[str, str | None]:
+    """(table model name, annotation) of "DeepSeekV3 (w/o MTP)"."""
+    match = _BRACKETED.match(text.strip())
+    if match and match["second"].strip() in VARIANTS:
+        return match["first"].strip(), match["second"].strip()
+    return text.strip(), None
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def _int(text: str, what: str) -> int:
+    if not text.isdigit():
+        raise ValueError(f"{what}: expected a whole number, got {text!r}.")
+    return int(text)
+
+
+def _size(text: str, what: str) -> int:
+    """A parallel size: "n/a" is 1."""
+    return 1 if text.lower() == "n/a" else _int(text, what)
+
+
+def tables(markdown: str, source: str) -> list[tuple[str, str, list[dict[str, str]]]]:
+    """Every pre-training table of a release page: (release, heading, rows as column -> cell)."""
+    found = []
+    release = section = heading = None
+    lines = markdown.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if m := re.match(r"^## (\S+) NeMo Container", line):
+            release, section = m[1], None
+        elif line.startswith("### "):
+            section = line[4:].strip()
+        elif line.startswith("#### "):
+            heading = line[5:].strip()
+        elif line.startswith("|") and section == "Pre-Training Performance":
+            header = [_COLUMNS[c] for c in _cells(line)]
+            i += 2  # the separator line
+            rows = []
+            while i < len(lines) and lines[i].startswith("|"):
+                cells = _cells(lines[i])
+                if len(cells) != len(header):
+                    raise ValueError(
+                        f"{source} {release} {heading}: {lines[i]!r} has "
+                        f"{len(cells)} cells, the header {len(header)}."
+                    )
+                rows.append(dict(zip(header, cells, strict=True)))
+                i += 1
+            found.append((release, heading, rows))
+            continue
+        i += 1
+    return found
+
+
+def rows_of(release: str, heading: str, cells: dict[str, str], source: str) -> list[dict]:
+    """The data file's rows of one table line (two where its cells hold bracketed figures)."""
+    kind, _, name = heading.partition(": ")
+    system = cells["system"] if kind == "Model" else name
+    published_model = cells["model"] if kind == "System" else name
+    base, variant = _model_name(published_model)
+    if base not in MODELS:
+        raise ValueError(f"{source} {release}: model {base!r} has no entry in MODELS.")
+    model = MODELS[base]
+    tokens = _values(cells["tokens_per_s_per_gpu"])
+    if "precision" in cells:
+        labels = _values(cells["precision"])
+    else:
+        labels = list(UNLABELLED_PRECISIONS[: len(tokens)])
+    if len(labels) != len(tokens):
+        raise ValueError(
+            f"{source} {release} {published_model} {system}: "
+            f"{len(labels)} precisions for {len(tokens)} figures."
+        )
+    out = []
+    for k, label in enumerate(labels):
+
+        def pick(column: str, k: int = k) -> str:
+            values = _values(cells[column])
+            return values[k] if len(values) > 1 else values[0]
+
+        what = f"{source} {release} {published_model} {system}"
+        vp = _size(pick("vp"), what)
+        pp = _size(pick("pp"), what)
+        row: dict = {
+            "model": model,
+            "release": release,
+            "published_model": published_model,
+            "system": system,
+            "gpus": _int(pick("gpus"), what),
+            "precision": label,
+            "gbs": _int(pick("gbs"), what),
+            "mbs": _int(pick("mbs"), what),
+            "seq_length": _int(pick("seq_length"), what),
+            "fsdp": _int(pick("fsdp"), what) > 0 if "fsdp" in cells else model in FSDP_MODELS,
+            "tp": _size(pick("tp"), what),
+            "pp": pp,
+            "cp": _size(pick("cp"), what),
+            # VP 1 is no interleaving, as n/a is.
+            "vp": vp if vp > 1 else None,
+            "ep": _size(pick("ep"), what),
+        }
+        if model in MOE_MODELS:
+            row["etp"] = 1
+        facts = VARIANTS[variant] if variant else {}
+        layout = PIPELINE_LAYOUTS.get(model, {}).get((pp, vp))
+        if layout is not None:
+            row["pipeline_layout"] = layout.format(m="" if facts.get("mtp") is False else "m")
+        row.update({k: v for k, v in facts.items() if k != "reason"})
+        row["tokens_per_s_per_gpu"] = float(_int(tokens[k], what))
+        row["model_tflops_per_gpu"] = float(_int(pick("model_tflops_per_gpu"), what))
+        row["source"] = source
+        if "reason" in facts:
+            row["reason"] = facts["reason"]
+        out.append(row)
+    return out
+
+
+def collect(current: str, archive: str) -> list[dict]:
+    """Every pre-training row of the two pages, the current release first."""
+    rows = []
+    for text, source in ((current, CURRENT), (archive, ARCHIVE)):
+        for release, heading, lines in tables(text, source):
+            for cells in lines:
+                rows.extend(rows_of(release, heading, cells, source))
+    return rows
+
+
+def _scalar(value) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    text = str(value)
+    if re.fullmatch(r"[A-Za-z][\w .\-]*", text) and text not in (
+        "null",
+        "true",
+        "false",
+        "yes",
+        "no",
+    ):
+        return text
+    return "'" + text.replace("'", "''") + "'"
+
+
+HEADER = """\
+# Every pre-training row NVIDIA publishes for Megatron-Bridge: docs/performance-summary.md (the
+# current release) and docs/performance-summary-archive.md (every earlier release), Megatron-Bridge
+# commit {commit}. Written by scripts/published_rows.py from those two pages; do not edit by hand.
+# A cell holding a bracketed second figure ("FP8-CS (FP8-MX)", "37556 (36108)", "64 (0)") is two
+# rows, the second taking every bracketed figure. The 25.09 tables have no precision column: their
+# plain figures are FP8-CS, the bracketed ones FP8-MX (the tables' footnote: the other quantization
+# granularity, 32x32 blocks). SFT and LoRA tables are not here.
+#
+# Columns as published: system, gpus, precision (the table's label), gbs, mbs, seq_length, fsdp
+# (the FSDP column is non-zero: Megatron-FSDP; without the column, whether upstream's perf recipes
+# of the model run it), tp, pp, cp, vp (null for "n/a" or 1), ep (1 for
+# "n/a"), tokens_per_s_per_gpu and model_tflops_per_gpu; published_model is the table's model name
+# with its annotation ("(w/o MTP)", "(tokendrop)"); release: the NeMo container release; source:
+# the page. model: the recipe name here (deepseek_v4_flash, nemotron_3_super and nemotron_3_ultra
+# name a recipe only where one exists).
+# Added from upstream's recipes (see scripts/published_rows.py for each source): etp (upstream's
+# recipes of the MoE models set expert_tensor_parallel_size = 1), pipeline_layout (megatron-core's
+# string form; DeepSeek-V3 and Kimi-K2 recipes' layout for the row's PP and VP), mtp: false (a
+# run published without MTP), reason (a run whose setting the tables leave out).
+"""
+
+
+def render(rows: list[dict], commit: str) -> str:
+    """The data file's text: the header, then one flow mapping per row."""
+    lines = [HEADER.format(commit=commit).rstrip("\n")]
+    for row in rows:
+        lines.append("- {" + ", ".join(f"{k}: {_scalar(v)}" for k, v in row.items()) + "}")
+    return "\n".join(lines) + "\n"
+
+
+def _git_show(upstream: str, rev: str, path: str) -> str:
+    return subprocess.run(
+        ["git", "-C", upstream, "show", f"{rev}:{path}"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--upstream", required=True, help="a Megatron-Bridge git repository")
+    parser.add_argument("--rev", default="HEAD", help="the commit to read (default HEAD)")
+    parser.add_argument("--check", action="store_true", help="exit 1 if the file is stale")
+    args = parser.parse_args(argv)
+    try:
+        commit = subprocess.run(
+            ["git", "-C", args.upstream, "rev-parse", "--short", args.rev],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        current = _git_show(args.upstream, args.rev, CURRENT)
+        archive = _git_show(args.upstream, args.rev, ARCHIVE)
+    except subprocess.CalledProcessError as exc:
+        print(
+            f"error: --upstream {args.upstream} --rev {args.rev}: {exc.stderr.strip()}",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        text = render(collect(current, archive), commit)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.check:
+        if ROWS_FILE.read_text() != text:
+            print(f"{ROWS_FILE.name} is stale: run scripts/published_rows.py", file=sys.stderr)
+            return 1
+        return 0
+    ROWS_FILE.write_text(text)
+    print(f"{ROWS_FILE}: {text.count(chr(10) + '- ')} rows")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,181 @@
+"""The MoE and hybrid kernel terms of the step estimate, each worked by hand."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from megatron.bridge.recipes import plan_recipe
+from megatron.bridge.training.estimate import estimate_step, kernels
+from megatron.bridge.training.hardware import gpu_spec
+from megatron.bridge.training.job import ModelDescription
+
+
+def _moe(**fields) -> ModelDescription:
+    base = {
+        "num_layers": 4,
+        "hidden_size": 1024,
+        "num_attention_heads": 8,
+        "vocab_size": 1024,
+        "seq_length": 1024,
+        "num_moe_experts": 64,
+        "moe_router_topk": 4,
+        "moe_ffn_hidden_size": 512,
+        "gated_linear_unit": True,
+    }
+    base.update(fields)
+    return ModelDescription(**base)
+
+
+def test_generation_follows_the_compute_capability():
+    assert kernels.generation(gpu_spec("h100")) == "hopper"
+    assert kernels.generation(gpu_spec("gb200")) == "blackwell"
+    assert kernels.generation(gpu_spec("gb300")) == "blackwell"
+    assert kernels.generation(gpu_spec("a100")) == "ampere"
+
+
+@pytest.mark.parametrize(
+    ("rows", "multiple", "padded"),
+    [
+        (100, 128, 128),
+        (128, 128, 128),
+        (129, 128, 256),
+        (0.2, 128, 128),
+        (33.5, 0, 34),
+        (17, 16, 32),
+    ],
+)
+def test_padded_rows_round_up_to_the_multiple(rows, multiple, padded):
+    assert kernels.padded_rows(rows, multiple) == padded
+
+
+def test_quantization_alignment_is_megatron_cores():
+    off = _moe(fp8="e4m3", fp8_recipe="mxfp8")
+    assert kernels.quantization_row_alignment(off) == 0
+    on = {"moe_router_padding_for_quantization": True}
+    assert kernels.quantization_row_alignment(_moe(fp8="e4m3", fp8_recipe="mxfp8", **on)) == 32
+    assert kernels.quantization_row_alignment(_moe(fp8="e4m3", fp8_recipe="tensorwise", **on)) == 16
+    assert kernels.quantization_row_alignment(_moe(fp4="e2m1", **on)) == 128
+    assert kernels.quantization_row_alignment(_moe(**on)) == 0
+
+
+def test_rows_per_expert_spread_the_ep_groups_copies():
+    # 4096 tokens x EP 8 x top-4 over 64 experts = 2048 rows.
+    assert kernels.rows_per_expert(_moe(), tokens=4096, ep_size=8) == 2048
+    assert kernels.rows_per_expert(_moe(num_moe_experts=None), tokens=4096, ep_size=8) == 0
+
+
+def test_roofline_efficiency_by_hand():
+    # 1024 x 1024 by 1024 x 1024 in FP8: 2.147e9 FLOPs at 1e15/s = 2.147 us; bytes
+    # 1 x (1M + 1M) + 2 x 1M = 4 MiB = 4.194e6 at 4e12/s = 1.049 us; share 0.6719.
+    eff = kernels.gemm_roofline_efficiency(
+        1024, 1024, 1024, flop_rate=1e15, hbm_bytes_per_s=4e12, operand_bytes=1.0
+    )
+    flops = 2 * 1024**3 / 1e15
+    nbytes = (2 * 1024**2 + 2 * 1024**2) / 4e12
+    assert eff == pytest.approx(flops / (flops + nbytes))
+    assert eff == pytest.approx(0.6719, abs=1e-4)
+
+
+def test_grouped_gemm_efficiency_by_hand():
+    """fc1 (100 rows, padded to 128) 1024 -> 1024 (gated 512), fc2 512 -> 1024, BF16."""
+    rate, hbm = 1e15, 4e12
+    model = _moe()
+    eff = kernels.grouped_gemm_efficiency(
+        model, rows=100, etp_size=1, flop_rate=rate, hbm_bytes_per_s=hbm, tensor_cores="bf16"
+    )
+    useful = spent = 0.0
+    for k, n in ((1024, 1024), (512, 1024)):
+        useful += 2 * 100 * k * n / rate
+        compute = 2 * 128 * k * n / rate
+        nbytes = 2 * (128 * k + k * n) + 2 * 128 * n
+        spent += compute + nbytes / hbm
+    assert eff == pytest.approx(useful / spent)
+    # More rows per expert run nearer the dense rate.
+    more = kernels.grouped_gemm_efficiency(
+        model, rows=8192, etp_size=1, flop_rate=rate, hbm_bytes_per_s=hbm, tensor_cores="bf16"
+    )
+    assert eff < more < 1.0
+
+
+def test_cross_entropy_bytes_by_hand():
+    # Logits write 2, cast 6, max 4, subtract 8, exp 8, sum 4, normalize 8, gradient 8, cast 6,
+    # two GEMM reads 4: 58 bytes per logit, over the TP rank's share of the vocabulary.
+    assert kernels.cross_entropy_bytes_per_token(128_000) == 58 * 128_000
+    assert kernels.cross_entropy_bytes_per_token(128_000, tp_size=4) == 58 * 32_000
+
+
+def test_the_loss_is_priced_on_the_stage_with_the_output_layer():
+    plan = plan_recipe("llama3_8b", gpu="b200", precision="fp8_cs")
+    (line,) = [a for a in estimate_step(plan).assumptions if "cross-entropy" in a]
+    assert "58 bytes per logit" in line
+
+
+def test_ssd_flops_by_hand():
+    # Q 128, N 128, P 64, 64 heads, 8 groups: forward 8 x 2 x 128 x 128 + 64 x (4 x 128 x 64
+    # + 2 x 128 x 64) = 262144 + 3145728; training three times that.
+    model = ModelDescription(
+        num_layers=2,
+        hidden_size=2048,
+        num_attention_heads=16,
+        vocab_size=1024,
+        seq_length=1024,
+        hybrid_layer_pattern="M*",
+        mamba_num_heads=64,
+        mamba_head_dim=64,
+        mamba_state_dim=128,
+        mamba_num_groups=8,
+    )
+    assert kernels.ssd_flops_per_token(model) == 3 * (262144 + 3145728)
+
+
+def test_scan_rate_is_the_generations_fitted_share_or_says_whose_it_takes():
+    gb300 = gpu_spec("gb300")
+    rate, source = kernels.ssm_scan_rate(gb300)
+    assert rate == pytest.approx(
+        gb300.peak_bf16_tflops * 1e12 * kernels.SSM_SCAN["blackwell"].fraction
+    )
+    assert "Nemotron_3_Nano" in source
+    h100 = gpu_spec("h100")
+    rate, source = kernels.ssm_scan_rate(h100)
+    assert "no fitted row for hopper" in source
+    assert kernels.ssm_scan_rate(h100, fraction=0.5) == (
+        h100.peak_bf16_tflops * 1e12 * 0.5,
+        "bisection",
+    )
+
+
+def test_the_scan_fraction_reproduces_the_row_it_was_fitted_on():
+    row = kernels.SSM_FIT_ROWS["blackwell"]
+    plan = plan_recipe(row.model, gpu=row.gpu, precision=row.precision)
+    predicted = estimate_step(plan).prediction.tokens_per_s_per_gpu
+    assert predicted == pytest.approx(row.tokens_per_s_per_gpu, rel=0.01)
+
+
+def test_the_kernel_terms_slow_moe_and_mamba_steps_and_say_so():
+    plan = plan_recipe("nemotron_3_nano", gpu="gb300", precision="fp8_mx")
+    estimate = estimate_step(plan)
+    assert any("grouped expert GEMMs" in a for a in estimate.assumptions)
+    assert any("Mamba SSD scan kernels" in a for a in estimate.assumptions)
+    faster = estimate_step(plan, ssm_scan_fraction=1.0)
+    assert faster.prediction.step_seconds < estimate.prediction.step_seconds
+
+
+def test_a_dense_model_has_no_moe_or_scan_terms():
+    plan = plan_recipe("llama3_8b", gpu="b200", precision="fp8_cs")
+    estimate = estimate_step(plan)
+    assert not any("grouped expert GEMMs" in a or "Mamba SSD" in a for a in estimate.assumptions)
+    same = estimate_step(plan, ssm_scan_fraction=0.5)
+    assert same.prediction.step_seconds == estimate.prediction.step_seconds
+
+
+def test_fewer_rows_per_expert_cost_more_per_flop():
+    plan = plan_recipe("qwen3_30b_a3b", gpu="gb300", precision="fp8_mx")
+    many = estimate_step(plan)
+    few_job = dataclasses.replace(
+        plan.job, model=dataclasses.replace(plan.job.model, num_moe_experts=1024)
+    )
+    few = estimate_step(dataclasses.replace(plan, job=few_job))
+    per_flop = [e.prediction.step_seconds / e.executed_flops_per_gpu for e in (many, few)]
+    assert per_flop[1] > per_flop[0]
