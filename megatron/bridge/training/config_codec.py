@@ -63,11 +63,11 @@ from megatron.bridge.training.userbuffers import (
 from megatron.bridge.training.userbuffers_file import load_tp_overlap_cfg
 from megatron.bridge.training.value_types import (
     ConfigValueError,
-    YamlLoader,
     check_field,
     check_value,
     import_object,
 )
+from megatron.bridge.training.yaml_loader import YamlLoader
 
 __all__ = [
     "FORMAT_VERSION",

@@ -20,6 +20,7 @@ field here plus the rules that read it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -461,7 +462,8 @@ class JobDescription:
         explicit = self.model.virtual_pipeline_model_parallel_size is not None
         return self.pp_size > 1 and (explicit or self.vpp_size is not None)
 
-    @property
+    # Cached on the frozen instance (the rules read it many times per plan); an error is not.
+    @functools.cached_property
     def dp_size(self) -> int:
         """Data-parallel size: world / (TP x CP x PP); ``ValueError`` when that does not divide."""
         return data_parallel_size(
@@ -561,6 +563,15 @@ class JobDescription:
 
 _JOB_FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(JobDescription))
 
+# (bound's name, whether the field is the model's, field, maximum) of each bound of LIMITS a job
+# field has, in LIMITS's order: every plan checks them, so the names are split once.
+_BOUNDED_FIELDS = tuple(
+    (name, bool(dot), field if dot else name, limit.maximum)
+    for name, limit in LIMITS.items()
+    for _, dot, field in (name.partition("."),)
+    if dot or name in _JOB_FIELD_NAMES
+)
+
 
 def check_limits(job: JobDescription) -> None:
     """``LimitError`` naming the first field of ``job`` above its bound in :data:`LIMITS`.
@@ -568,15 +579,11 @@ def check_limits(job: JobDescription) -> None:
     Runs before any planning (``check_job``): only the maxima, the layout and the batch split
     arithmetic are read, nothing is unrolled or simulated.
     """
-    for name in LIMITS:
-        _, dot, field = name.partition(".")
-        if dot:
-            value = getattr(job.model, field, None)
-        elif name in _JOB_FIELD_NAMES:
-            value = getattr(job, name)
-        else:
-            continue
-        if value is not None:
+    model = job.model
+    for name, of_model, field, maximum in _BOUNDED_FIELDS:
+        value = getattr(model, field, None) if of_model else getattr(job, field)
+        # An int within its bound, the common case, needs no call; check_limit reads the rest.
+        if value is not None and not (type(value) is int and value <= maximum):
             check_limit(name, value)
 
 

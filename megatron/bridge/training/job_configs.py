@@ -54,38 +54,50 @@ def _listed(value: Any) -> Any:
     return tuple(value) if isinstance(value, list) else value
 
 
-def _reader(field: dataclasses.Field) -> Callable[[Any], Any]:
-    """How field ``field`` of the description is read off a megatron-core model config."""
+# How describe_model reads the common fields, inline (every setup reads all of them): as held
+# (a list as a tuple), for truth, or with megatron-core's 0 read as unset (None).
+_AS_HELD = "as held"
+_TRUTH = "truth"
+_ZERO_UNSET = "zero unset"
+
+
+def _reader(field: dataclasses.Field) -> tuple[str, Any, str | Callable[[Any], Any]]:
+    """How field ``field`` of the description is read off a megatron-core model config:
+    ``(name, default, how)``, ``how`` one of the kinds above or a function of the config."""
     name, default = field.name, field.default
     if name == "pipeline_model_parallel_layout":
-        return lambda config: _pipeline_layout(getattr(config, name, None))
+        return name, default, lambda config: _pipeline_layout(getattr(config, name, None))
     if name == "cuda_graph_modules":
-        return lambda config: _cuda_graph_modules(
-            [
-                *_cuda_graph_modules(getattr(config, "cuda_graph_modules", None)),
-                *_cuda_graph_modules(getattr(config, "cuda_graph_scope", None)),
-            ]
+        return (
+            name,
+            default,
+            lambda config: _cuda_graph_modules(
+                [
+                    *_cuda_graph_modules(getattr(config, "cuda_graph_modules", None)),
+                    *_cuda_graph_modules(getattr(config, "cuda_graph_scope", None)),
+                ]
+            ),
         )
     if name == "activation_func":
-        return lambda config: getattr(
-            value := getattr(config, name, default), "__name__", _listed(value)
+        return (
+            name,
+            default,
+            lambda config: getattr(
+                value := getattr(config, name, default), "__name__", _listed(value)
+            ),
         )
     if isinstance(default, bool):
         # megatron-core reads these flags for truth; the description holds the bool.
-        return lambda config: bool(getattr(config, name, default))
+        return name, default, _TRUTH
     if default is None:
         # megatron-core's "unset" for the shape counts (num_layers, hidden_size, heads) is 0.
-        return lambda config: _unset_as_none(_listed(getattr(config, name, None)))
-    return lambda config: _listed(getattr(config, name, default))
-
-
-def _unset_as_none(value: Any) -> Any:
-    return None if value == 0 and not isinstance(value, bool) else value
+        return name, None, _ZERO_UNSET
+    return name, default, _AS_HELD
 
 
 @functools.cache
-def _readers() -> tuple[tuple[str, Callable[[Any], Any]], ...]:
-    return tuple((field.name, _reader(field)) for field in model_fields())
+def _readers() -> tuple[tuple[str, Any, str | Callable[[Any], Any]], ...]:
+    return tuple(_reader(field) for field in model_fields())
 
 
 def describe_model(model_config: Any) -> ModelDescription:
@@ -94,13 +106,32 @@ def describe_model(model_config: Any) -> ModelDescription:
     A field the config does not declare (``seq_length`` on a plain ``TransformerConfig``) keeps
     the description's default. The config need not be finalized.
     """
-    values = tuple(read(model_config) for _name, read in _readers())
-    key = tuple(_typed(value) for value in values)
+    read: list[Any] = []
+    for name, default, how in _readers():
+        if how is _TRUTH:
+            read.append(bool(getattr(model_config, name, default)))
+        elif how is _AS_HELD or how is _ZERO_UNSET:
+            value = getattr(model_config, name, default)
+            if isinstance(value, list):  # _listed, without a call per field
+                value = tuple(value)
+            if how is _ZERO_UNSET and value == 0 and not isinstance(value, bool):
+                value = None
+            read.append(value)
+        else:
+            read.append(how(model_config))
+    values = tuple(read)
+    # The values, their types, and the types inside the tuples among them (_typed).
+    types = tuple(map(type, values))
+    key = (
+        values,
+        types,
+        tuple(_typed(v) for v in values if type(v) is tuple) if tuple in types else (),
+    )
     try:
         hash(key)
     except TypeError:  # a value megatron-core holds unhashed: describe it without the cache
         return _description(values)
-    return _described(key, values)
+    return _described(key)
 
 
 def _typed(value: Any) -> Any:
@@ -116,15 +147,15 @@ def _description(values: tuple[Any, ...]) -> ModelDescription:
 
 
 @functools.lru_cache(maxsize=256)
-def _described(key: tuple[Any, ...], values: tuple[Any, ...]) -> ModelDescription:
-    # A description is a pure, frozen function of the values read: a setup that reads the same
-    # configs again gets the same object instead of building 81 fields anew.
-    return _description(values)
+def _described(key: tuple[Any, ...]) -> ModelDescription:
+    # A description is a pure, frozen function of the values read (key[0]): a setup that reads
+    # the same configs again gets the same object instead of building 81 fields anew.
+    return _description(key[0])
 
 
 @functools.cache
 def _names() -> tuple[str, ...]:
-    return tuple(name for name, _read in _readers())
+    return tuple(name for name, _default, _how in _readers())
 
 
 def write_model(model_config: Any, model: ModelDescription) -> None:

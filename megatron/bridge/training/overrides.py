@@ -5,7 +5,7 @@ container's sections (``model``, ``train``, ``optimizer``, ``ddp``, ``mixed_prec
 ``comm_overlap``), ``env_vars.NAME``, or a top-level setting (``gpu``, ``mixed_precision`` as a
 preset name or ``null``, ``comm_overlap=null``).
 
-Values are parsed as YAML scalars (``value_types.YamlLoader``, a ``yaml.SafeLoader`` whose
+Values are parsed as YAML scalars (``yaml_loader.YamlLoader``, a ``yaml.SafeLoader`` whose
 booleans are ``true``/``false`` only: ``true``, ``8``, ``null``, ``[a, b]``),
 the grammar upstream Megatron-Bridge's OmegaConf/Hydra overrides share for plain values (no
 interpolation, no ``+``/``~`` prefixes), then checked against the target field's annotation
@@ -45,7 +45,8 @@ from megatron.bridge.training.config import ConfigContainer, check_env_vars
 from megatron.bridge.training.mixed_precision import get_mixed_precision_config
 from megatron.bridge.training.userbuffers import PUBLISHED_PRESETS
 from megatron.bridge.training.validators import LIMITS, check_limit
-from megatron.bridge.training.value_types import ConfigValueError, YamlLoader, check_field
+from megatron.bridge.training.value_types import ConfigValueError, check_field
+from megatron.bridge.training.yaml_loader import YamlLoader
 
 __all__ = [
     "OVERRIDE_SECTIONS",

@@ -13,7 +13,7 @@ names where it came from, the expected type and the value::
 What each annotation admits:
 
 - ``bool``: True or False, nothing else (not 0/1, not "yes"; YAML is read by
-  :class:`YamlLoader`, whose booleans are ``true``/``false`` only);
+  ``yaml_loader.YamlLoader``, whose booleans are ``true``/``false`` only);
 - ``int``: an int that is not a bool; ``float``: an int or a float, not a bool (an int becomes
   a float); ``str``: a str;
 - ``Optional[X]`` / ``X | None``: None or what X admits; a union: what any arm admits, exact
@@ -45,20 +45,16 @@ import enum
 import functools
 import importlib
 import inspect
-import re
 import types
 import typing
 from collections.abc import Mapping
 from typing import Any
-
-import yaml
 
 from megatron.bridge.training.validators import is_int
 
 __all__ = [
     "BOOLEAN_WORDS",
     "ConfigValueError",
-    "YamlLoader",
     "check_field",
     "check_fields",
     "check_value",
@@ -68,28 +64,10 @@ __all__ = [
 ]
 
 
-_BOOL_TAG = "tag:yaml.org,2002:bool"
-
 #: The words YAML 1.1 (PyYAML's ``safe_load``) reads as booleans besides true/false: here they
 #: stay strings, and a bool field refuses them asking for true or false.
 BOOLEAN_WORDS = frozenset(
     f(w) for w in ("yes", "no", "on", "off", "y", "n") for f in (str.lower, str.title, str.upper)
-)
-
-
-class YamlLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` whose booleans are ``true``/``false`` only (YAML 1.2's core schema):
-    ``yes``/``no``/``on``/``off`` stay strings, so a bool field refuses them by name instead of
-    reading a typo or a word meant as text as a bool. The loader of YAML files and of
-    ``KEY=VALUE`` overrides."""
-
-
-YamlLoader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag != _BOOL_TAG]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-YamlLoader.add_implicit_resolver(
-    _BOOL_TAG, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
 )
 
 

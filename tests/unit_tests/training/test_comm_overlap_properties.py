@@ -29,18 +29,7 @@ from megatron.bridge.training.comm_overlap import (
 )
 from megatron.bridge.training.job import JobDescription, ModelDescription
 from tests.unit_tests.conftest import layout_fields
-
-OPTIONAL_BOOL_KNOBS = (
-    "overlap_p2p_comm",
-    "batch_p2p_comm",
-    "overlap_grad_reduce",
-    "overlap_param_gather",
-    "overlap_param_gather_with_optimizer_step",
-    "align_param_gather",
-    "defer_embedding_wgrad_compute",
-    "overlap_moe_expert_parallel_comm",
-    "delay_wgrad_compute",
-)
+from tests.unit_tests.jobs import OPTIONAL_BOOL_KNOBS, bool_knob_requests
 
 sizes = st.sampled_from([1, 2, 4, 8])
 
@@ -74,7 +63,6 @@ def layouts(draw) -> JobDescription:
 
 @st.composite
 def requests(draw) -> CommOverlapConfig:
-    knobs = {name: draw(st.sampled_from([None, True, False])) for name in OPTIONAL_BOOL_KNOBS}
     return CommOverlapConfig(
         tp_comm_overlap=draw(st.booleans()),
         tp_comm_overlap_cfg=draw(
@@ -83,7 +71,7 @@ def requests(draw) -> CommOverlapConfig:
         tp_comm_bootstrap_backend=draw(st.sampled_from(["nccl", "mpi", "gloo"])),
         bucket_size=draw(st.sampled_from([None, 1, 40_000_000])),
         wgrad_deferral_limit=draw(st.sampled_from([None, -1, 0, 4])),
-        **knobs,
+        **draw(bool_knob_requests),
     )
 
 

@@ -22,6 +22,7 @@ from megatron.bridge.training.upstream_divergence import (
     differs_from_upstream,
     rule_name,
 )
+from tests.unit_tests.jobs import OPTIONAL_BOOL_KNOBS
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "training" / "communication-overlap.md"
 DIFFERENCES = "### Where the plan resolves differently from upstream"
@@ -29,23 +30,15 @@ REFUSALS = "### Refusals megatron-core's config checks do not make"
 RULE = re.compile(r"Rules?: (`[\w.]+`(?:,\s+`[\w.]+`)*)")
 
 # Upstream Megatron-Bridge's CommOverlapConfig fields (src/megatron/bridge/training/
-# comm_overlap.py:384-398 at 067f987).
+# comm_overlap.py:384-398 at 067f987): its optional boolean knobs and these.
 UPSTREAM_FIELDS = {
     "tp_comm_overlap",
     "tp_comm_overlap_cfg",
     "tp_comm_bootstrap_backend",
-    "overlap_p2p_comm",
-    "batch_p2p_comm",
-    "overlap_grad_reduce",
-    "overlap_param_gather",
-    "overlap_param_gather_with_optimizer_step",
-    "align_param_gather",
     "bucket_size",
-    "defer_embedding_wgrad_compute",
     "wgrad_deferral_limit",
     "data_parallel_size",
-    "overlap_moe_expert_parallel_comm",
-    "delay_wgrad_compute",
+    *OPTIONAL_BOOL_KNOBS,
 }
 
 

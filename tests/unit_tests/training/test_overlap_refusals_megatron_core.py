@@ -37,22 +37,11 @@ from packaging.version import Version
 from megatron.bridge.training.comm_overlap import CommOverlapConfig, check_layout, plan_comm_overlap
 from megatron.bridge.training.job import JobDescription, ModelDescription
 from tests.unit_tests.conftest import layout_fields
+from tests.unit_tests.jobs import OPTIONAL_BOOL_KNOBS, bool_knob_requests
 from tests.unit_tests.training.test_model_rules_mirror import transformer_config_fields
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "training" / "communication-overlap.md"
 REFUSALS_HEADING = "### Refusals megatron-core's config checks do not make"
-
-BOOL_KNOBS = (
-    "overlap_p2p_comm",
-    "batch_p2p_comm",
-    "overlap_grad_reduce",
-    "overlap_param_gather",
-    "overlap_param_gather_with_optimizer_step",
-    "align_param_gather",
-    "defer_embedding_wgrad_compute",
-    "overlap_moe_expert_parallel_comm",
-    "delay_wgrad_compute",
-)
 
 #: Our refusals that megatron-core's config and schedule checks do not make: a pattern of the
 #: error, and the rule the migration section names for it (with the runtime failure behind it).
@@ -122,11 +111,10 @@ def jobs(draw) -> JobDescription:
 
 @st.composite
 def requests(draw) -> CommOverlapConfig:
-    knobs = {name: draw(st.sampled_from([None, True, False])) for name in BOOL_KNOBS}
     return CommOverlapConfig(
         tp_comm_overlap=draw(st.sampled_from([False, True, "auto"])),
         wgrad_deferral_limit=draw(st.sampled_from([None, 0, 4])),
-        **knobs,
+        **draw(bool_knob_requests),
     )
 
 
@@ -135,7 +123,7 @@ def requests(draw) -> CommOverlapConfig:
 
 def megatron_core_refusal(co: CommOverlapConfig, job: JobDescription) -> Exception | None:
     """What megatron-core raises for the request on the job's layout, or None."""
-    asked = {name: bool(getattr(co, name)) for name in BOOL_KNOBS}
+    asked = {name: bool(getattr(co, name)) for name in OPTIONAL_BOOL_KNOBS}
     model_fields = transformer_config_fields(job.model)
     model_fields.update(
         tp_comm_overlap=co.tp_comm_overlap is True,

@@ -44,7 +44,8 @@ class Planner:
 
     def direct_values(self, knob: str) -> tuple[tuple[str, Any], ...]:
         """Each ``(config, value)`` set straight on one of ``knob``'s targets, in table order."""
-        return tuple((c, v) for c, name, v in self.job.direct_settings if name == knob)
+        settings = self.job.direct_settings
+        return tuple((c, v) for c, name, v in settings if name == knob) if settings else ()
 
     @differs_from_upstream(
         "a DP knob written straight on cfg.ddp or cfg.optimizer is the user's setting (upstream "
