@@ -68,6 +68,13 @@ MOE_MODELS = frozenset(
     }
 )
 
+#: Models whose upstream perf recipes run Megatron-FSDP (``cfg.ddp.use_megatron_fsdp = True``) in
+#: every published layout: a table without an FSDP column leaves it out, so their rows carry
+#: ``fsdp: true`` there. Nemotron 3 Ultra: Megatron-Bridge perf_recipes/nemotronh/common.py
+#: _apply_nemotron_3_ultra_fsdp_hsdp, applied by nemotronh/{gb300,gb200}/nemotronh.py
+#: nemotron_3_ultra_pretrain_256gpu_{gb300,gb200}_fp8mx_config.
+FSDP_MODELS = frozenset({"nemotron_3_ultra"})
+
 #: Pipeline layouts by (PP, VP) in megatron-core's string form (E embedding, t decoder layer, m
 #: MTP layer, L loss, | a stage boundary). DeepSeek-V3 (61 layers, one MTP layer): Megatron-Bridge
 #: recipes/deepseek/h100/deepseek_v3.py _get_deepseek_v3_pipeline_layout, and PP2 x VP8 as
@@ -242,7 +249,7 @@ def rows_of(release: str, heading: str, cells: dict[str, str], source: str) -> l
             "gbs": _int(pick("gbs"), what),
             "mbs": _int(pick("mbs"), what),
             "seq_length": _int(pick("seq_length"), what),
-            "fsdp": "fsdp" in cells and _int(pick("fsdp"), what) > 0,
+            "fsdp": _int(pick("fsdp"), what) > 0 if "fsdp" in cells else model in FSDP_MODELS,
             "tp": _size(pick("tp"), what),
             "pp": pp,
             "cp": _size(pick("cp"), what),
@@ -305,7 +312,8 @@ HEADER = """\
 # granularity, 32x32 blocks). SFT and LoRA tables are not here.
 #
 # Columns as published: system, gpus, precision (the table's label), gbs, mbs, seq_length, fsdp
-# (the FSDP column is non-zero: Megatron-FSDP), tp, pp, cp, vp (null for "n/a" or 1), ep (1 for
+# (the FSDP column is non-zero: Megatron-FSDP; without the column, whether upstream's perf recipes
+# of the model run it), tp, pp, cp, vp (null for "n/a" or 1), ep (1 for
 # "n/a"), tokens_per_s_per_gpu and model_tflops_per_gpu; published_model is the table's model name
 # with its annotation ("(w/o MTP)", "(tokendrop)"); release: the NeMo container release; source:
 # the page. model: the recipe name here (deepseek_v4_flash, nemotron_3_super and nemotron_3_ultra

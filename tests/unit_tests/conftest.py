@@ -29,10 +29,12 @@ from megatron.core.optimizer import OptimizerConfig
 from megatron.core.transformer.transformer_config import TransformerConfig
 
 from megatron.bridge.models import GPTModelProvider
+from megatron.bridge.recipes import RECIPES, recipe_spec
 from megatron.bridge.training import comm_overlap
 from megatron.bridge.training.config import ConfigContainer, TrainingConfig
 from megatron.bridge.training.env_vars import forget_exports
 from megatron.bridge.training.job import JobDescription, ModelDescription
+from megatron.bridge.training.megatron_core_support import cannot_build_reason
 
 
 @dataclass
@@ -42,6 +44,18 @@ class Configs:
     model: TransformerConfig
     optimizer: OptimizerConfig
     ddp: DistributedDataParallelConfig
+
+
+#: The shipped recipes the installed megatron-core can build; the others are planned and costed
+#: only, and building them is refused (tests/unit_tests/recipes/test_unbuildable_recipes.py).
+BUILDABLE_RECIPES = tuple(
+    sorted(name for name in RECIPES if cannot_build_reason(recipe_spec(name).job.model) is None)
+)
+
+#: (recipe, precision) pairs megatron-core refuses, with the words of the refusal: the recipe's
+#: published recompute of the experts' activation (moe_act) does not run with delayed-scaling FP8
+#: (TransformerConfig.__post_init__); the plan and the container refuse them alike.
+REFUSED_PRECISIONS = {("nemotron_3_ultra", "fp8_ds"): r"\['moe_act'\] .*fp8_recipe='delayed'"}
 
 
 def make_configs(

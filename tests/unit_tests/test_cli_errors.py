@@ -403,6 +403,10 @@ def _argument(action: argparse.Action, plot_dir: str) -> st.SearchStrategy[list[
         values = st.sampled_from(["2.7", "2.12.0+abc", "1.0", "two", "", "3"])
     elif action.dest in ("moe_layer_freq", "window_attn_skip_freq"):
         values = st.one_of(_numbers(action), st.sampled_from(LAYER_LISTS))
+    elif action.dest == "csa_compress_ratios":
+        values = st.sampled_from(["([0,0]+[4,128]*20+[4,0])", "[0]*4", "[5]", "4", "x", ""])
+    elif action.dest == "moe_router_topk_scaling_factor":
+        values = st.sampled_from(["1.5", "5", "0", "-1", "inf", "nan", "x", ""])
     elif action.dest == "window_size":
         values = st.sampled_from(
             ["128,0", "(4096,0)", "-1,0", "-2,0", "128", "a,b", "", "99999999999999999999,0"]

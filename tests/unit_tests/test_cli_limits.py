@@ -97,6 +97,7 @@ def test_one_past_a_flags_bound_is_refused_as_it_is_read(action, capsys):
         "window_size": f"{past},0",  # LEFT,RIGHT
         "hybrid_layer_pattern": "M" * int(past),  # bounded in symbols
         "pipeline_model_parallel_layout": f"Et*{past}|L",  # in layers once unrolled
+        "csa_compress_ratios": f"[0]*{int(past) - 1}+[0]",  # a per-layer list, in entries
     }.get(action.dest, past)
     code, err = _explain(capsys, flag, past)
     assert code == EXIT_INVALID

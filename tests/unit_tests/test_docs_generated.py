@@ -300,6 +300,12 @@ HELP_DEFAULTS: dict[str, Callable[[dict], int]] = {
     "--layernorm-sm-margin": lambda d: _env(d, "NVTE_FWD_LAYERNORM_SM_MARGIN"),
     "--vocab-size": lambda d: d["overlap"]["job"]["model"]["vocab_size"],
     "--moe-router-topk": lambda d: d["overlap"]["job"]["model"]["moe_router_topk"],
+    "--o-groups": lambda d: d["overlap"]["job"]["model"]["o_groups"],
+    "--csa-window-size": lambda d: d["overlap"]["job"]["model"]["csa_window_size"],
+    "--num-residual-streams": lambda d: d["overlap"]["job"]["model"]["num_residual_streams"],
+    "--make-vocab-size-divisible-by": lambda d: d["overlap"]["job"]["model"][
+        "make_vocab_size_divisible_by"
+    ],
 }
 
 

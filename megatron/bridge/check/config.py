@@ -238,6 +238,14 @@ def build_check_config(
                         else ""
                     )
                 notes.append(note)
+        if not model.moe_grouped_gemm and "moe_act" in (model.recompute_modules or ()):
+            # megatron-core recomputes the experts' activation only in the grouped-GEMM experts
+            # (TransformerConfig.__post_init__ refuses moe_act without moe_grouped_gemm).
+            model.recompute_modules = [m for m in model.recompute_modules if m != "moe_act"]
+            notes.append(
+                "recompute of moe_act dropped: it needs grouped expert GEMMs, which the local "
+                "layer spec turned off"
+            )
 
     if on_cuda:
         if args.gpu is not None and args.gpu != live_gpu:

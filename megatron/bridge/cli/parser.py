@@ -88,8 +88,9 @@ def _bound_numeric_flags(parser: argparse.ArgumentParser) -> None:
         action.help = f"{action.help}; {bound}" if action.help else bound
 
 
-def _layer_list(text: str) -> tuple[int, ...]:
-    """Megatron-LM's list expression of per-layer 0/1 entries, read without ``eval``.
+def _layer_list(text: str, *, binary: bool = True) -> tuple[int, ...]:
+    """Megatron-LM's list expression of per-layer 0/1 entries (any integers with
+    ``binary=False``), read without ``eval``.
 
     The grammar Megatron-LM's ``moe_freq_type`` patterns use: ``[a, b, ...]`` lists, ``*`` by
     an integer (either side), ``+`` to join, and parentheses: ``([0]*3+[1]*58)``.
@@ -166,11 +167,28 @@ def _layer_list(text: str) -> tuple[int, ...]:
             f"cannot read {text!r} ({exc}); write an int N or a list expression such as "
             "'([0]*3+[1]*58)'"
         ) from None
-    if isinstance(value, int) or not value or set(value) - {0, 1}:
+    if isinstance(value, int) or not value or (binary and set(value) - {0, 1}):
+        entries = "0/1 entries" if binary else "integers"
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not a list of 0/1 entries, one per layer; write e.g. '([0]*3+[1]*58)'"
+            f"{text!r} is not a list of {entries}, one per layer; write e.g. '([0]*3+[1]*58)'"
         )
     return tuple(value)
+
+
+def _per_layer_ints(text: str) -> tuple[int, ...]:
+    """A list expression of integers, one per layer (``[0,0]+[4,128]*20+[4,0]``)."""
+    return _layer_list(text, binary=False)
+
+
+def _positive_float(text: str) -> float:
+    """An ``argparse`` type for a factor: a number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
+    return value
 
 
 def _layer_freq(text: str) -> int | tuple[int, ...]:
@@ -235,6 +253,21 @@ def _add_moe_router_and_layout(ex: argparse.ArgumentParser, *, layout: bool) -> 
         help="MoE load balancing (default aux_loss)",
     )
     _add_switch(ex, "--moe-grouped-gemm", "run the local experts as one grouped GEMM")
+    _add_switch(
+        ex,
+        "--moe-router-enable-expert-bias",
+        "top-k choice with a per-expert bias updated from the load (aux-loss-free balancing)",
+    )
+    ex.add_argument(
+        "--moe-router-topk-scaling-factor",
+        type=_positive_float,
+        help="factor on the chosen experts' routing weights (default: none)",
+    )
+    ex.add_argument(
+        "--moe-n-hash-layers",
+        type=nonnegative_int_argument,
+        help="the first N layers route tokens by a fixed hash (DeepSeek-V4; default 0)",
+    )
     if not layout:
         return
     ex.add_argument(
@@ -311,6 +344,47 @@ def _add_model_vocabulary(ex: argparse.ArgumentParser, *, layout: bool) -> None:
     )
     ex.add_argument(
         "--mtp-num-layers", type=nonnegative_int_argument, help="multi-token-prediction layers"
+    )
+    _add_switch(
+        ex,
+        "--mtp-use-repeated-layer",
+        "one MTP layer's weights run for every MTP depth",
+    )
+    ex.add_argument(
+        "--experimental-attention-variant",
+        # megatron-core's TransformerConfig.experimental_attention_variant Literal, and
+        # Megatron-Bridge's DeepSeek-V4 hybrid attention.
+        choices=["gated_delta_net", "dsa", "dsv4_hybrid"],
+        help="an experimental attention variant (dsv4_hybrid: DeepSeek-V4's, fields below)",
+    )
+    _add_counts(
+        ex,
+        {
+            "--dsa-indexer-n-heads": "DSA indexer heads",
+            "--dsa-indexer-head-dim": "DSA indexer head dim",
+            "--dsa-indexer-topk": "DSA indexer: keys each query attends to",
+            "--o-lora-rank": "DeepSeek-V4 grouped low-rank output projection rank",
+            "--o-groups": "DeepSeek-V4 output projection head groups (default 1)",
+            "--csa-window-size": "DeepSeek-V4 sliding window in tokens (default 128)",
+        },
+    )
+    ex.add_argument(
+        "--csa-compress-ratios",
+        type=_per_layer_ints,
+        help=(
+            "DeepSeek-V4 key/value compression ratio per layer, decoder then MTP (0, 4 or 128), "
+            "e.g. '([0,0]+[4,128]*20+[4,0])'"
+        ),
+    )
+    _add_switch(ex, "--enable-hyper-connections", "hyper-connections around each block")
+    _add_counts(
+        ex,
+        {
+            "--num-residual-streams": "hyper-connections' residual streams (default 1)",
+            "--make-vocab-size-divisible-by": (
+                "pad the vocabulary to a multiple of this x TP (default 128)"
+            ),
+        },
     )
     ex.add_argument(
         "--hybrid-layer-pattern",

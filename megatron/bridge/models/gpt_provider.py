@@ -37,6 +37,8 @@ from megatron.core.transformer.transformer_config import TransformerConfig
 
 from megatron.bridge.training import comm_overlap, write_record
 from megatron.bridge.training.job import PositionEmbeddingType
+from megatron.bridge.training.job_configs import describe_model
+from megatron.bridge.training.megatron_core_support import check_buildable
 from megatron.bridge.training.userbuffers import TransformerLayerTPOverlapCfg
 from megatron.bridge.training.validators import check_choice, check_int
 
@@ -102,6 +104,24 @@ class GPTModelProvider(TransformerConfig):
     """MLA value head dimension."""
     hybrid_layer_pattern: str | None = None
     """A hybrid model's layer pattern (megatron-core's HybridModel symbols); None: a transformer."""
+    # DeepSeek-V4's attention, hyper-connections and hash routing, as Megatron-Bridge's
+    # DeepSeek-V4 provider names them (deepseek_v4_bridge.py), for the megatron-core that declares
+    # them: the job description holds them, and finalize() refuses a model that needs them from a
+    # megatron-core that lacks them (megatron_core_support).
+    o_lora_rank: int | None = None
+    """DeepSeek-V4: rank of the grouped low-rank output projection (None: none)."""
+    o_groups: int = 1
+    """DeepSeek-V4: head groups of the low-rank output projection."""
+    csa_compress_ratios: list[int] | None = None
+    """DeepSeek-V4: key/value compression ratio per layer (0, 4 or 128), decoder then MTP."""
+    csa_window_size: int = 128
+    """DeepSeek-V4: the sliding window every layer attends over."""
+    enable_hyper_connections: bool = False
+    """Hyper-connections around each block."""
+    num_residual_streams: int = 1
+    """Hyper-connections: residual streams."""
+    moe_n_hash_layers: int = 0
+    """The first layers route tokens by a fixed hash."""
     config_attributes: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     """Settings megatron-core reads off the config by name without declaring them, only where
     they apply (the YaRN rotary settings ``GPTModel`` passes to ``YarnRotaryEmbedding``; declared
@@ -172,6 +192,9 @@ class GPTModelProvider(TransformerConfig):
         )
         check_choice(
             owner, "position_embedding_type", self.position_embedding_type, PositionEmbeddingType
+        )
+        check_buildable(
+            describe_model(self), declared={f.name for f in dataclasses.fields(TransformerConfig)}
         )
 
     @property

@@ -64,6 +64,7 @@ __all__ = [
 RECIPES: Mapping[str, str] = MappingProxyType(
     {
         "deepseek_v3": "megatron.bridge.recipes.deepseek_v3:deepseek_v3",
+        "deepseek_v4_flash": "megatron.bridge.recipes.deepseek_v4_flash:deepseek_v4_flash",
         "gpt3_175b": "megatron.bridge.recipes.gpt3_175b:gpt3_175b",
         "gpt_oss_120b": "megatron.bridge.recipes.gpt_oss_120b:gpt_oss_120b",
         "kimi_k2": "megatron.bridge.recipes.kimi_k2:kimi_k2",
@@ -74,6 +75,8 @@ RECIPES: Mapping[str, str] = MappingProxyType(
             "megatron.bridge.recipes.nemotron_3_5_lightning:nemotron_3_5_lightning"
         ),
         "nemotron_3_nano": "megatron.bridge.recipes.nemotron_3_nano:nemotron_3_nano",
+        "nemotron_3_super": "megatron.bridge.recipes.nemotron_3_super:nemotron_3_super",
+        "nemotron_3_ultra": "megatron.bridge.recipes.nemotron_3_ultra:nemotron_3_ultra",
         "qwen3_235b_a22b": "megatron.bridge.recipes.qwen3_235b_a22b:qwen3_235b_a22b",
         "qwen3_30b_a3b": "megatron.bridge.recipes.qwen3_30b_a3b:qwen3_30b_a3b",
     }

@@ -43,6 +43,7 @@ from megatron.bridge.training.comm_overlap.rules.tp import tp_overlap_blockers
 from megatron.bridge.training.env_vars import DerivedEnv
 from megatron.bridge.training.job import JobDescription, ModelDescription
 from megatron.bridge.training.job_configs import write_model
+from megatron.bridge.training.megatron_core_support import check_buildable
 from megatron.bridge.training.precisions import (
     PRECISIONS,
     ComputeDtype,
@@ -346,8 +347,10 @@ class RecipeSpec:
         at the published GPU count (:meth:`launch_env`, what ``PerfEnvPlugin.from_recipe``
         exports).
         A config changed afterwards keeps these values; ``runtime_config_update`` warns when
-        they contradict the layout it resolves.
+        they contradict the layout it resolves. ``ValueError`` for a model the installed
+        megatron-core cannot build (``megatron_core_support.check_buildable``).
         """
+        check_buildable(self.job.model)
         # megatron-core and torch: only when a container is asked for.
         from megatron.core.distributed import DistributedDataParallelConfig
 

@@ -159,7 +159,28 @@ class ModelDescription:
     attention_output_gate: bool = False
     """A sigmoid gate on the attention output (a query-width projection of its own)."""
     experimental_attention_variant: str | None = None
-    """An attention variant megatron-core marks experimental (gated_delta_net, dsa) or None."""
+    """An attention variant megatron-core marks experimental (gated_delta_net, dsa) or
+    Megatron-Bridge's DeepSeek-V4 hybrid attention (dsv4_hybrid, whose fields follow), or None."""
+    dsa_indexer_n_heads: int | None = None
+    """DSA lightning indexer: heads."""
+    dsa_indexer_head_dim: int | None = None
+    """DSA lightning indexer: head dimension."""
+    dsa_indexer_topk: int | None = None
+    """DSA lightning indexer: keys each query attends to."""
+    o_lora_rank: int | None = None
+    """DeepSeek-V4 attention: rank of the grouped low-rank output projection (None: none)."""
+    o_groups: int = 1
+    """DeepSeek-V4 attention: head groups of the low-rank output projection."""
+    csa_compress_ratios: tuple[int, ...] | None = None
+    """DeepSeek-V4 attention: one key/value compression ratio per layer, decoder then MTP
+    layers (0: the sliding window alone, 4: compressed sparse attention with the DSA indexer,
+    128: heavily compressed attention)."""
+    csa_window_size: int = 128
+    """DeepSeek-V4 attention: the sliding window every layer attends over, in tokens."""
+    enable_hyper_connections: bool = False
+    """Hyper-connections: several residual streams mixed by learned weights around each block."""
+    num_residual_streams: int = 1
+    """Hyper-connections: residual streams (Hugging Face's hc_mult)."""
 
     # --- hybrid Mamba models (megatron-core's HybridModel) -------------------------------------
     hybrid_layer_pattern: str | None = None
@@ -205,6 +226,13 @@ class ModelDescription:
     """Softmax before the top-k choice (top-1 routing needs it with softmax scores)."""
     moe_router_load_balancing_type: str = "aux_loss"
     """Load balancing: aux_loss, seq_aux_loss, global_aux_loss, sinkhorn or none."""
+    moe_router_enable_expert_bias: bool = False
+    """Top-k choice with a per-expert bias updated from the load (aux-loss-free balancing)."""
+    moe_router_topk_scaling_factor: float | None = None
+    """Factor on the chosen experts' routing weights (None: 1)."""
+    moe_n_hash_layers: int = 0
+    """The first layers route by a fixed token-to-expert hash instead of the router
+    (DeepSeek-V4)."""
     moe_grouped_gemm: bool = False
     """The local experts run as one grouped GEMM."""
     moe_expert_capacity_factor: float | None = None
@@ -244,6 +272,8 @@ class ModelDescription:
     """Modules recomputed under selective recompute (None: megatron-core's core_attn)."""
     mtp_num_layers: int | None = None
     """Multi-token-prediction layers."""
+    mtp_use_repeated_layer: bool = False
+    """One MTP layer's weights run for every MTP depth (mtp_num_layers passes)."""
     cpu_offloading: bool = False
     """Offload the activations (and with cpu_offloading_weights the weights) of the first
     cpu_offloading_num_layers layers to the CPU (megatron-core's ModelParallelConfig)."""
@@ -547,7 +577,7 @@ class JobDescription:
         """Rebuild a description from :meth:`to_dict` output."""
         fields = dict(data)
         model = dict(fields.pop("model"))
-        for name in ("recompute_modules", "cuda_graph_modules"):
+        for name in ("recompute_modules", "cuda_graph_modules", "csa_compress_ratios"):
             if model.get(name) is not None:
                 model[name] = tuple(model[name])
         layout = model.get("pipeline_model_parallel_layout")

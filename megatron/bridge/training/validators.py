@@ -241,6 +241,15 @@ LIMITS: Mapping[str, Limit] = MappingProxyType(
         "model.recompute_num_layers": Limit(1, _LAYERS, _DEEP),
         "model.mtp_num_layers": Limit(0, _LAYERS, _DEEP),
         "model.cpu_offloading_num_layers": Limit(0, _LAYERS, _DEEP),
+        "model.moe_n_hash_layers": Limit(0, _LAYERS, _DEEP),
+        "model.dsa_indexer_n_heads": Limit(1, _HEADS, _MANY_HEADS),
+        "model.dsa_indexer_head_dim": Limit(1, _WIDTH, _WIDE),
+        "model.dsa_indexer_topk": Limit(1, _TOKENS, "keys each query attends to"),
+        "model.o_lora_rank": Limit(1, _WIDTH, _WIDE),
+        "model.o_groups": Limit(1, _HEADS, _MANY_HEADS),
+        "model.csa_window_size": Limit(1, _TOKENS, "tokens in the sliding window"),
+        "model.csa_compress_ratios": Limit(0, _LAYERS, _DEEP),
+        "model.num_residual_streams": Limit(1, _HEADS, "residual streams"),
         "micro_batch_size": Limit(1, 2**16, "samples per micro-batch"),
         "global_batch_size": Limit(
             1, _TOKENS, "samples per step; published runs take some 10^3 to 10^4"

@@ -34,10 +34,17 @@ def test_each_published_plan_carries_its_rows_recompute(row):
 #: recompute_modules = [] and gb200 ..._gb200_fp8mx_config ["mla_up_proj"];
 #: gpt_oss/gb200 gpt_oss_120b_pretrain_64gpu_gb200_fp8mx_config ends with selective and [];
 #: kimi/gb300 kimi_k2_pretrain_256gpu_gb300_fp8mx_config selective ["mla_up_proj"];
-#: llama/h100 llama3_8b_pretrain_8gpu_h100_fp8cs_config full, block, 5.
+#: llama/h100 llama3_8b_pretrain_8gpu_h100_fp8cs_config full, block, 5;
+#: deepseek/gb200 deepseek_v4_flash_pretrain_128gpu_gb200_fp8mx_config selective ["mla_up_proj"]
+#: (gb300's function starts from it); nemotronh/gb300 _nemotron_3_ultra_gb300_fp8mx_config and
+#: gb200 nemotron_3_ultra_pretrain_256gpu_gb200_fp8mx_config selective ["moe_act"].
 UPSTREAM = {
     ("deepseek_v3", "gb300", "fp8_mx"): ("selective", None, None, ()),
     ("deepseek_v3", "gb200", "fp8_mx"): ("selective", None, None, ("mla_up_proj",)),
+    ("deepseek_v4_flash", "gb300", "fp8_mx"): ("selective", None, None, ("mla_up_proj",)),
+    ("deepseek_v4_flash", "gb200", "fp8_mx"): ("selective", None, None, ("mla_up_proj",)),
+    ("nemotron_3_ultra", "gb300", "fp8_mx"): ("selective", None, None, ("moe_act",)),
+    ("nemotron_3_ultra", "gb200", "fp8_mx"): ("selective", None, None, ("moe_act",)),
     ("gpt_oss_120b", "gb200", "fp8_mx"): ("selective", None, None, ()),
     ("kimi_k2", "gb300", "fp8_mx"): ("selective", None, None, ("mla_up_proj",)),
     ("llama3_8b", "h100", "fp8_cs"): ("full", "block", 5, None),

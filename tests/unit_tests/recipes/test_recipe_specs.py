@@ -24,6 +24,7 @@ from megatron.bridge.recipes import (
 )
 from megatron.bridge.recipes.spec import RecipeSpec
 from megatron.bridge.training.resolve import resolve_config
+from tests.unit_tests.conftest import BUILDABLE_RECIPES, REFUSED_PRECISIONS
 
 # Refuses torch and megatron-core the way a launch node without them would: any import of
 # either raises ModuleNotFoundError, what a package that is not installed raises.
@@ -49,7 +50,7 @@ def _without_torch(code: str) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.mark.parametrize("name", sorted(RECIPES))
+@pytest.mark.parametrize("name", BUILDABLE_RECIPES)
 @pytest.mark.parametrize(
     "overrides",
     [{}, {"gpu": "b200"}, {"precision": "fp8"}, {"vpp_size": None}, {"tp_comm_overlap": False}],
@@ -59,6 +60,13 @@ def test_spec_and_container_reach_the_same_plan(name, overrides):
     # MoE recipes in FP8 too: megatron-core's own checks (MoE FP8 needs Transformer Engine >= 1.7)
     # read the assumed TE version, not this machine's.
     spec = recipe_spec(name, **overrides)
+    if (name, spec.precision) in REFUSED_PRECISIONS:
+        refusal = REFUSED_PRECISIONS[name, spec.precision]
+        with pytest.raises(ValueError, match=refusal):
+            spec.plan(te="assume")
+        with pytest.raises(ValueError, match=refusal):
+            resolve_config(get_recipe(name, **overrides), world_size=spec.num_gpus, te="assume")
+        return
     torch_free = spec.plan(te="assume")
     built = resolve_config(get_recipe(name, **overrides), world_size=spec.num_gpus, te="assume")
     assert built.job == torch_free.job
@@ -94,7 +102,7 @@ def test_the_blocker_really_blocks():
 def test_plugin_from_recipe_matches_plugin_from_config():
     from megatron.bridge.recipes.run_plugins import PerfEnvPlugin
 
-    for name in RECIPES:
+    for name in BUILDABLE_RECIPES:
         spec = recipe_spec(name)
         if spec.job.model.moe and spec.job.precision != "bf16":
             # megatron-core finalizes an MoE model in FP8 only with Transformer Engine >= 1.7,

@@ -318,7 +318,9 @@ def test_each_call_returns_independent_objects():
 
 
 def test_unknown_recipe_lists_the_names():
-    with pytest.raises(ValueError, match="deepseek_v3, gpt3_175b, gpt_oss_120b, kimi_k2"):
+    with pytest.raises(
+        ValueError, match="deepseek_v3, deepseek_v4_flash, gpt3_175b, gpt_oss_120b, kimi_k2"
+    ):
         get_recipe("gpt4")
     with pytest.raises(ValueError, match="known recipes"):
         recipe_layout("llama2_70b")
@@ -327,6 +329,7 @@ def test_unknown_recipe_lists_the_names():
 def test_registry_entries_are_importable_recipes():
     assert set(RECIPES) == {
         "deepseek_v3",
+        "deepseek_v4_flash",
         "gpt3_175b",
         "gpt_oss_120b",
         "kimi_k2",
@@ -335,6 +338,8 @@ def test_registry_entries_are_importable_recipes():
         "llama31_405b",
         "nemotron_3_5_lightning",
         "nemotron_3_nano",
+        "nemotron_3_super",
+        "nemotron_3_ultra",
         "qwen3_235b_a22b",
         "qwen3_30b_a3b",
     }

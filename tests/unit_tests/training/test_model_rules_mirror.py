@@ -38,6 +38,7 @@ from packaging.version import Version
 
 from megatron.bridge.training.comm_overlap import CommOverlapConfig, plan_comm_overlap
 from megatron.bridge.training.job import JobDescription, ModelDescription
+from megatron.bridge.training.megatron_core_support import DSV4_HYBRID_FIELDS
 from megatron.bridge.training.model_rules import UNDESCRIBED_DEFAULTS, check_model
 from megatron.bridge.training.parallel_layout import check_parallel_layout
 
@@ -54,6 +55,9 @@ GPT_PROVIDER_FIELDS = {
     "share_embeddings_and_output_weights",
     *MLA_FIELDS,
     "hybrid_layer_pattern",
+    # DeepSeek-V4's attention fields, which the provider declares for a megatron-core that
+    # has them; megatron_core_support refuses to build them from one that does not.
+    *DSV4_HYBRID_FIELDS,
 }
 
 # What megatron-core raises for a config it rejects: its checks are ValueErrors and asserts,

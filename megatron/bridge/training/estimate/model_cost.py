@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 
 from megatron.bridge.training.job import ModelDescription
+from megatron.bridge.training.megatron_core_support import DSV4_HYBRID
 from megatron.bridge.training.model_rules import check_moe_layer_pattern
 
 __all__ = ["HybridPattern", "ModelCost", "parse_hybrid_pattern"]
@@ -138,6 +139,8 @@ class ModelCost:
         """
         m = self.model
         h, n = m.hidden_size, m.num_attention_heads
+        if self._dsv4_hybrid:
+            return 6 * self._dsv4_projection_weights(index) + self._core_flops(index)
         if m.multi_latent_attention:
             # The down-projections (none for full-rank queries), the up-projections with their
             # latent norms, the rotary key projection and the output projection.
@@ -163,6 +166,8 @@ class ModelCost:
         h, n = m.hidden_size, m.num_attention_heads
         qk = m.qk_head_dim + m.qk_pos_emb_head_dim
         q_up = h * n * qk if m.q_lora_rank is None else m.q_lora_rank * (n * qk + 1)
+        if self._dsv4_hybrid:
+            return q_up  # one key/value head projected straight from the hidden state
         return q_up + m.kv_lora_rank * (n * (m.qk_head_dim + m.v_head_dim) + 1)
 
     def _core_flops(self, index: int | None) -> float:
@@ -175,6 +180,8 @@ class ModelCost:
         """
         m = self.model
         s = m.seq_length
+        if self._dsv4_hybrid:
+            return self._dsv4_core_flops(index)
         if m.multi_latent_attention:
             n = m.num_attention_heads
             return 6 * (
@@ -325,14 +332,111 @@ class ModelCost:
 
     def _check_attention_variant(self) -> None:
         variant = self.model.experimental_attention_variant
+        if variant == _DSV4_HYBRID and self.model.hybrid_layer_pattern is None:
+            self._check_dsv4_fields()
+            return
         if variant is not None and self.model.hybrid_layer_pattern is None:
             raise ValueError(
-                f"The FLOPs of experimental_attention_variant={variant!r} need that variant's "
-                "own fields (DSA indexer heads and top-k, gated-delta-net head dimensions), "
-                "which the job description does not hold; the estimate covers MLA, GQA/MHA, "
+                f"The FLOPs of experimental_attention_variant={variant!r} need settings the job "
+                "description does not hold (the gated delta net's head dimensions, the DSA "
+                "indexer's loss); the estimate covers MLA, DeepSeek-V4's dsv4_hybrid, GQA/MHA, "
                 "sliding windows and hybrid layer patterns. Leave the variant unset to count "
                 "the layers as the plain attention they replace."
             )
+
+    # --- DeepSeek-V4 hybrid attention (upstream ``transformer_flops``, its dsv4_hybrid branch) --
+    #
+    # Every layer projects queries through q_lora_rank (with its norm), one key/value head of
+    # v_head_dim straight from the hidden state (with its norm), and the output through a
+    # grouped low-rank projection: heads x v_head_dim -> o_lora_rank, then o_groups x
+    # o_lora_rank -> hidden. Its core attention depends on the layer's compression ratio
+    # (csa_compress_ratios, decoder then MTP layers): 0 attends over the sliding window
+    # (csa_window_size) alone; 128 adds the keys compressed 128-fold, a compressor projection
+    # (hidden -> v_head_dim) and a core term growing with the sequence (heads x v_head_dim / 128
+    # per key); 4 adds the top-k of the keys compressed 4-fold that the DSA indexer picks, a
+    # compressor projection (hidden -> 2 v_head_dim), the indexer's projections and its dense
+    # scoring over the compressed keys. Each is a forward multiply-add count per token; training
+    # FLOPs are 3 x 2 times it.
+
+    @property
+    def _dsv4_hybrid(self) -> bool:
+        return (
+            self.model.experimental_attention_variant == _DSV4_HYBRID
+            and self.model.hybrid_layer_pattern is None
+        )
+
+    def _check_dsv4_fields(self) -> None:
+        """``ValueError`` naming the field when a DeepSeek-V4 attention field the FLOPs read is
+        missing or out of range (upstream raises for the same ones)."""
+        m = self.model
+        if not m.multi_latent_attention:
+            raise ValueError(
+                f"experimental_attention_variant={_DSV4_HYBRID!r} is a multi-latent attention "
+                "variant: set multi_latent_attention=True (--multi-latent-attention)."
+            )
+        for name in ("q_lora_rank", "o_lora_rank", "csa_compress_ratios"):
+            if getattr(m, name) is None:
+                raise ValueError(
+                    f"experimental_attention_variant={_DSV4_HYBRID!r} needs {name}; set it in "
+                    "the job description."
+                )
+        ratios = m.csa_compress_ratios
+        expected = m.num_layers + self.mtp_layers
+        if len(ratios) != expected:
+            raise ValueError(
+                f"csa_compress_ratios has {len(ratios)} entries; it needs one per layer, "
+                f"num_layers + MTP layers = {expected}."
+            )
+        unknown = sorted(set(ratios) - set(_DSV4_RATIOS))
+        if unknown:
+            raise ValueError(
+                f"csa_compress_ratios holds {unknown}; each entry is one of {list(_DSV4_RATIOS)}."
+            )
+        if _CSA in ratios:
+            for name in ("dsa_indexer_n_heads", "dsa_indexer_head_dim", "dsa_indexer_topk"):
+                if getattr(m, name) is None:
+                    raise ValueError(
+                        f"csa_compress_ratios has ratio-{_CSA} layers, which run the DSA "
+                        f"indexer: set {name}."
+                    )
+
+    def _dsv4_ratio(self, index: int | None) -> int:
+        """The compression ratio of layer ``index`` (decoder then MTP layers)."""
+        return self.model.csa_compress_ratios[index]
+
+    def _dsv4_projection_weights(self, index: int) -> float:
+        """Forward multiply-adds per token of layer ``index``'s attention GEMMs: the query,
+        key/value and grouped output projections, the compressor and the DSA indexer's."""
+        m = self.model
+        h, n, v = m.hidden_size, m.num_attention_heads, m.v_head_dim
+        q = m.q_lora_rank * (h + n * (m.qk_head_dim + m.qk_pos_emb_head_dim) + 1)
+        kv = h * v + v
+        out = n * v * m.o_lora_rank + m.o_groups * m.o_lora_rank * h
+        ratio = self._dsv4_ratio(index)
+        if ratio == _HCA:
+            return q + kv + out + 2 * h * v
+        if ratio == _CSA:
+            heads, dim = m.dsa_indexer_n_heads, m.dsa_indexer_head_dim
+            indexer = 2 * h * 2 * dim + m.q_lora_rank * heads * dim + h * heads
+            return q + kv + out + 2 * h * 2 * v + indexer
+        return q + kv + out
+
+    def _dsv4_core_flops(self, index: int | None) -> float:
+        """Training FLOPs per token of layer ``index``'s sparse attention: the sliding window,
+        the compressed keys it attends to (ratio 4: the indexer's top-k, at most a quarter of
+        the sequence, averaged over the causal positions; ratio 128: every compressed key) and
+        the indexer's dense scoring (ratio 4)."""
+        m = self.model
+        s, n, v, window = m.seq_length, m.num_attention_heads, m.v_head_dim, m.csa_window_size
+        ratio = self._dsv4_ratio(index)
+        if ratio == _HCA:
+            return 6 * (2 * n * window * v + s * n * v / _HCA)
+        if ratio == _CSA:
+            topk = min(m.dsa_indexer_topk, s // _CSA)
+            compressed = topk * (1 - topk * _CSA / (2 * s))
+            scoring = s * m.dsa_indexer_n_heads * m.dsa_indexer_head_dim / _CSA
+            return 6 * (2 * n * (window + compressed) * v + scoring)
+        return 6 * 2 * n * window * v
 
     # --- hybrid models (upstream ``hybrid_flops``) ---------------------------------------------
 
@@ -807,6 +911,86 @@ class ModelCost:
             params += self.padded_vocab(tp_size) * self.model.hidden_size // tp_size
         return params
 
+    # --- the whole hybrid model's elements ----------------------------------------------------
+
+    def hybrid_state_elements(self) -> int:
+        """Elements of a hybrid model's unsharded state: its parameters and the routers'
+        expert-bias buffers, what a checkpoint of megatron-core's ``HybridModel`` holds (the count
+        Megatron-Bridge's model verification cards give).
+
+        The embedding and, untied, the output layer over the vocabulary padded at TP 1, the
+        final norm; each pattern symbol's layer (:meth:`_hybrid_layer_elements`); the MTP
+        block: the embedding and hidden-state norms, their h x 2h projection, the MTP
+        pattern's layers and a final norm, once per depth, or once in all with
+        mtp_use_repeated_layer. ``ValueError`` without a hybrid layer pattern, or for a layer
+        symbol whose parameters are not counted here (gated delta net, DSA, MLA).
+        """
+        m = self.model
+        if m.hybrid_layer_pattern is None:
+            raise ValueError(
+                "hybrid_state_elements counts a hybrid model (hybrid_layer_pattern); this model "
+                "has none."
+            )
+        parsed = parse_hybrid_pattern(m.hybrid_layer_pattern)
+        h, vocab = m.hidden_size, self.padded_vocab(1)
+        elements = vocab * h + self._norm_params()
+        if not m.share_embeddings_and_output_weights:
+            elements += vocab * h
+        elements += sum(self._hybrid_layer_elements(symbol) for symbol in parsed.main)
+        if parsed.mtp_depths:
+            block = 3 * self._norm_params() + 2 * h * h
+            block += sum(self._hybrid_layer_elements(symbol) for symbol in parsed.mtp)
+            elements += block * (1 if m.mtp_use_repeated_layer else parsed.mtp_depths)
+        return elements
+
+    def _hybrid_layer_elements(self, symbol: str) -> int:
+        """Elements of one hybrid layer, by its pattern symbol, with its pre-norm.
+
+        ``M``: MambaMixer's in_proj (h to z and x of d_inner = heads x head_dim, B and C of
+        groups x state, dt per head), the depthwise conv1d over x, B and C (kernel 4, with
+        bias), dt_bias, A_log and D per head, the gated norm over d_inner and out_proj. ``*``:
+        QKV and the output projection. ``-``: the dense MLP. ``E``: the router, its expert
+        bias with moe_router_enable_expert_bias, the latent down- and up-projections with
+        moe_latent_size, the routed experts (over the latent width when there is one) and the
+        shared experts. Biases with add_bias_linear.
+        """
+        m = self.model
+        h, bias = m.hidden_size, 1 if m.add_bias_linear else 0
+        norm = self._norm_params()
+        if symbol == _MAMBA:
+            heads = m.mamba_num_heads or 2 * h // m.mamba_head_dim
+            d_inner = heads * m.mamba_head_dim
+            conv_channels = d_inner + 2 * m.mamba_num_groups * m.mamba_state_dim
+            in_proj = h * (d_inner + conv_channels + heads)
+            conv = conv_channels * (_MAMBA_CONV_KERNEL + 1)
+            return norm + in_proj + conv + 3 * heads + d_inner + d_inner * h
+        if symbol == _ATTENTION:
+            q, kv = self.query_width, self.kv_width
+            return norm + (q + 2 * kv) * (h + bias) + q * h + bias * h
+        if symbol == _MLP:
+            return norm + self._mlp_elements(h, m.ffn_size, bias)
+        if symbol == _MOE:
+            experts = m.num_moe_experts or 0
+            width = m.moe_ffn_hidden_size or m.ffn_size
+            router = experts * h + (experts if m.moe_router_enable_expert_bias else 0)
+            latent = m.moe_latent_size
+            routed_in = latent or h
+            projections = 2 * h * latent if latent else 0
+            routed = experts * self._mlp_elements(routed_in, width, bias)
+            shared = m.moe_shared_expert_intermediate_size or 0
+            shared_elements = self._mlp_elements(h, shared, bias) if shared else 0
+            return norm + router + projections + routed + shared_elements
+        raise ValueError(
+            f"hybrid layer symbol {symbol!r}: its parameters are not counted here (Mamba 'M', "
+            "attention '*', MLP '-' and MoE 'E' are)."
+        )
+
+    def _mlp_elements(self, width_in: int, width: int, bias: int) -> int:
+        """An MLP from ``width_in`` through ``width`` and back: fc1 (two halves when gated) and
+        fc2, with biases when ``bias``."""
+        fc1 = width * (self._mlp_matrices - 1) * (width_in + bias)
+        return fc1 + width * width_in + bias * width_in
+
 
 @dataclass(frozen=True)
 class _Elements:
@@ -839,12 +1023,20 @@ _FORWARD_AND_BACKWARD = 3
 # Position embeddings megatron-core applies as a rotation of Q and K (apply_rotary_pos_emb).
 _ROTARY = frozenset({"rope", "yarn", "mrope"})
 
+# DeepSeek-V4's hybrid attention: its variant name and the compression ratios upstream's
+# ``transformer_flops`` knows (0: window only, 4: compressed sparse, 128: heavily compressed).
+_DSV4_HYBRID = DSV4_HYBRID
+_CSA, _HCA = 4, 128
+_DSV4_RATIOS = (0, _CSA, _HCA)
+
 # Layer symbols of megatron-core's hybrid pattern (``hybrid_layer_allocation.Symbols``).
 _MAMBA, _GDN, _ATTENTION, _MLP, _MOE, _MLA = "M", "G", "*", "-", "E", "+"
 # megatron-core MambaMixer's conv1d kernel (d_conv default 4).
 _MAMBA_CONV_KERNEL = 4
 _LAYER_SYMBOLS = frozenset("MG*D+-E")
 _PIPE, _MTP_SEPARATOR = "|", "/"
+# megatron-core's MambaMixer d_conv default: the causal conv1d's kernel width.
+_MAMBA_CONV_KERNEL = 4
 
 # Gated delta net dimensions: megatron-core TransformerConfig's linear_* defaults, which
 # upstream's ``hybrid_flops`` falls back to as well.

@@ -16,6 +16,7 @@ One file per part:
   it refuses;
 - ``cuda_graphs``: what CUDA graphs mean for each overlap that megatron-core runs with them;
 - ``hardware_notes``: notes and cautions from the expert grid and the GPU generation;
+- ``build_notes``: the note that the installed megatron-core cannot build the model;
 - ``layout``: :func:`check_layout`, the layout errors megatron-core would hit at cluster start;
 - ``resolve``: :func:`plan_comm_overlap`, which runs the areas in order.
 

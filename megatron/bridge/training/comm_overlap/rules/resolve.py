@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from megatron.bridge.training.comm_overlap.plan import OverlapPlan, OverlapRefusedError
+from megatron.bridge.training.comm_overlap.rules.build_notes import note_megatron_core_support
 from megatron.bridge.training.comm_overlap.rules.cuda_graphs import note_cuda_graphs
 from megatron.bridge.training.comm_overlap.rules.dp import decide_dp
 from megatron.bridge.training.comm_overlap.rules.ep import decide_ep
@@ -46,6 +47,7 @@ def plan_comm_overlap(user: Any, job: JobDescription) -> OverlapPlan:
     note_cuda_graphs(planner)
     planner.report_direct_settings()
     note_hardware(planner)
+    note_megatron_core_support(planner)
     plan = planner.result()
     if user.strict and planner.warnings:
         raise OverlapRefusedError(
