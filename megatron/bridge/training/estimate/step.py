@@ -468,7 +468,7 @@ def _predict(
     grads: list[GradStream] = []
     params: list[ParamStream] = []
     for i, c in enumerate(entries):
-        t = c.seconds_at_link_peak
+        t = c.seconds_at_achieved_bandwidth
         if c.mode in ("tp", "cp"):
             per = t / segments
             fwd, bwd = per * f / (f + b), per * b / (f + b)
