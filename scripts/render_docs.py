@@ -92,7 +92,7 @@ def _traffic(entries: list[dict[str, Any]], *, link_shown: bool = False) -> str:
     if not entries:
         return "none"
     nbytes = sum(e["bytes_per_gpu_per_step"] for e in entries)
-    seconds = sum(e["seconds_at_link_peak"] for e in entries)
+    seconds = sum(e["seconds_at_achieved_bandwidth"] for e in entries)
     links = sorted({e["link"] for e in entries})
     where = f" ({', '.join('NVLink' if k == 'nvlink' else k for k in links)})" if link_shown else ""
     return f"{_gb(nbytes)}{where}, {seconds * 1e3:.0f} ms"

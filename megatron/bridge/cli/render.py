@@ -54,7 +54,9 @@ def _render(
     lines.extend(f"  {line}" for line in env_plan.explain())
     if estimate is not None:
         lines.append("")
-        lines.append("One step, per GPU of the busiest pipeline stage (lower bounds at peak):")
+        lines.append(
+            "One step, per GPU of the busiest pipeline stage (bounds at peak, then the prediction):"
+        )
         lines.extend(f"  {line}" for line in estimate.render().splitlines())
     elif doc.get("estimate_refused"):
         lines.append("")

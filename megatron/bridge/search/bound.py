@@ -36,7 +36,7 @@ from megatron.bridge.training.estimate.stage import busiest_stage
 
 # The estimate's kernel term itself, not a copy of it: the bound must add exactly what the step
 # adds to the compute.
-from megatron.bridge.training.estimate.step import _kernel_seconds
+from megatron.bridge.training.estimate.step import kernel_seconds
 from megatron.bridge.training.hardware import gpu_spec
 from megatron.bridge.training.job import ModelDescription
 
@@ -86,7 +86,7 @@ def throughput_ceiling(
     )
     # The grouped GEMMs' and Mamba scans' time beyond their FLOPs: the estimate's own term,
     # on the same tokens (one GPU's, split over TP and CP).
-    kernels = _kernel_seconds(
+    kernels = kernel_seconds(
         job,
         gpu,
         cost,

@@ -301,6 +301,7 @@ def test_to_dict_has_exactly_the_documented_keys():
                 "link",
                 "seconds_at_link_peak",
                 "hidden_by",
+                "seconds_at_achieved_bandwidth",
                 "hidden_seconds",
                 "exposed_seconds",
                 "window_seconds",

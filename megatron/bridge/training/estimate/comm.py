@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from megatron.bridge.training.estimate.efficiency import ALLTOALL_ACHIEVED
 from megatron.bridge.training.estimate.model_cost import ModelCost
 from megatron.bridge.training.estimate.result import CP_RING, CommEntry, Link
 from megatron.bridge.training.estimate.stage import Stage
@@ -298,7 +299,9 @@ def price(
     """Each transfer as a :class:`CommEntry` on its link, and the knobs the plan left off.
 
     A transfer whose group spans at most ``nvlink_domain`` consecutive ranks runs on NVLink,
-    otherwise on the network; its time is bytes over that link's peak per-direction bandwidth.
+    otherwise on the network; its time is bytes over that link's peak per-direction bandwidth,
+    and, at achieved bandwidth, that time over the share of peak an EP all-to-all reaches
+    (:data:`~.efficiency.ALLTOALL_ACHIEVED`; other collectives at peak).
     An all-to-all spanning more sends to its peers inside the domain over NVLink and to the
     others over the network at the same time: its time is the slower of the two shares, and it
     is placed on the network.
@@ -318,8 +321,11 @@ def price(
         if t.nbytes <= 0:
             continue
         where: Link = "nvlink" if t.span <= nvlink_domain else "network"
+        # EP all-to-alls reach a measured share of each link's peak; the rest are priced at peak.
+        share = ALLTOALL_ACHIEVED.of if t.mode == "ep" else (lambda _link: 1.0)
         bandwidth = (gpu.nvlink_gb_per_s if where == "nvlink" else gpu.network_gb_per_s) * 1e9
         seconds = t.nbytes / bandwidth
+        achieved = seconds / share(where)
         if t.group > 1 and where == "network":
             local = min(t.group, max(1, nvlink_domain // t.stride))
             peers = t.group - 1
@@ -330,12 +336,15 @@ def price(
                 # experts' GPUs other than the receiving one.
                 nvlink += remote * (local - 1) / local
                 remote *= _remote_domain_share(t.group, local, t.routed)
-            seconds = max(
-                remote / (gpu.network_gb_per_s * 1e9), nvlink / (gpu.nvlink_gb_per_s * 1e9)
-            )
+            over_network = remote / (gpu.network_gb_per_s * 1e9)
+            over_nvlink = nvlink / (gpu.nvlink_gb_per_s * 1e9)
+            seconds = max(over_network, over_nvlink)
+            achieved = max(over_network / share("network"), over_nvlink / share("nvlink"))
         knob = t.knob
         hidden = knob if knob == CP_RING or (knob is not None and on(knob)) else None
         if knob is not None and hidden is None and knob not in knobs_off:
             knobs_off.append(knob)
-        entries.append(CommEntry(t.mode, t.collective, t.nbytes, where, seconds, hidden, t.formula))
+        entries.append(
+            CommEntry(t.mode, t.collective, t.nbytes, where, seconds, hidden, achieved, t.formula)
+        )
     return entries, knobs_off

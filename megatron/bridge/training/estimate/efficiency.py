@@ -29,9 +29,24 @@ percentage, so the share is 0.43-0.47. With the overlap the communication kernel
 longer (10.83 s against 8.25 s) and about a third of their time ran beside GEMMs and
 attention: overlapped kernels share the GPU's SMs and memory, so overlap hides less than the
 windows allow. The share is of measured kernel time and is applied to the all-to-all time at
-link peak, which is shorter: the estimate hides less time than the A/B saved, in proportion.
-One measurement, on H100 with HybridEP, serves every GPU and dispatcher; the alltoall A/B on
-the same shape (PR 3862) is the check (``tests/unit_tests/training/test_step_model.py``).
+achieved bandwidth (below), the time the A/B's kernels ran. One measurement, on H100 with HybridEP, serves every GPU and dispatcher;
+the alltoall A/B on the same shape (PR 3862) is the check
+(``tests/unit_tests/training/test_step_model.py``).
+
+**The achieved share of link peak of EP all-to-alls** (:data:`ALLTOALL_ACHIEVED`), per link.
+An EP token all-to-all runs many small messages, one per peer, through kernels that share the
+GPU with the experts' GEMMs: it reaches a share of the link's peak, and its time at achieved
+bandwidth (:attr:`CommEntry.seconds_at_achieved_bandwidth`) is the time at link peak over that
+share. NVLink: DeepEP's measured intranode normal kernels (EP8 on H800, dispatch 153 GB/s and
+combine 158 GB/s of about 160 GB/s NVLink, deepseek-ai/DeepEP README, "Normal kernels with
+NVLink and RDMA forwarding"). Network: one row, named and fitted, PR 5094's Nsight capture (the
+:data:`EP_OVERLAP` shape, 16 x H100 over two nodes, HybridEP): its communication kernels ran
+8.25 s per step with the overlap off, where this estimate puts the EP all-to-all at 4.11 s at
+network peak (and 0.12 s of DP): a share of 0.50. It serves every GPU generation and
+dispatcher; DeepEP's internode RDMA figures (43-58 GB/s of about 50 GB/s, 0.86-1.16, counted
+per logical receiver) are kernel microbenchmarks without the GEMMs beside them, so the
+production capture is the figure used. Other collectives (TP, CP, PP, DP) are priced at link
+peak: their achieved bandwidth is inside the fitted achievable fraction's rows.
 """
 
 from __future__ import annotations
@@ -44,10 +59,12 @@ from megatron.bridge.training.precisions import PRECISIONS, canonical_precision
 
 __all__ = [
     "ACHIEVABLE",
+    "ALLTOALL_ACHIEVED",
     "EP_OVERLAP",
     "FIT_ROWS",
     "QUOTED_BF16",
     "Achievable",
+    "AchievedShare",
     "FitRow",
     "OverlapAB",
     "achievable_fraction",
@@ -211,4 +228,34 @@ EP_OVERLAP = OverlapAB(
     comm_seconds=9.079e-3 / 0.0011,
     source="Megatron-Bridge PR 5094's profiled A/B (Qwen3-30B-A3B, 16 x H100, BF16, EP16, "
     "HybridEP): the step time saved over the communication kernels' time without the overlap",
+)
+
+
+@dataclass(frozen=True)
+class AchievedShare:
+    """The share of a link's peak per-direction bandwidth a collective reaches, per link."""
+
+    nvlink: float
+    """Share of the NVLink peak."""
+    network: float
+    """Share of the network NIC's peak."""
+    source: str
+    """Where the figures come from."""
+
+    def of(self, link: str) -> float:
+        """The share on ``link`` (nvlink or network)."""
+        return self.nvlink if link == "nvlink" else self.network
+
+
+#: EP token all-to-alls. NVLink: DeepEP README (deepseek-ai/DeepEP, "Normal kernels with NVLink
+#: and RDMA forwarding"): intranode EP8 on H800, dispatch 153 GB/s and combine 158 GB/s against
+#: about 160 GB/s NVLink. Network: fitted on one named row, Megatron-Bridge PR 5094's Nsight
+#: capture (see EP_OVERLAP: 8.254 s of communication kernels per step, knob off), over this
+#: estimate's 4.1104 s of that shape's EP all-to-all at network peak (HybridEP, 16 x H100).
+ALLTOALL_ACHIEVED = AchievedShare(
+    nvlink=(153 + 158) / 2 / 160,
+    network=4.1104 / (9.079e-3 / 0.0011),
+    source="EP all-to-all achieved bandwidth: NVLink from DeepEP's measured intranode kernels "
+    "(0.97 of peak); network fitted on Megatron-Bridge PR 5094's Nsight capture (16 x H100, "
+    "HybridEP: 0.50 of peak)",
 )

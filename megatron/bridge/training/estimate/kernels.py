@@ -22,10 +22,8 @@ own kernels run differently, each priced here by one named function:
   reach a small share of the BF16 peak: one fitted constant per GPU generation
   (:data:`SSM_SCAN`), fitted on the named row of :data:`SSM_FIT_ROWS`.
 
-The EP all-to-alls stay at link peak (:mod:`.comm`: every communication time is bytes over
-peak): DeepEP's README measures its normal kernels at 0.97 of NVLink peak (intranode EP8
-dispatch 153 GB/s, combine 158 GB/s of ~160 GB/s on H800) and 0.89 of the NIC's (internode
-EP16-64, 43-47 GB/s of ~50 GB/s), so the time at peak undercounts theirs by 3-11 %.
+The EP all-to-alls run at a measured share of link peak (:mod:`.comm`,
+:data:`~.efficiency.ALLTOALL_ACHIEVED`).
 
 Pure arithmetic: no torch.
 """

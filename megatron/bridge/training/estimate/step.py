@@ -55,7 +55,7 @@ from megatron.bridge.training.validators import LIMITS, LimitError
 if TYPE_CHECKING:
     from megatron.bridge.training.comm_overlap import OverlapPlan
 
-__all__ = ["estimate_step"]
+__all__ = ["KernelSeconds", "estimate_step", "kernel_seconds"]
 
 
 def estimate_step(
@@ -126,7 +126,7 @@ def estimate_step(
     achievable = achievable or achievable_fraction(gpu.name, f.compute_dtype)
     rate = achievable.fraction / seconds_per_flop
     segments = micro_batches * stage.vpp
-    kernels = _kernel_seconds(
+    kernels = kernel_seconds(
         f,
         gpu,
         dims,
@@ -186,7 +186,7 @@ def estimate_step(
 
 
 @dataclasses.dataclass(frozen=True)
-class _KernelSeconds:
+class KernelSeconds:
     """Seconds per step the MoE and hybrid kernels add on one GPU of the stage (:mod:`.kernels`)."""
 
     grouped_gemm: float = 0.0
@@ -215,7 +215,7 @@ class _KernelSeconds:
         return self.total - self.forward
 
 
-def _kernel_seconds(
+def kernel_seconds(
     job: JobDescription,
     gpu: GpuSpec,
     dims: ModelCost,
@@ -224,7 +224,7 @@ def _kernel_seconds(
     tokens: float,
     fraction: float,
     ssm_scan_fraction: float | None,
-) -> _KernelSeconds:
+) -> KernelSeconds:
     """What the stage's grouped GEMMs and Mamba scans cost beyond their FLOPs at the fitted
     rate, for ``tokens`` tokens on one GPU (already split over TP and CP).
 
@@ -276,7 +276,7 @@ def _kernel_seconds(
         * cross_entropy_bytes_per_token(dims.padded_vocab(job.tp_size), job.tp_size)
         / (gpu.hbm_gb_per_s * 1e9)
     )
-    return _KernelSeconds(grouped, efficiency, scan, source, loss)
+    return KernelSeconds(grouped, efficiency, scan, source, loss)
 
 
 def _memory_seconds(gpu: GpuSpec, stage: Stage, tokens: float) -> tuple[float, float]:
@@ -333,7 +333,7 @@ def _assumptions(
     global_batch_size: int,
     nvlink_domain: int,
     ep_overlap: bool,
-    kernels: _KernelSeconds,
+    kernels: KernelSeconds,
 ) -> tuple[str, ...]:
     """What the estimate's numbers assume and leave out, for :attr:`Estimate.assumptions`."""
     peak = gpu.peak_format(job.compute_dtype)
@@ -468,7 +468,7 @@ def _predict(
     grads: list[GradStream] = []
     params: list[ParamStream] = []
     for i, c in enumerate(entries):
-        t = c.seconds_at_link_peak
+        t = c.seconds_at_achieved_bandwidth
         if c.mode in ("tp", "cp"):
             per = t / segments
             fwd, bwd = per * f / (f + b), per * b / (f + b)
