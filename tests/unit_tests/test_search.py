@@ -28,6 +28,10 @@ def _small(name: str) -> list[str]:
     argv = ["--world-size", "8", "--global-batch-size", "16", "--num-layers", "4"]
     if isinstance(model.moe_layer_freq, tuple):
         argv += ["--moe-layer-freq", "([0]*1+[1]*3)"]
+    if model.csa_compress_ratios:
+        # One compression ratio per layer and MTP layer: the recipe's first four and last.
+        ratios = [*model.csa_compress_ratios[:4], model.csa_compress_ratios[-1]]
+        argv += ["--csa-compress-ratios", str(ratios).replace(" ", "")]
     return argv
 
 
@@ -53,6 +57,27 @@ def test_search_runs_for_every_recipe(capsys: pytest.CaptureFixture[str], name: 
         row["memory"]["total_bytes"] <= row["memory"]["capacity_bytes"] for row in doc["top"]
     )
     assert doc["world_sizes"] == [8] and doc["global_batch_size"] == 16
+
+
+def test_when_a_rule_refuses_every_layout_the_error_quotes_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Four layers leave the recipe's 44 per-layer compression ratios (43 layers and one MTP
+    # layer) one per layer too many: every layout is refused by the same rule.
+    code, _, err = _run(
+        capsys,
+        "--recipe",
+        "deepseek_v4_flash",
+        "--world-size",
+        "8",
+        "--global-batch-size",
+        "16",
+        "--num-layers",
+        "4",
+    )
+    assert code == EXIT_INVALID
+    assert "The most frequent refusal (" in err
+    assert "csa_compress_ratios has 44 entries" in err
 
 
 def test_text_output_names_the_overlap_memory_and_exposed_communication(

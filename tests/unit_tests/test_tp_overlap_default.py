@@ -56,6 +56,18 @@ def _job(tp: int, *, sp: bool | None = None, te: bool = True, seq: int = 4096) -
 # --- the CLI ------------------------------------------------------------------------------------
 
 
+FITS_AT_TP1 = ("--gpu", "b300")
+"""A GPU whose memory holds the TP1 layouts below (H100's 80 GB does not)."""
+FULL_RECOMPUTE = (
+    "--recompute-granularity",
+    "full",
+    "--recompute-method",
+    "uniform",
+    "--recompute-num-layers",
+    "1",
+)
+
+
 def test_tp1_without_a_flag_plans_no_tp_overlap_and_warns_nothing(capsys):
     doc = _explain(capsys, "--tp", "1")
     tp = _decision(doc, "tp_comm_overlap")
@@ -65,7 +77,9 @@ def test_tp1_without_a_flag_plans_no_tp_overlap_and_warns_nothing(capsys):
     assert "refused" not in tp["reason"]
     assert doc["warnings"] == []
     assert _decision(doc, "tp_comm_overlap_cfg")["value"] is None
-    assert main(["explain", "--tp", "1", "--strict"]) == EXIT_OK
+    # --strict also refuses a layout that does not fit: at TP1 the reference model needs a
+    # 288 GB GPU and full recompute to fit, which leave the TP decision as it is.
+    assert main(["explain", "--tp", "1", *FITS_AT_TP1, *FULL_RECOMPUTE, "--strict"]) == EXIT_OK
     assert "not requested" in capsys.readouterr().out
 
 
@@ -135,7 +149,7 @@ def test_recipe_route_and_flags_route_agree_at_tp1(capsys, name):
     assert plan.to_dict()["decisions"] == doc["overlap"]["decisions"]
     assert plan.decision("tp_comm_overlap").reason.startswith(NOT_REQUESTED)
     assert plan.warnings == () and doc["warnings"] == []
-    assert main(["explain", "--recipe", name, "--tp", "1", "--strict"]) == EXIT_OK
+    assert main(["explain", "--recipe", name, "--tp", "1", *FITS_AT_TP1, "--strict"]) == EXIT_OK
     capsys.readouterr()
 
 

@@ -99,6 +99,12 @@ def run_search(args: argparse.Namespace) -> tuple[SearchResult, dict[str, Any], 
             f"{counts['rejected']} refused by a layout rule, {counts['no_fit']} above the GPU's "
             "memory by the estimate. Use more GPUs, a GPU with more memory, or a smaller "
             "global batch or sequence."
+            + (
+                f" The most frequent refusal ({result.refusals[0][1]} layouts): "
+                f"{result.refusals[0][0]}"
+                if result.refusals
+                else ""
+            )
         )
     doc = document(result, top=args.top, recipe=args.recipe)
     if args.plot is not None:

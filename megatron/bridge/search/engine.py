@@ -24,6 +24,7 @@ the layouts the two rounds reach.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import heapq
 from collections.abc import Callable, Sequence
@@ -120,6 +121,9 @@ class SearchResult:
     """``layouts`` (generated), ``pruned`` (weights above the GPU before planning),
     ``rejected`` (refused by ``check_layout`` or the overlap rules), ``no_fit`` (memory
     estimate above the capacity), ``costed`` (step estimated)."""
+    refusals: tuple[tuple[str, int], ...] = ()
+    """The messages of the rules that refused layouts, with how many each refused, the most
+    frequent first."""
 
     @property
     def published_rank(self) -> int | None:
@@ -176,6 +180,12 @@ class _Search:
             ("layouts", "pruned", "rejected", "no_fit", "skipped", "costed"), 0
         )
         self.costed: dict[tuple, Candidate] = {}
+        self.refusals: collections.Counter[str] = collections.Counter()
+
+    def _refused(self, exc: ValueError) -> None:
+        """Count a layout a rule refused, and the rule's message."""
+        self.counts["rejected"] += 1
+        self.refusals[str(exc)] += 1
 
     def _floor_exceeds(self, layout: Layout, world_size: int) -> bool:
         """The layout's weights alone exceed the GPU (checked before planning)."""
@@ -198,8 +208,8 @@ class _Search:
         try:
             plan = spec.plan(te=self.te)
             ceiling = throughput_ceiling(plan, **self.options)
-        except ValueError:
-            self.counts["rejected"] += 1
+        except ValueError as exc:
+            self._refused(exc)
             return None
         return _Planned(spec, plan, ceiling, layout)
 
@@ -222,8 +232,8 @@ class _Search:
             floor = memory_floor(planned.spec.job)
             self.capacity = floor.capacity_bytes
             memory = memory_of(planned.plan) if floor.fits else floor
-        except ValueError:
-            self.counts["rejected"] += 1
+        except ValueError as exc:
+            self._refused(exc)
             return None
         if not memory.fits:
             self.counts["no_fit"] += 1
@@ -250,8 +260,8 @@ class _Search:
             return self.costed[key]
         try:
             estimate = estimate_step(planned.plan, **self.options)
-        except ValueError:
-            self.counts["rejected"] += 1
+        except ValueError as exc:
+            self._refused(exc)
             return None
         self.counts["costed"] += 1
         # The step's lanes (one interval per segment and stream) are for a step picture; a
@@ -451,6 +461,7 @@ def search(
         published=published_candidate,
         published_note=note,
         counts=state.counts,
+        refusals=tuple(state.refusals.most_common()),
     )
 
 

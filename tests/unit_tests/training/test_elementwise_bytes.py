@@ -204,10 +204,14 @@ def test_tp_splits_all_bytes_with_sequence_parallelism_and_only_some_without(mod
     assert whole / tp < without_sp < whole
 
 
-def test_h200_has_more_hbm_bandwidth_than_h100_and_nothing_else_faster():
+def test_h200_has_more_hbm_bandwidth_and_capacity_than_h100_and_nothing_else_faster():
     h100, h200 = gpu_spec("h100"), gpu_spec("h200")
     assert h200.hbm_gb_per_s > h100.hbm_gb_per_s
-    assert dataclasses.replace(h200, name="h100", hbm_gb_per_s=h100.hbm_gb_per_s) == h100
+    assert h200.memory_gb > h100.memory_gb
+    same_hbm = dataclasses.replace(
+        h200, name="h100", hbm_gb_per_s=h100.hbm_gb_per_s, memory_gb=h100.memory_gb
+    )
+    assert same_hbm == h100
 
 
 @settings(max_examples=30, deadline=None)
