@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import io
 import json
 import re
@@ -31,18 +30,11 @@ import pytest
 from megatron.bridge.cli import build_parser
 from megatron.bridge.cli import main as cli_main
 from megatron.bridge.cli.planning import explain
+from tests.unit_tests.repo_scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
-
-def _load(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-render_docs = _load(ROOT / "scripts" / "render_docs.py", "render_docs")
+render_docs = load_script("scripts/render_docs.py")
 PAGES = render_docs.pages()
 
 
@@ -245,7 +237,7 @@ def _run(argv: list[str]) -> tuple[int, str]:
         if argv[0] == "bridge-overlap":
             return cli_main(argv[1:]), out.getvalue()
         if argv[0] == "python" and argv[1].startswith("examples/") and argv[1].endswith(".py"):
-            example = _load(ROOT / argv[1], Path(argv[1]).stem)
+            example = load_script(argv[1])
             return example.main(argv[2:]) or 0, out.getvalue()
     raise AssertionError(
         f"{shlex.join(argv)}: the docs test runs bridge-overlap and examples/*.py; mark the "

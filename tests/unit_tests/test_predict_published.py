@@ -9,30 +9,17 @@ report's medians and groups are right on a tiny input worked by hand.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
-import sys
-from pathlib import Path
 
 import pytest
 
 from megatron.bridge.recipes import RECIPES, plan_recipe
 from megatron.bridge.training.precisions import published_precision
+from tests.unit_tests.repo_scripts import load_script
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _load(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-predict_published = _load("predict_published", ROOT / "benchmarks" / "predict_published.py")
-published_rows = _load("published_rows", ROOT / "scripts" / "published_rows.py")
+predict_published = load_script("benchmarks/predict_published.py")
+published_rows = load_script("scripts/published_rows.py")
 
 ROWS = predict_published.load_rows()
 

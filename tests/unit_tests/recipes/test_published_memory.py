@@ -9,8 +9,6 @@ those ran on its GPU, so a memory estimate that says one of them cannot fit is w
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,20 +20,12 @@ from megatron.bridge.training import hardware
 from megatron.bridge.training.comm_overlap import CommOverlapConfig, plan_comm_overlap
 from megatron.bridge.training.estimate.memory import NCCL_BUFFER_BYTES, estimate_memory
 from megatron.bridge.training.precisions import published_precision
+from tests.unit_tests.repo_scripts import load_script
 
 ROWS = yaml.safe_load((Path(__file__).parent / "data" / "published_rows.yaml").read_text())
-ROOT = Path(__file__).resolve().parents[3]
 
 
-def _load(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-predict_published = _load("predict_published", ROOT / "benchmarks" / "predict_published.py")
+predict_published = load_script("benchmarks/predict_published.py")
 
 RUNS = [
     pytest.param(name, run, id=f"{name}-{run.gpu}-{run.precision}")

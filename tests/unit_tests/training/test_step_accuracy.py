@@ -8,26 +8,12 @@ estimate meets it, the xfail fails and the mark must go.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
 from megatron.bridge.training.estimate.accuracy import FAMILIES
+from tests.unit_tests.repo_scripts import load_script
 
-ROOT = Path(__file__).resolve().parents[3]
-
-
-def _load(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-predict_published = _load("predict_published", ROOT / "benchmarks" / "predict_published.py")
+predict_published = load_script("benchmarks/predict_published.py")
 
 
 @pytest.fixture(scope="module")
