@@ -85,28 +85,18 @@ FSDP_MODELS = frozenset({"nemotron_3_ultra"})
 _LAYOUT_16 = "Et*4|(t*4|)*14t{m}L"
 _LAYOUT_8 = "Et*8|(t*8|)*6t*5{m}L"
 _LAYOUT_4 = "Et*16|t*16|t*16|t*13{m}L"
+_DEEPSEEK_LAYOUTS = {
+    (4, 1): _LAYOUT_4,
+    (8, 1): _LAYOUT_8,
+    (4, 2): _LAYOUT_8,
+    (16, 1): _LAYOUT_16,
+    (8, 2): _LAYOUT_16,
+    (4, 4): _LAYOUT_16,
+    (2, 8): _LAYOUT_16,
+}
 PIPELINE_LAYOUTS = {
-    "deepseek_v3": {
-        (4, 1): _LAYOUT_4,
-        (8, 1): _LAYOUT_8,
-        (4, 2): _LAYOUT_8,
-        (16, 1): _LAYOUT_16,
-        (8, 2): _LAYOUT_16,
-        (4, 4): _LAYOUT_16,
-        (2, 8): _LAYOUT_16,
-    },
-    "kimi_k2": {
-        stages: layout.replace("{m}", "")
-        for stages, layout in {
-            (4, 1): _LAYOUT_4,
-            (8, 1): _LAYOUT_8,
-            (4, 2): _LAYOUT_8,
-            (16, 1): _LAYOUT_16,
-            (8, 2): _LAYOUT_16,
-            (4, 4): _LAYOUT_16,
-            (2, 8): _LAYOUT_16,
-        }.items()
-    },
+    "deepseek_v3": _DEEPSEEK_LAYOUTS,
+    "kimi_k2": {stages: layout.replace("{m}", "") for stages, layout in _DEEPSEEK_LAYOUTS.items()},
 }
 
 #: The 25.09 tables have no precision column: their footnote says a bracketed figure is the
