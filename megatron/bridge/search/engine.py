@@ -41,9 +41,7 @@ from megatron.bridge.search.space import (
     RECOMPUTE,
     SHARDING,
     Layout,
-    grids,
-    micro_batch_sizes,
-    pipeline_splits,
+    parallel_layouts,
 )
 from megatron.bridge.training.estimate import estimate_step
 
@@ -335,28 +333,7 @@ def _parallel_layouts(
 ) -> list[tuple[Layout, list[int]]]:
     """Each parallel layout (grid and pipeline split) at its smallest micro-batch, with the
     micro-batch sizes it can run."""
-    model = base.job.model
-    out = []
-    for tp, pp, cp, ep, etp in grids(model, world_size):
-        dp = world_size // (tp * cp * pp)
-        for split in pipeline_splits(model.num_layers, pp, model.mtp_num_layers):
-            interleaved = split.vpp is not None and split.vpp > 1
-            sizes = micro_batch_sizes(gbs, dp, pp, interleaved)
-            if not sizes:
-                continue
-            layout = Layout(
-                tp=tp,
-                pp=pp,
-                cp=cp,
-                ep=ep,
-                etp=etp,
-                split=split,
-                micro_batch_size=sizes[0],
-                recompute="none",
-                sharding="distributed_optimizer",
-            )
-            out.append((layout, sizes))
-    return out
+    return list(parallel_layouts(base.job.model, world_size=world_size, global_batch_size=gbs))
 
 
 def search(

@@ -22,14 +22,22 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from megatron.bridge.training.job import ModelDescription
 from megatron.bridge.training.parallel_layout import check_parallel_layout, micro_batches_per_step
 from megatron.bridge.training.pipeline_layout import check_pipeline_layout, divisors
 
-__all__ = ["RECOMPUTE", "SHARDING", "Layout", "PipelineSplit", "layouts", "pipeline_splits"]
+__all__ = [
+    "RECOMPUTE",
+    "SHARDING",
+    "Layout",
+    "PipelineSplit",
+    "layouts",
+    "parallel_layouts",
+    "pipeline_splits",
+]
 
 Recompute = Literal["none", "selective", "full"]
 Sharding = Literal["ddp", "distributed_optimizer", "megatron_fsdp"]
@@ -240,21 +248,39 @@ def layouts(
     The model rules that need the whole job (recompute against the model, FP8, CUDA graphs)
     are ``check_layout``'s, applied when a layout is planned.
     """
+    for first, sizes in parallel_layouts(
+        model, world_size=world_size, global_batch_size=global_batch_size
+    ):
+        for mbs in sizes:
+            for recompute in RECOMPUTE:
+                for sharding in SHARDING:
+                    yield replace(
+                        first, micro_batch_size=mbs, recompute=recompute, sharding=sharding
+                    )
+
+
+def parallel_layouts(
+    model: ModelDescription, *, world_size: int, global_batch_size: int
+) -> Iterator[tuple[Layout, list[int]]]:
+    """Each parallel layout of ``model`` (grid and pipeline split) that has a micro-batch size
+    for ``global_batch_size``: the layout at its smallest micro-batch, without recompute, with
+    the distributed optimizer, and the micro-batch sizes it can run, smallest first."""
     for tp, pp, cp, ep, etp in grids(model, world_size):
         dp = world_size // (tp * cp * pp)
         for split in pipeline_splits(model.num_layers, pp, model.mtp_num_layers):
             interleaved = split.vpp is not None and split.vpp > 1
-            for mbs in micro_batch_sizes(global_batch_size, dp, pp, interleaved):
-                for recompute in RECOMPUTE:
-                    for sharding in SHARDING:
-                        yield Layout(
-                            tp=tp,
-                            pp=pp,
-                            cp=cp,
-                            ep=ep,
-                            etp=etp,
-                            split=split,
-                            micro_batch_size=mbs,
-                            recompute=recompute,
-                            sharding=sharding,
-                        )
+            sizes = micro_batch_sizes(global_batch_size, dp, pp, interleaved)
+            if not sizes:
+                continue
+            first = Layout(
+                tp=tp,
+                pp=pp,
+                cp=cp,
+                ep=ep,
+                etp=etp,
+                split=split,
+                micro_batch_size=sizes[0],
+                recompute="none",
+                sharding="distributed_optimizer",
+            )
+            yield first, sizes
