@@ -40,3 +40,35 @@ HYBRID = dataclasses.replace(
     kv_channels=16,
     hybrid_layer_pattern="M*-E",
 )
+
+
+def buildable_on_cpu(*, grouped_query: bool) -> dict[str, object]:
+    """Recipe changes that shrink a dense recipe's architecture to 2 layers of hidden 64 (4
+    heads, in 2 groups with ``grouped_query``) on TP 1, PP 1, CP 1, so megatron-core builds it on
+    the CPU; global batch 8, no userbuffers preset."""
+    return {
+        "model.num_layers": 2,
+        "model.hidden_size": 64,
+        "model.num_attention_heads": 4,
+        "model.num_query_groups": 2 if grouped_query else None,
+        "model.ffn_hidden_size": 160,
+        "model.vocab_size": 1000,
+        "model.seq_length": 32,
+        "model.tensor_model_parallel_size": 1,
+        "model.pipeline_model_parallel_size": 1,
+        "model.virtual_pipeline_model_parallel_size": None,
+        "model.context_parallel_size": 1,
+        "global_batch_size": 8,
+        "preset": "none",
+    }
+
+
+def built_parameters(spec) -> int:
+    """The parameters of the model megatron-core builds on the CPU for a recipe spec.
+
+    torch's LayerNorm (megatron-core's CPU fallback) has no zero-centred gamma; the parameter
+    count is the same either way."""
+    provider = spec.build().model
+    provider.use_cpu_initialization = True
+    provider.layernorm_zero_centered_gamma = False
+    return sum(p.numel() for p in provider.provide().parameters())

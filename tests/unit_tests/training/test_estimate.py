@@ -20,6 +20,7 @@ from megatron.bridge.training.estimate import ModelCost, estimate_step
 from megatron.bridge.training.job import ModelDescription
 from tests.unit_tests.conftest import h100_job, modules_loaded_by
 from tests.unit_tests.jobs import dense_model
+from tests.unit_tests.small_models import buildable_on_cpu, built_parameters
 
 DENSE = dense_model(num_layers=64, vocab_size=1024)
 """Llama-3 8B's model with 64 layers and a 1024-token vocabulary."""
@@ -109,35 +110,11 @@ def test_recompute_adds_executed_flops_not_model_flops():
 def test_dp_bytes_count_the_parameters_of_the_built_model(one_rank_group, recipe):
     # The recipe's architecture, shrunk so megatron-core builds it on the CPU; the DP layout is
     # planned for 4 GPUs (TP 1, PP 1), the model built on 1 (the same parameters per GPU).
-    spec = recipe.SPEC.changed(
-        **{
-            "model.num_layers": 2,
-            "model.hidden_size": 64,
-            "model.num_attention_heads": 4,
-            "model.num_query_groups": 2 if recipe is llama3_70b else None,
-            "model.ffn_hidden_size": 160,
-            "model.vocab_size": 1000,
-            "model.seq_length": 32,
-            "model.tensor_model_parallel_size": 1,
-            "model.pipeline_model_parallel_size": 1,
-            "model.virtual_pipeline_model_parallel_size": None,
-            "model.context_parallel_size": 1,
-            "global_batch_size": 8,
-            "preset": "none",
-        }
-    )
+    spec = recipe.SPEC.changed(**buildable_on_cpu(grouped_query=recipe is llama3_70b))
     plan = spec.plan(world_size=4)
     assert plan.job.grad_reduce_in_fp32
     estimate = estimate_step(plan)
-
-    provider = spec.build().model
-    provider.use_cpu_initialization = True
-    # torch's LayerNorm (the CPU fallback) has no zero-centred gamma; the parameter count is
-    # the same either way.
-    provider.layernorm_zero_centered_gamma = False
-    model = provider.provide()
-    built = sum(p.numel() for p in model.parameters())
-
+    built = built_parameters(spec)
     assert estimate.dense_params_per_gpu == built
     dp = {c.collective: c.bytes_per_gpu_per_step for c in estimate.communication if c.mode == "dp"}
     assert dp == {

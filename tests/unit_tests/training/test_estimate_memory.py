@@ -22,6 +22,7 @@ from megatron.bridge.training.comm_overlap import CommOverlapConfig, plan_comm_o
 from megatron.bridge.training.estimate.memory import PARTS, estimate_memory, memory_of_job
 from megatron.bridge.training.estimate.model_cost import ModelCost
 from megatron.bridge.training.job import JobDescription, ModelDescription
+from tests.unit_tests.small_models import buildable_on_cpu, built_parameters
 
 # A GPT of the shape Megatron-LM's formula assumes: multi-head attention (no GQA), a plain
 # (not gated) GeLU MLP, LayerNorm, dropout, no linear biases (the formula counts none), rotary
@@ -524,26 +525,8 @@ def test_parameters_are_those_of_the_built_model(one_rank_group, recipe):
     # gradients hold 4 bytes a parameter. (megatron-core's MoE layer needs CUDA to build, so
     # MoE and MLA blocks are not built here.)
     spec = recipe_spec(recipe).changed(
-        **{
-            "model.num_layers": 2,
-            "model.hidden_size": 64,
-            "model.num_attention_heads": 4,
-            "model.num_query_groups": 2 if recipe == "llama3_70b" else None,
-            "model.ffn_hidden_size": 160,
-            "model.vocab_size": 1000,
-            "model.seq_length": 32,
-            "model.tensor_model_parallel_size": 1,
-            "model.pipeline_model_parallel_size": 1,
-            "model.virtual_pipeline_model_parallel_size": None,
-            "model.context_parallel_size": 1,
-            "global_batch_size": 8,
-            "grad_reduce_in_fp32": True,
-            "preset": "none",
-        }
+        **buildable_on_cpu(grouped_query=recipe == "llama3_70b"), grad_reduce_in_fp32=True
     )
     estimate = memory_of_job(spec.job_on(world_size=4))
-    provider = spec.build().model
-    provider.use_cpu_initialization = True
-    provider.layernorm_zero_centered_gamma = False  # torch's LayerNorm fallback lacks it
-    built = sum(p.numel() for p in provider.provide().parameters())
+    built = built_parameters(spec)
     assert estimate.part("gradients") == 4 * built
