@@ -13,7 +13,10 @@ and holds what :data:`BLOCKS` ``[NAME]`` returns. A step picture
 ``docs/training/img/<recipe>_step.png`` is drawn by ``bridge-overlap explain --recipe <recipe>``'s
 estimate; beside it, ``<recipe>_step.json`` summarizes what it draws (:func:`step_picture`) with
 the digest of all of it, which the picture's metadata holds too, so ``tests/unit_tests/test_docs_generated.py`` checks
-a picture without matplotlib and whatever version drew it. Drawing needs the ``plot`` extra.
+a picture without matplotlib and whatever version drew it. A search picture
+``docs/training/img/search_<name>.png`` holds the digest of what it draws of the worked search
+:data:`SEARCHES` ``[name]`` (``megatron.bridge.search.plot.search_picture``) the same way.
+Drawing needs the ``plot`` extra.
 """
 
 from __future__ import annotations
@@ -29,8 +32,11 @@ from typing import Any
 
 from megatron.bridge.cli.parser import build_parser
 from megatron.bridge.cli.planning import explain
+from megatron.bridge.cli.search import run_search
 from megatron.bridge.recipes import RECIPES
 from megatron.bridge.recipes.published import published_runs
+from megatron.bridge.search import SearchResult
+from megatron.bridge.search.plot import plot_search, search_picture
 from megatron.bridge.training.estimate import Estimate
 from megatron.bridge.training.estimate.accuracy import ACCURACY_FILE, FAMILIES
 from megatron.bridge.training.estimate_plot import picture_digest, plot_step, step_picture
@@ -55,6 +61,23 @@ STEP_RECIPES = {
 }
 
 
+#: The worked searches of ``docs/training/search.md``: each one's ``bridge-overlap search``
+#: arguments; its text is the block ``search-<name>``, its picture ``img/search_<name>.png``.
+SEARCHES = {
+    "llama3_70b": (
+        "--recipe",
+        "llama3_70b",
+        "--gpu",
+        "h100",
+        "--precision",
+        "fp8_cs",
+        "--top",
+        "5",
+    ),
+    "qwen3_30b_a3b": ("--recipe", "qwen3_30b_a3b", "--top", "5"),
+}
+
+
 def pages() -> list[Path]:
     """Every page that may hold generated blocks."""
     return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
@@ -66,6 +89,19 @@ def explained(recipe: str) -> tuple[dict[str, Any], Estimate]:
     args = build_parser().parse_args(["explain", "--recipe", recipe, "--json"])
     doc, _plan, _env = explain(args)
     return doc, args._estimate
+
+
+@functools.cache
+def searched(name: str) -> tuple[SearchResult, str]:
+    """``bridge-overlap search`` of :data:`SEARCHES` ``[name]``: its result and its text."""
+    args = build_parser().parse_args(["search", *SEARCHES[name]])
+    result, _doc, text = run_search(args)
+    return result, text
+
+
+def search_text(name: str) -> str:
+    """The text ``bridge-overlap search`` prints for :data:`SEARCHES` ``[name]``."""
+    return "```text\n" + searched(name)[1].rstrip("\n") + "\n```\n"
 
 
 def _layout(doc: dict[str, Any]) -> str:
@@ -220,6 +256,7 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "published-accuracy": published_accuracy,
     "published-memory-table": published_memory_table,
     "reference-memory": reference_memory,
+    **{f"search-{name}": functools.partial(search_text, name) for name in SEARCHES},
 }
 
 
@@ -315,6 +352,14 @@ def main(argv: list[str] | None = None) -> int:
             stale.append(str(png.relative_to(ROOT)))
             if not args.check:
                 plot_step(explained(recipe)[1], png, title=picture(recipe)["title"])
+    for name in SEARCHES:
+        result = searched(name)[0]
+        png = IMG / f"search_{name}.png"
+        digest = picture_digest(search_picture(result, title=name))
+        if not (png.exists() and png_description(png) == digest):
+            stale.append(str(png.relative_to(ROOT)))
+            if not args.check:
+                plot_search(result, png, title=name)
     for item in stale:
         print(f"{'stale' if args.check else 'rewrote'}: {item}")
     return 1 if stale and args.check else 0

@@ -88,7 +88,7 @@ def _all_pictures() -> list[Path]:
 
 def _pictures() -> list[Path]:
     # The search pictures (search_*.png) are drawn by the `bridge-overlap search --plot` command
-    # their page shows (a search of minutes); test_search_pictures_are_drawn_by_their_command.
+    # their page shows; test_search_pictures_are_drawn_by_their_command.
     return [p for p in _all_pictures() if not p.name.startswith("search_")]
 
 
@@ -102,6 +102,21 @@ def test_search_pictures_are_drawn_by_their_command():
             a for a in commands if "--plot" in a and a[a.index("--plot") + 1].endswith(picture.name)
         ]
         assert drawn, f"{picture.name}: no documented `bridge-overlap search --plot` draws it"
+        # The documented command is the worked search render_docs.py runs, and the picture holds
+        # the digest of what that search draws now.
+        name = picture.name.removeprefix("search_").removesuffix(".png")
+        (argv,) = drawn
+        plot = argv.index("--plot")
+        assert (
+            tuple(argv[argv.index("search") + 1 : plot] + argv[plot + 2 :])
+            == (render_docs.SEARCHES[name])
+        )
+        result, _text = render_docs.searched(name)
+        digest = render_docs.picture_digest(render_docs.search_picture(result, title=name))
+        assert render_docs.png_description(picture) == digest, (
+            f"{picture.name} was not drawn from the search it shows; "
+            "run `uv run python scripts/render_docs.py`"
+        )
 
 
 def test_the_docs_show_pictures():

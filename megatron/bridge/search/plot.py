@@ -7,20 +7,52 @@ matplotlib is imported when :func:`plot_search` runs (the ``plot`` extra), never
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from megatron.bridge.search.engine import SearchResult
+from megatron.bridge.search.engine import Candidate, SearchResult
 from megatron.bridge.search.report import layout_label
+from megatron.bridge.training.estimate_plot import picture_digest
 
-__all__ = ["plot_search"]
+__all__ = ["plot_search", "search_picture"]
+
+
+def search_picture(result: SearchResult, *, title: str | None = None) -> dict[str, Any]:
+    """What :func:`plot_search` draws for ``result``: every costed layout as (memory GB,
+    tokens/s/GPU), the top one and the published one with their labels, the GPU's capacity."""
+    if not result.ranked:
+        raise ValueError("the search costed no layout: there is nothing to draw.")
+
+    def point(candidate: Candidate) -> list[float]:
+        return [
+            round(candidate.memory.total_bytes / 1e9, 3),
+            round(candidate.tokens_per_s_per_gpu, 3),
+        ]
+
+    best = result.ranked[0]
+    published = result.published
+    return {
+        "title": title,
+        "points": [point(c) for c in result.ranked],
+        "top": {"at": point(best), "label": f"top: {layout_label(best)}"},
+        "published": None
+        if published is None
+        else {
+            "at": point(published),
+            "label": f"published (rank {result.published_rank}): {layout_label(published)}",
+        },
+        "capacity_gb": round(best.memory.capacity_bytes / 1e9, 3),
+    }
 
 
 def plot_search(result: SearchResult, path: str | Path, *, title: str | None = None) -> Path:
-    """Write the picture of ``result`` to ``path`` (PNG or SVG, by the suffix); returns the path."""
+    """Write the picture of ``result`` to ``path`` (PNG or SVG, by the suffix); returns the path.
+
+    The file's ``Description`` metadata holds :func:`picture_digest` of :func:`search_picture`.
+    """
     path = Path(path)
     if path.suffix.lower() not in (".png", ".svg"):
         raise ValueError(f"the search picture is written as .png or .svg, got {path.name!r}.")
-    if not result.ranked:
-        raise ValueError("the search costed no layout: there is nothing to draw.")
+    picture = search_picture(result, title=title)
     try:
         import matplotlib
     except ImportError as exc:
@@ -31,30 +63,25 @@ def plot_search(result: SearchResult, path: str | Path, *, title: str | None = N
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    memory = [c.memory.total_bytes / 1e9 for c in result.ranked]
-    speed = [c.tokens_per_s_per_gpu for c in result.ranked]
     fig, ax = plt.subplots(figsize=(8, 4.5))
+    memory, speed = zip(*picture["points"], strict=True)
     ax.scatter(memory, speed, s=10, color="#4c72b0", alpha=0.6, label="costed layouts")
-    best = result.ranked[0]
+    top = picture["top"]
     ax.scatter(
-        [best.memory.total_bytes / 1e9],
-        [best.tokens_per_s_per_gpu],
-        s=80,
-        marker="D",
-        color="#55a868",
-        label=f"top: {layout_label(best)}",
+        [top["at"][0]], [top["at"][1]], s=80, marker="D", color="#55a868", label=top["label"]
     )
-    if result.published is not None:
+    published = picture["published"]
+    if published is not None:
         ax.scatter(
-            [result.published.memory.total_bytes / 1e9],
-            [result.published.tokens_per_s_per_gpu],
+            [published["at"][0]],
+            [published["at"][1]],
             s=160,
             marker="*",
             color="#c44e52",
-            label=f"published (rank {result.published_rank}): {layout_label(result.published)}",
+            label=published["label"],
         )
     ax.axvline(
-        best.memory.capacity_bytes / 1e9,
+        picture["capacity_gb"],
         color="black",
         linestyle="--",
         linewidth=0.8,
@@ -68,7 +95,9 @@ def plot_search(result: SearchResult, path: str | Path, *, title: str | None = N
         ax.set_title(title, fontsize=10)
     fig.tight_layout()
     # No date in the metadata: the same search draws the same file.
-    metadata = {"Date": None} if path.suffix.lower() == ".svg" else {}
+    metadata: dict[str, str | None] = {"Description": picture_digest(picture)}
+    if path.suffix.lower() == ".svg":
+        metadata["Date"] = None
     fig.savefig(path, dpi=80, metadata=metadata)
     plt.close(fig)
     return path
