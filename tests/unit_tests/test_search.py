@@ -194,3 +194,21 @@ def test_nothing_fits_exits_2_with_the_counts(capsys: pytest.CaptureFixture[str]
 def test_layout_flags_are_not_search_flags(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = _run(capsys, "--recipe", "llama3_8b", "--tp", "2")
     assert code == EXIT_INVALID and "--tp" in err
+
+
+def test_the_picture_holds_the_digest_of_what_it_draws(tmp_path) -> None:
+    # matplotlib is a dev dependency (the plot extra): the picture is drawn, never skipped.
+    from megatron.bridge.search.plot import plot_search, search_picture
+    from megatron.bridge.training.estimate_plot import picture_digest
+    from tests.unit_tests.repo_scripts import load_script
+
+    spec = recipe_spec("llama3_8b").changed(world_size=8, global_batch_size=16)
+    result = search(spec, world_sizes=(8,), global_batch_size=16, top=3)
+    picture = search_picture(result, title="llama3_8b")
+    assert len(picture["points"]) == len(result.ranked)
+    assert picture["top"]["at"] == picture["points"][0]
+    path = plot_search(result, tmp_path / "search.png", title="llama3_8b")
+    png_description = load_script("scripts/render_docs.py").png_description
+    assert png_description(path) == picture_digest(picture)
+    with pytest.raises(ValueError, match=r"\.png or \.svg"):
+        plot_search(result, tmp_path / "search.jpg")
