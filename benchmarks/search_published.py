@@ -1,19 +1,24 @@
 """The published layouts as a test of the search: where each one ranks.
 
-    uv run python benchmarks/search_published.py [--recipe NAME ...] [--markdown]
+    uv run python benchmarks/search_published.py [--recipe NAME ...] [--markdown] [--write]
 
 For every published (model, GPU, precision, GPU count) group (``recipes/published_runs.csv``,
 ``bridge-overlap recipes``) it runs the search on that GPU, precision, GPU count and global
 batch, costs the published layout beside it, and prints the published layout's rank, how far
 its predicted tokens/s/GPU is below the top one, and the top layout; then the fraction of groups
 whose published layout is within 10% of the top (the goal: at least 80%). ``--markdown`` prints
-the table as the docs show it. Nothing here asserts.
+the table as the docs show it; ``--write`` (every recipe) writes the rows to
+:data:`RESULTS_FILE`, from which ``scripts/render_docs.py`` generates that table. Nothing here
+asserts.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import time
+from pathlib import Path
+from typing import Any
 
 from megatron.bridge.recipes import available_recipes, recipe_spec
 from megatron.bridge.search import search
@@ -22,8 +27,13 @@ from megatron.bridge.search.report import layout_label
 #: A published layout within this share of the top one counts as found by the search.
 WITHIN = 0.10
 
+RESULTS_FILE = Path(__file__).resolve().with_suffix(".json")
+"""Every group's row, written by ``--write``."""
 
-def _groups(names: list[str]) -> list[tuple[str, object]]:
+
+def groups(names: list[str]) -> list[tuple[str, Any]]:
+    """Each published (recipe, GPU, precision, GPU count) group of the recipes ``names``: the
+    recipe's name and its published run as a job."""
     out = []
     for name in names:
         spec = recipe_spec(name)
@@ -34,41 +44,74 @@ def _groups(names: list[str]) -> list[tuple[str, object]]:
     return out
 
 
+def group_name(name: str, spec: Any) -> str:
+    """``recipe gpu precision GPUs`` of a group."""
+    return f"{name} {spec.job.gpu} {spec.precision} {spec.job.world_size}"
+
+
+def group_row(name: str, spec: Any) -> dict[str, Any]:
+    """The search of one published group: where its published layout ranks and the top one."""
+    job = spec.job
+    result = search(
+        spec,
+        world_sizes=[job.world_size],
+        global_batch_size=job.global_batch_size,
+        top=1,
+        published=spec,
+    )
+    top = result.ranked[0] if result.ranked else None
+    return {
+        "group": group_name(name, spec),
+        "world_size": job.world_size,
+        "rank": result.published_rank,
+        "gap": result.published_gap,
+        "published": None if result.published is None else layout_label(result.published),
+        "note": result.published_note,
+        "top": None if top is None else layout_label(top),
+    }
+
+
+def summary(rows: list[dict[str, Any]]) -> tuple[int, int]:
+    """(groups whose published layout is within :data:`WITHIN` of the top, groups)."""
+    return sum(r["gap"] is not None and r["gap"] <= WITHIN for r in rows), len(rows)
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    """The table of the rows and the share within :data:`WITHIN`, as the docs show them."""
+    lines = [
+        "| group (recipe, GPU, precision, GPUs) | published rank | below top | top layout |",
+        "|---|---:|---:|---|",
+    ]
+    for r in rows:
+        gap = "not ranked: " + (r["note"] or "") if r["gap"] is None else f"{r['gap']:.1%}"
+        lines.append(f"| {r['group']} | {r['rank'] or '-'} | {gap} | {r['top'] or '-'} |")
+    within, total = summary(rows)
+    lines += [
+        "",
+        f"Within {WITHIN:.0%} of the top: {within} of the {total} groups "
+        f"({within / max(1, total):.0%}; the goal is 80%).",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     """Search every published group and print where its published layout ranks."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--recipe", action="append", help="only these recipes (repeatable)")
     parser.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    parser.add_argument(
+        "--write", action="store_true", help=f"write every group's row to {RESULTS_FILE.name}"
+    )
     args = parser.parse_args()
+    if args.write and args.recipe:
+        parser.error("--write records every recipe's groups: leave out --recipe")
     names = args.recipe or sorted(available_recipes())
     rows = []
-    for name, spec in _groups(names):
-        job = spec.job
+    for name, spec in groups(names):
         cpu = time.process_time()
-        result = search(
-            spec,
-            world_sizes=[job.world_size],
-            global_batch_size=job.global_batch_size,
-            top=1,
-            published=spec,
-        )
+        row = group_row(name, spec)
         cpu = time.process_time() - cpu
-        top = result.ranked[0] if result.ranked else None
-        rows.append(
-            {
-                "group": f"{name} {job.gpu} {spec.precision} {job.world_size}",
-                "rank": result.published_rank,
-                "gap": result.published_gap,
-                "published": None
-                if result.published is None
-                else f"{layout_label(result.published)}",
-                "note": result.published_note,
-                "top": None if top is None else layout_label(top),
-                "top_speed": None if top is None else top.tokens_per_s_per_gpu,
-                "cpu": cpu,
-            }
-        )
-        row = rows[-1]
+        rows.append(row)
         if not args.markdown:
             gap = "-" if row["gap"] is None else f"{row['gap']:.1%}"
             print(
@@ -76,18 +119,16 @@ def main() -> None:
                 f"  ({cpu:.0f} s cpu)" + (f"  [{row['note']}]" if row["note"] else ""),
                 flush=True,
             )
-    ranked = [r for r in rows if r["gap"] is not None]
-    within = sum(r["gap"] <= WITHIN for r in ranked)
+    if args.write:
+        RESULTS_FILE.write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
     if args.markdown:
-        print("| group (recipe, GPU, precision, GPUs) | published rank | below top | top layout |")
-        print("|---|---:|---:|---|")
-        for r in rows:
-            gap = "not ranked: " + (r["note"] or "") if r["gap"] is None else f"{r['gap']:.1%}"
-            print(f"| {r['group']} | {r['rank'] or '-'} | {gap} | {r['top'] or '-'} |")
-    print(
-        f"\npublished layout within {WITHIN:.0%} of the top: {within} of {len(rows)} groups "
-        f"({within / max(1, len(rows)):.0%}; goal >= 80%)"
-    )
+        print(markdown(rows), end="")
+    else:
+        within, total = summary(rows)
+        print(
+            f"\npublished layout within {WITHIN:.0%} of the top: {within} of {total} groups "
+            f"({within / max(1, total):.0%}; goal >= 80%)"
+        )
 
 
 if __name__ == "__main__":

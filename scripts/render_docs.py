@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib.util
 import json
 import re
 import sys
@@ -102,6 +103,24 @@ def searched(name: str) -> tuple[SearchResult, str]:
 def search_text(name: str) -> str:
     """The text ``bridge-overlap search`` prints for :data:`SEARCHES` ``[name]``."""
     return "```text\n" + searched(name)[1].rstrip("\n") + "\n```\n"
+
+
+@functools.cache
+def _benchmark(name: str) -> Any:
+    """The script ``benchmarks/<name>.py`` as a module."""
+    path = ROOT / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def search_published_table() -> str:
+    """Where each published layout ranks in its group's search, from the rows
+    ``benchmarks/search_published.py --write`` records (a search of every group takes minutes)."""
+    bench = _benchmark("search_published")
+    return bench.markdown(json.loads(bench.RESULTS_FILE.read_text(encoding="utf-8")))
 
 
 def _layout(doc: dict[str, Any]) -> str:
@@ -257,6 +276,7 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "published-memory-table": published_memory_table,
     "reference-memory": reference_memory,
     **{f"search-{name}": functools.partial(search_text, name) for name in SEARCHES},
+    "search-published-table": search_published_table,
 }
 
 
