@@ -217,6 +217,15 @@ def test_vpp_1_on_a_recipe_whose_layout_interleaves_is_an_error(capsys):
     assert "--vpp 1" in err and "pipeline_model_parallel_layout" in err
 
 
+def test_offloaded_layers_without_offloading_is_an_error(capsys):
+    code, err = _explain(capsys, "--cpu-offloading-num-layers", "4")
+    assert code == EXIT_INVALID
+    assert "--cpu-offloading-num-layers 4 has no effect" in err and "--cpu-offloading" in err
+    # With offloading on (which megatron-core runs without pipelining), the count is read.
+    on = ("--cpu-offloading", "--cpu-offloading-num-layers", "4", "--pp", "1", "--vpp", "1")
+    assert _explain(capsys, *on)[0] == EXIT_OK
+
+
 def test_an_empty_recipe_name_is_an_error(capsys):
     code, err = _explain(capsys, "--recipe", "")
     assert code == EXIT_INVALID and "--recipe ''" in err

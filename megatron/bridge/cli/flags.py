@@ -178,6 +178,7 @@ def flags_spec(args: argparse.Namespace, base: RecipeSpec | None = None) -> Reci
     changes["overlap"] = tuple({**dict(base.overlap), **dict(changes["overlap"])}.items())
     spec = base.changed(**changes)
     _check_vpp_is_read(args, spec)
+    _check_offloaded_layers_are_read(args, spec)
     check_moe_layer_pattern(spec.job.model)
     if args.world_size is not None:
         job = spec.job
@@ -210,6 +211,18 @@ def _check_vpp_is_read(args: argparse.Namespace, spec: RecipeSpec) -> None:
         f"{job.pp_size * job.vpp_size} stages: PP {job.pp_size} x VPP {job.vpp_size}, and "
         "megatron-core takes VPP from the layout. Drop --vpp, or give "
         f"--pipeline-model-parallel-layout with {job.pp_size} stages."
+    )
+
+
+def _check_offloaded_layers_are_read(args: argparse.Namespace, spec: RecipeSpec) -> None:
+    """``--cpu-offloading-num-layers`` on a job that does not offload: megatron-core reads the
+    count only with cpu_offloading, so the flag would do nothing; refused naming the fix."""
+    if args.cpu_offloading_num_layers is None or spec.job.model.cpu_offloading:
+        return
+    raise ValueError(
+        f"--cpu-offloading-num-layers {args.cpu_offloading_num_layers} has no effect: the job "
+        "does not offload activations (cpu_offloading is off). Add --cpu-offloading, or drop "
+        "--cpu-offloading-num-layers."
     )
 
 
