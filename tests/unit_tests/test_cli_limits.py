@@ -217,13 +217,44 @@ def test_vpp_1_on_a_recipe_whose_layout_interleaves_is_an_error(capsys):
     assert "--vpp 1" in err and "pipeline_model_parallel_layout" in err
 
 
-def test_offloaded_layers_without_offloading_is_an_error(capsys):
-    code, err = _explain(capsys, "--cpu-offloading-num-layers", "4")
+@pytest.mark.parametrize(
+    ("argv", "off"),
+    [
+        (("--cpu-offloading-num-layers", "4"), "cpu_offloading is off"),
+        (("--recompute-method", "uniform"), "only with full recompute"),
+        (("--recompute-num-layers", "2"), "only with full recompute"),
+        (("--recompute-modules", "core_attn"), "only with selective recompute"),
+        (("--moe-router-topk", "4"), "no routed experts"),
+        (("--moe-grouped-gemm",), "no routed experts"),
+        (("--num-residual-streams", "4"), "no hyper-connections"),
+        (("--mtp-use-repeated-layer",), "no multi-token-prediction layers"),
+    ],
+)
+def test_a_flag_the_job_does_not_read_is_an_error(capsys, argv, off):
+    code, err = _explain(capsys, *argv)
     assert code == EXIT_INVALID
-    assert "--cpu-offloading-num-layers 4 has no effect" in err and "--cpu-offloading" in err
-    # With offloading on (which megatron-core runs without pipelining), the count is read.
-    on = ("--cpu-offloading", "--cpu-offloading-num-layers", "4", "--pp", "1", "--vpp", "1")
-    assert _explain(capsys, *on)[0] == EXIT_OK
+    assert f"{argv[0]} would have no effect" in err and off in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        # With offloading on (which megatron-core runs without pipelining), the count is read.
+        ("--cpu-offloading", "--cpu-offloading-num-layers", "4", "--pp", "1", "--vpp", "1"),
+        (
+            "--recompute-granularity",
+            "full",
+            "--recompute-method",
+            "uniform",
+            "--recompute-num-layers",
+            "2",
+        ),
+        ("--recompute-granularity", "selective", "--recompute-modules", "core_attn"),
+        ("--recipe", "qwen3_30b_a3b", "--moe-router-topk", "4", "--moe-grouped-gemm"),
+    ],
+)
+def test_the_same_flag_is_read_once_the_job_reads_it(capsys, argv):
+    assert _explain(capsys, *argv)[0] == EXIT_OK
 
 
 def test_an_empty_recipe_name_is_an_error(capsys):

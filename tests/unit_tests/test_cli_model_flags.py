@@ -14,6 +14,10 @@ from megatron.bridge.cli import EXIT_OK, build_parser, main
 from megatron.bridge.cli.flags import flags_spec
 
 
+MOE = ("--num-experts", "8", "--ep", "8")
+"""Routed experts on the reference model: the MoE flags are read only with experts."""
+
+
 def _spec(*argv: str):
     return flags_spec(build_parser().parse_args(["explain", *argv]))
 
@@ -32,14 +36,14 @@ def _spec(*argv: str):
         (["--window-size", "(4096,0)"], "window_size", (4096, 0)),
         (["--window-attn-skip-freq", "2"], "window_attn_skip_freq", 2),
         (["--window-attn-skip-freq", "[1,0]*48"], "window_attn_skip_freq", (1, 0) * 48),
-        (["--moe-router-topk", "8"], "moe_router_topk", 8),
-        (["--moe-ffn-hidden-size", "2048"], "moe_ffn_hidden_size", 2048),
+        ([*MOE, "--moe-router-topk", "8"], "moe_router_topk", 8),
+        ([*MOE, "--moe-ffn-hidden-size", "2048"], "moe_ffn_hidden_size", 2048),
         (
-            ["--moe-shared-expert-intermediate-size", "2048"],
+            [*MOE, "--moe-shared-expert-intermediate-size", "2048"],
             "moe_shared_expert_intermediate_size",
             2048,
         ),
-        (["--moe-latent-size", "1024"], "moe_latent_size", 1024),
+        ([*MOE, "--moe-latent-size", "1024"], "moe_latent_size", 1024),
         (["--mtp-num-layers", "1"], "mtp_num_layers", 1),
         (["--mtp-num-layers", "0"], "mtp_num_layers", 0),
         (["--hybrid-layer-pattern", "M*M-"], "hybrid_layer_pattern", "M*M-"),

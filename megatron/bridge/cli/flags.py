@@ -9,11 +9,13 @@ one, and ``RecipeSpec.plan`` checks the layout and runs the rules.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import Any
 
 from megatron.bridge.recipes import gpt3_175b, recipe_spec
 from megatron.bridge.recipes.spec import RecipeSpec
 from megatron.bridge.training.comm_overlap import PUBLISHED_PRESETS, TEStatus, te_status
+from megatron.bridge.training.job import ModelDescription
 from megatron.bridge.training.model_rules import check_moe_layer_pattern
 from megatron.bridge.training.parallel_layout import data_parallel_size
 
@@ -178,7 +180,7 @@ def flags_spec(args: argparse.Namespace, base: RecipeSpec | None = None) -> Reci
     changes["overlap"] = tuple({**dict(base.overlap), **dict(changes["overlap"])}.items())
     spec = base.changed(**changes)
     _check_vpp_is_read(args, spec)
-    _check_offloaded_layers_are_read(args, spec)
+    _check_flags_are_read(args, spec)
     check_moe_layer_pattern(spec.job.model)
     if args.world_size is not None:
         job = spec.job
@@ -214,16 +216,75 @@ def _check_vpp_is_read(args: argparse.Namespace, spec: RecipeSpec) -> None:
     )
 
 
-def _check_offloaded_layers_are_read(args: argparse.Namespace, spec: RecipeSpec) -> None:
-    """``--cpu-offloading-num-layers`` on a job that does not offload: megatron-core reads the
-    count only with cpu_offloading, so the flag would do nothing; refused naming the fix."""
-    if args.cpu_offloading_num_layers is None or spec.job.model.cpu_offloading:
-        return
-    raise ValueError(
-        f"--cpu-offloading-num-layers {args.cpu_offloading_num_layers} has no effect: the job "
-        "does not offload activations (cpu_offloading is off). Add --cpu-offloading, or drop "
-        "--cpu-offloading-num-layers."
-    )
+#: Flags whose field megatron-core reads only when the job has some other setting: (the flags'
+#: destinations, whether the job reads them, what is off when it does not, the fix).
+_READ_ONLY_WITH: tuple[
+    tuple[tuple[str, ...], Callable[[ModelDescription], bool], str, str], ...
+] = (
+    (
+        ("cpu_offloading_num_layers",),
+        lambda m: m.cpu_offloading,
+        "the job does not offload activations (cpu_offloading is off)",
+        "add --cpu-offloading",
+    ),
+    (
+        ("recompute_method", "recompute_num_layers"),
+        lambda m: m.recompute_granularity == "full",
+        "they are read only with full recompute",
+        "add --recompute-granularity full",
+    ),
+    (
+        ("recompute_modules",),
+        lambda m: m.recompute_granularity == "selective",
+        "they are read only with selective recompute",
+        "add --recompute-granularity selective",
+    ),
+    (
+        (
+            "moe_token_dispatcher",
+            "moe_flex_backend",
+            "moe_router_topk",
+            "moe_shared_expert_intermediate_size",
+            "moe_layer_freq",
+            "moe_latent_size",
+            "moe_router_score_function",
+            "moe_router_load_balancing_type",
+            "moe_grouped_gemm",
+            "moe_router_enable_expert_bias",
+            "moe_router_topk_scaling_factor",
+            "moe_n_hash_layers",
+        ),
+        lambda m: m.moe,
+        "the model has no routed experts (num_moe_experts is unset)",
+        "add --num-moe-experts",
+    ),
+    (
+        ("num_residual_streams",),
+        lambda m: m.enable_hyper_connections,
+        "the model has no hyper-connections",
+        "add --enable-hyper-connections",
+    ),
+    (
+        ("mtp_use_repeated_layer",),
+        lambda m: bool(m.mtp_num_layers),
+        "the model has no multi-token-prediction layers",
+        "add --mtp-num-layers",
+    ),
+)
+
+
+def _check_flags_are_read(args: argparse.Namespace, spec: RecipeSpec) -> None:
+    """A flag whose field the job does not read (:data:`_READ_ONLY_WITH`) would do nothing:
+    refused naming it, what is off, and the fix."""
+    model = spec.job.model
+    for dests, reads, off, fix in _READ_ONLY_WITH:
+        given = [d for d in dests if getattr(args, d, None) is not None]
+        if given and not reads(model):
+            flags = ", ".join("--" + d.replace("_", "-") for d in given)
+            raise ValueError(
+                f"{flags} would have no effect: {off}. To use {'it' if len(given) == 1 else 'them'}, "
+                f"{fix}; otherwise drop {flags}."
+            )
 
 
 def te_of(args: argparse.Namespace) -> TEStatus:
