@@ -1,9 +1,10 @@
 """Hyper-connections in the memory-bound term: the bytes megatron-core's fused mHC kernels move
 around every block (ModelCost.elementwise_bytes_per_token).
 
-Each hand count spells one block's forward elements per token, kernel by kernel, then takes 2
-bytes an element and forward + backward = 3 forwards. DENSE (small_models) has 2 layers of
-hidden 64, an attention and an MLP block each.
+Each hand count spells one block's elements per token, kernel by kernel, forward then backward,
+from the loads and stores of megatron-core's ``fusions/fused_mhc_kernels.py``, less the plain
+residual add the block already counts (3 forward, 6 backward hidden-wide), then takes 2 bytes
+an element. DENSE (small_models) has 2 layers of hidden 64, an attention and an MLP block each.
 """
 
 from __future__ import annotations
@@ -15,40 +16,53 @@ import pytest
 from megatron.bridge.training.estimate.model_cost import ModelCost
 from tests.unit_tests.small_models import DENSE, HYBRID, MOE
 
-BYTES_FWD_BWD = 2 * 3
-"""2 bytes an element; the backward moves twice the forward's bytes."""
+BYTES = 2
+"""2 bytes an element (bf16 activations)."""
 
 
 def _with_streams(model, streams):
     return dataclasses.replace(model, enable_hyper_connections=True, num_residual_streams=streams)
 
 
+# One block, hidden C = 64, n = 4 streams (nC = 256).
+# Forward: proj_rms reads the streams (256); h_aggregate reads them (256) and writes the block
+# input (64); h_post_bda reads the residual streams (256) and the block output (64) and writes
+# the streams (256): 1152.
+FORWARD_4 = 256 + 256 + 64 + 256 + 64 + 256
+# Backward: h_aggregate reads the input gradient (64) and the streams (256), writes their
+# gradient (256); h_post_bda reads the output gradient (256), the residual (256) and the block
+# output (64), writes the residual's (256) and the block output's (64) gradients; proj_rms
+# reads the streams (256) and writes their gradient (256); two adds sum the three stream
+# gradients, each reading 2 x 256 and writing 256 (1536): 3520.
+BACKWARD_4 = (64 + 256 + 256) + (256 + 256 + 64 + 256 + 64) + (256 + 256) + 2 * 768
+# The plain residual add it replaces: 2 reads and a write of 64, backward twice that: 576.
+RESIDUAL_ADD = 3 * 3 * 64
+PER_BLOCK_4 = FORWARD_4 + BACKWARD_4 - RESIDUAL_ADD
+
+
 def test_four_streams_add_the_fused_kernels_bytes_to_every_block():
-    # Per block, hidden C = 64, n = 4 streams: proj_rms reads the streams (4 x 64 = 256);
-    # h_aggregate reads them (256) and writes the block input (64); h_post_bda reads the
-    # n-stream residual (256) and the block output (64) and writes the streams (256). 1152
-    # in all, in place of the plain residual add's 2 reads and 1 write of 64 (192): 960 more.
-    per_block = (256 + 256 + 64 + 256 + 64 + 256) - 192
-    assert per_block == 960
-    # Two blocks a layer (attention, MLP); the mean layer is what the method returns.
-    added = 2 * per_block * BYTES_FWD_BWD
+    assert (FORWARD_4, BACKWARD_4, PER_BLOCK_4) == (1152, 3520, 4096)
+    # Two blocks a layer (attention, MLP); the method returns the mean layer.
     plain = ModelCost(DENSE).elementwise_bytes_per_token()
-    assert ModelCost(_with_streams(DENSE, 4)).elementwise_bytes_per_token() == plain + added
+    hyper = ModelCost(_with_streams(DENSE, 4)).elementwise_bytes_per_token()
+    assert hyper - plain == 2 * PER_BLOCK_4 * BYTES
 
 
-def test_two_streams_move_half_the_stream_traffic():
-    # n = 2: the streams are 128 wide: 128 + 128 + 64 + 128 + 64 + 128 = 640, less 192: 448.
-    per_block = (128 + 128 + 64 + 128 + 64 + 128) - 192
+def test_two_streams_count_the_same_kernels_over_narrower_streams():
+    # n = 2, nC = 128: forward 4 x 128 + 2 x 64 = 640; backward 13 x 128 + 3 x 64 = 1856.
+    forward = 128 + 128 + 64 + 128 + 64 + 128
+    backward = (64 + 128 + 128) + (128 + 128 + 64 + 128 + 64) + (128 + 128) + 2 * 384
+    assert (forward, backward) == (640, 1856)
     plain = ModelCost(DENSE).elementwise_bytes_per_token()
     two = ModelCost(_with_streams(DENSE, 2)).elementwise_bytes_per_token()
-    assert two - plain == 2 * per_block * BYTES_FWD_BWD
+    assert two - plain == 2 * (forward + backward - RESIDUAL_ADD) * BYTES
 
 
 def test_streams_are_hidden_wide_tensors_that_only_sequence_parallelism_splits():
     # The streams hold whole tokens: TP 2 without sequence parallelism leaves the added bytes
     # whole on every rank; with it each rank moves half of them.
     plain, hyper = ModelCost(DENSE), ModelCost(_with_streams(DENSE, 4))
-    added = 2 * 960 * BYTES_FWD_BWD
+    added = 2 * PER_BLOCK_4 * BYTES
 
     def extra(sequence_parallel):
         kwargs = {"tp_size": 2, "sequence_parallel": sequence_parallel}
@@ -62,9 +76,9 @@ def test_streams_are_hidden_wide_tensors_that_only_sequence_parallelism_splits()
 
 def test_moe_blocks_carry_the_streams_too():
     # MOE: 2 layers, each an attention block and an MLP or MoE block: 4 blocks over 2 layers.
-    moe_added = 4 * 960 * BYTES_FWD_BWD / 2
-    moe_plain = ModelCost(MOE).elementwise_bytes_per_token()
-    assert ModelCost(_with_streams(MOE, 4)).elementwise_bytes_per_token() == moe_plain + moe_added
+    plain = ModelCost(MOE).elementwise_bytes_per_token()
+    hyper = ModelCost(_with_streams(MOE, 4)).elementwise_bytes_per_token()
+    assert hyper - plain == 4 * PER_BLOCK_4 * BYTES / 2
 
 
 def test_a_hybrid_pattern_with_hyper_connections_is_refused_naming_the_field():

@@ -632,21 +632,32 @@ class ModelCost:
         return self._norm_and_residual() + _Elements(split=conv + scan + gated_norm)
 
     def _hyper_connection_elements(self) -> _Elements:
-        """Forward elements per token that hyper-connections add to one block (attention, MLP
-        or MoE), beyond the residual add :meth:`_norm_and_residual` counts; nothing without
-        enable_hyper_connections.
+        """Elements per token, forward and backward together, that hyper-connections add to one
+        block (attention, MLP or MoE) beyond the residual add :meth:`_norm_and_residual`
+        counts; nothing without enable_hyper_connections.
 
         With n residual streams (num_residual_streams) of hidden width C, each block has a
         megatron-core ``HyperConnectionModule`` (transformer_layer.py
         ``HyperConnectionTransformerLayer``: self_attention_hyper_connection and
         mlp_hyper_connection). On Blackwell it runs megatron-core's fused kernels
         (``fusions/fused_mhc_kernels.py``; Megatron-Bridge's DeepSeek-V4 recipes set
-        use_fused_mhc on compute capability 10): ``proj_rms`` reads the n streams once (nC) for
-        the mapping projection and its RMS norm; ``h_aggregate`` reads them again (nC) and
-        writes the block input (C); ``h_post_bda`` reads the n-stream residual (nC) and the
-        block output (C) and writes the mixed n streams (nC). That is 4nC + 2C in place of the
-        plain residual add's 3C. The mapping logits and Sinkhorn's n x n matrices (n^2 + 2n per
-        token) are left out: under 0.1 % of it at n = 4.
+        use_fused_mhc on compute capability 10), counted kernel by kernel from their loads and
+        stores rather than as twice the forward:
+
+        - forward, 4nC + 2C: ``proj_rms`` reads the n streams (nC) for the mapping projection
+          and its RMS norm; ``h_aggregate`` reads them again (nC) and writes the block input
+          (C); ``h_post_bda`` reads the n-stream residual (nC) and the block output (C) and
+          writes the mixed streams (nC);
+        - backward, 13nC + 3C: ``h_aggregate`` reads the input gradient (C) and the streams
+          (nC) and writes their gradient (nC); ``h_post_bda`` reads the output gradient (nC),
+          the residual (nC) and the block output (C) and writes the residual's (nC) and the
+          block output's (C) gradients; ``proj_rms`` reads the streams (nC) and writes their
+          gradient (nC); autograd sums the three gradients of the streams (two adds, each
+          reading two and writing one: 6nC).
+
+        That replaces the plain residual add's 3C forward and 6C backward. The mapping logits
+        and Sinkhorn's n x n matrices (n^2 + 2n per token) are left out: under 0.1 % of it at
+        n = 4.
         """
         m = self.model
         if not m.enable_hyper_connections:
@@ -657,15 +668,18 @@ class ModelCost:
                 "HyperConnectionTransformerLayer); a hybrid_layer_pattern model has none: set "
                 "enable_hyper_connections=False or leave hybrid_layer_pattern unset."
             )
-        width = m.hidden_size
-        fused = 4 * m.num_residual_streams * width + 2 * width
-        return _Elements(whole=fused - _RESIDUAL_ADD_READS_AND_WRITE * width)
+        width, streams = m.hidden_size, m.num_residual_streams * m.hidden_size
+        forward = 4 * streams + 2 * width
+        backward = 13 * streams + 3 * width
+        residual_add = _FORWARD_AND_BACKWARD * _RESIDUAL_ADD_READS_AND_WRITE * width
+        return _Elements(whole=forward + backward - residual_add)
 
     def elementwise_bytes_per_token(
         self, *, tp_size: int = 1, sequence_parallel: bool = False
     ) -> float:
         """Bytes per token the mean decoder layer moves through HBM in its memory-bound kernels,
-        forward and backward (the backward twice the forward), 16-bit activations, on one of
+        forward and backward (the backward twice the forward; hyper-connections' fused kernels
+        counted kernel by kernel, :meth:`_hyper_connection_elements`), 16-bit activations, on one of
         ``tp_size`` TP ranks: TP splits the head-, FFN- and channel-wide tensors, and the
         hidden-wide ones only with ``sequence_parallel`` (without it every TP rank normalizes,
         adds and routes every token).
@@ -684,12 +698,11 @@ class ModelCost:
         )
         if mamba:
             elements += mamba * self._mamba_elements()
-        elements += (attention + dense + moe) * self._hyper_connection_elements()
+        streams = (attention + dense + moe) * self._hyper_connection_elements()
         return (
-            _FORWARD_AND_BACKWARD
-            * _bytes_on_rank(elements, tp_size, sequence_parallel)
-            / self.model.num_layers
-        )
+            _FORWARD_AND_BACKWARD * _bytes_on_rank(elements, tp_size, sequence_parallel)
+            + _bytes_on_rank(streams, tp_size, sequence_parallel)
+        ) / self.model.num_layers
 
     def _layer_counts(self) -> tuple[int, int, int, int]:
         """(attention, Mamba, dense MLP, MoE) blocks among the decoder layers: a transformer
