@@ -54,7 +54,7 @@ _FAMILIES_OVER = {
     "moe": "measured 38.5 % (older releases ran slower MoE software; GPT-OSS +33..+124 % in "
     "every release; H100 Qwen3-30B-A3B +53..+226 %)",
     "moe_mla": "measured 29.7 % (DeepSeek-V3 releases before 26.06, B200/B300 rows; Kimi-K2 +31 %)",
-    "sparse_attention": "measured 73.0 % (DeepSeek-V4 Flash, +85 % GB300 and +61 % GB200)",
+    "sparse_attention": "measured 60.8 % (DeepSeek-V4 Flash, +71 % GB300 and +51 % GB200)",
 }
 #: The published rows each family has at least (DeepSeek-V4 Flash is published on two systems).
 _FAMILY_ROWS = {"dense": 5, "moe": 5, "moe_mla": 5, "hybrid": 5, "sparse_attention": 2}

@@ -496,7 +496,9 @@ class ModelCost:
     def _norm_and_residual(self) -> _Elements:
         """A block's pre-norm (:meth:`_norm`) and its residual add (megatron-core's
         bias-dropout-add reads the block output and the residual and writes their sum)."""
-        return self._norm() + _Elements(whole=3 * self.model.hidden_size)
+        return self._norm() + _Elements(
+            whole=_RESIDUAL_ADD_READS_AND_WRITE * self.model.hidden_size
+        )
 
     def _attention_elements(self) -> _Elements:
         """Forward elements per token of an attention block's memory-bound kernels.
@@ -629,11 +631,55 @@ class ModelCost:
         gated_norm = 3 * d_in
         return self._norm_and_residual() + _Elements(split=conv + scan + gated_norm)
 
+    def _hyper_connection_elements(self) -> _Elements:
+        """Elements per token, forward and backward together, that hyper-connections add to one
+        block (attention, MLP or MoE) beyond the residual add :meth:`_norm_and_residual`
+        counts; nothing without enable_hyper_connections.
+
+        With n residual streams (num_residual_streams) of hidden width C, each block has a
+        megatron-core ``HyperConnectionModule`` (transformer_layer.py
+        ``HyperConnectionTransformerLayer``: self_attention_hyper_connection and
+        mlp_hyper_connection). On Blackwell it runs megatron-core's fused kernels
+        (``fusions/fused_mhc_kernels.py``; Megatron-Bridge's DeepSeek-V4 recipes set
+        use_fused_mhc on compute capability 10), counted kernel by kernel from their loads and
+        stores rather than as twice the forward:
+
+        - forward, 4nC + 2C: ``proj_rms`` reads the n streams (nC) for the mapping projection
+          and its RMS norm; ``h_aggregate`` reads them again (nC) and writes the block input
+          (C); ``h_post_bda`` reads the n-stream residual (nC) and the block output (C) and
+          writes the mixed streams (nC);
+        - backward, 13nC + 3C: ``h_aggregate`` reads the input gradient (C) and the streams
+          (nC) and writes their gradient (nC); ``h_post_bda`` reads the output gradient (nC),
+          the residual (nC) and the block output (C) and writes the residual's (nC) and the
+          block output's (C) gradients; ``proj_rms`` reads the streams (nC) and writes their
+          gradient (nC); autograd sums the three gradients of the streams (two adds, each
+          reading two and writing one: 6nC).
+
+        That replaces the plain residual add's 3C forward and 6C backward. The mapping logits
+        and Sinkhorn's n x n matrices (n^2 + 2n per token) are left out: under 0.1 % of it at
+        n = 4.
+        """
+        m = self.model
+        if not m.enable_hyper_connections:
+            return _Elements()
+        if m.hybrid_layer_pattern is not None:
+            raise ValueError(
+                "enable_hyper_connections wraps transformer layers (megatron-core's "
+                "HyperConnectionTransformerLayer); a hybrid_layer_pattern model has none: set "
+                "enable_hyper_connections=False or leave hybrid_layer_pattern unset."
+            )
+        width, streams = m.hidden_size, m.num_residual_streams * m.hidden_size
+        forward = 4 * streams + 2 * width
+        backward = 13 * streams + 3 * width
+        residual_add = _FORWARD_AND_BACKWARD * _RESIDUAL_ADD_READS_AND_WRITE * width
+        return _Elements(whole=forward + backward - residual_add)
+
     def elementwise_bytes_per_token(
         self, *, tp_size: int = 1, sequence_parallel: bool = False
     ) -> float:
         """Bytes per token the mean decoder layer moves through HBM in its memory-bound kernels,
-        forward and backward (the backward twice the forward), 16-bit activations, on one of
+        forward and backward (the backward twice the forward; hyper-connections' fused kernels
+        counted kernel by kernel, :meth:`_hyper_connection_elements`), 16-bit activations, on one of
         ``tp_size`` TP ranks: TP splits the head-, FFN- and channel-wide tensors, and the
         hidden-wide ones only with ``sequence_parallel`` (without it every TP rank normalizes,
         adds and routes every token).
@@ -652,11 +698,11 @@ class ModelCost:
         )
         if mamba:
             elements += mamba * self._mamba_elements()
+        streams = (attention + dense + moe) * self._hyper_connection_elements()
         return (
-            _FORWARD_AND_BACKWARD
-            * _bytes_on_rank(elements, tp_size, sequence_parallel)
-            / self.model.num_layers
-        )
+            _FORWARD_AND_BACKWARD * _bytes_on_rank(elements, tp_size, sequence_parallel)
+            + _bytes_on_rank(streams, tp_size, sequence_parallel)
+        ) / self.model.num_layers
 
     def _layer_counts(self) -> tuple[int, int, int, int]:
         """(attention, Mamba, dense MLP, MoE) blocks among the decoder layers: a transformer
@@ -1020,6 +1066,8 @@ def _bytes_on_rank(elements: _Elements, tp_size: int, sequence_parallel: bool) -
 # format), and an elementwise kernel's traffic over forward and backward, in forwards.
 _ACTIVATION_BYTES = 2
 _FORWARD_AND_BACKWARD = 3
+# A residual add reads the block output and the residual and writes their sum, hidden-wide.
+_RESIDUAL_ADD_READS_AND_WRITE = 3
 # Position embeddings megatron-core applies as a rotation of Q and K (apply_rotary_pos_emb).
 _ROTARY = frozenset({"rope", "yarn", "mrope"})
 
