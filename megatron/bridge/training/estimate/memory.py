@@ -449,7 +449,9 @@ def _chunk_activations(
         if granularity == "selective"
         else frozenset()
     )
-    per_layer = [_layer_bytes(dims, blocks, selective, tok) for blocks in chunk]
+    # A chunk repeats a few layer kinds: each distinct one is costed once.
+    kinds = {blocks: _layer_bytes(dims, blocks, selective, tok) for blocks in dict.fromkeys(chunk)}
+    per_layer = [kinds[blocks] for blocks in chunk]
     layer_input = tok.bytes(_Act(whole=_BF16 * h))
     unit = max(per_layer, default=0.0)
     if granularity == "full" and per_layer:
@@ -573,10 +575,15 @@ def _rank_params(
     """(dense, expert) parameters one GPU of pipeline ``rank`` holds."""
     tp, ep, etp = job.tp_size, job.ep_size, job.etp_size
     dense = expert = 0
+    # The layers repeat a few block kinds: each distinct one is counted once.
+    kinds = {
+        symbol: dims.block_params(symbol, tp_size=tp, ep_size=ep, etp_size=etp)
+        for symbol in dict.fromkeys(s for chunk in chunks for blocks in chunk for s in blocks)
+    }
     for chunk in chunks:
         for blocks in chunk:
             for symbol in blocks:
-                d, e = dims.block_params(symbol, tp_size=tp, ep_size=ep, etp_size=etp)
+                d, e = kinds[symbol]
                 dense, expert = dense + d, expert + e
     mtp_here = dims.mtp_layers and places["mtp"][0] == rank
     if places["embedding"][0] == rank or mtp_here:
