@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -97,7 +98,30 @@ def _reader(field: dataclasses.Field) -> tuple[str, Any, str | Callable[[Any], A
 
 @functools.cache
 def _readers() -> tuple[tuple[str, Any, str | Callable[[Any], Any]], ...]:
-    return tuple(_reader(field) for field in model_fields())
+    # The plain fields (read by getattr, then converted by kind) first, then those read by a
+    # function of the config; the description is built by keyword, so the order is free.
+    readers = tuple(_reader(field) for field in model_fields())
+    return tuple(r for r in readers if not callable(r[2])) + tuple(
+        r for r in readers if callable(r[2])
+    )
+
+
+@functools.cache
+def _plain() -> tuple[Callable[[Any], tuple[Any, ...]], tuple[tuple[str, Any, str], ...]]:
+    """One C-level getter of every plain field (raises AttributeError for a field the config
+    does not declare), and the plain readers, in :func:`_readers` order."""
+    plain = tuple(r for r in _readers() if not callable(r[2]))
+    return operator.attrgetter(*(name for name, _default, _how in plain)), plain
+
+
+@functools.cache
+def _functions() -> tuple[Callable[[Any], Any], ...]:
+    return tuple(how for _name, _default, how in _readers() if callable(how))
+
+
+#: The types of a plain value read off the config that the raw cache key holds as they are:
+#: immutable, hashable, and converted by the field's kind alone.
+_SCALARS = frozenset({type(None), bool, int, float, str})
 
 
 def describe_model(model_config: Any) -> ModelDescription:
@@ -106,20 +130,23 @@ def describe_model(model_config: Any) -> ModelDescription:
     A field the config does not declare (``seq_length`` on a plain ``TransformerConfig``) keeps
     the description's default. The config need not be finalized.
     """
-    read: list[Any] = []
-    for name, default, how in _readers():
-        if how is _TRUTH:
-            read.append(bool(getattr(model_config, name, default)))
-        elif how is _AS_HELD or how is _ZERO_UNSET:
-            value = getattr(model_config, name, default)
-            if isinstance(value, list):  # _listed, without a call per field
-                value = tuple(value)
-            if how is _ZERO_UNSET and value == 0 and not isinstance(value, bool):
-                value = None
-            read.append(value)
-        else:
-            read.append(how(model_config))
-    values = tuple(read)
+    getter, plain = _plain()
+    try:
+        raw = getter(model_config)
+    except AttributeError:  # a field the config does not declare: read one by one
+        raw = tuple(getattr(model_config, name, default) for name, default, _how in plain)
+    computed = tuple(read(model_config) for read in _functions())
+    raw_types = tuple(map(type, raw))
+    if _SCALARS.issuperset(raw_types):
+        # Every plain value a scalar (the common case): the description is a pure function of
+        # what was read, keyed with each value's type (1, 1.0 and True are equal and hash alike).
+        key = (raw, raw_types, computed, tuple(map(_typed, computed)))
+        try:
+            hash(key)
+        except TypeError:  # a computed value megatron-core holds unhashed
+            return _description(_converted(raw, plain) + computed)
+        return _described_raw(key)
+    values = _converted(raw, plain) + computed
     # The values, their types, and the types inside the tuples among them (_typed).
     types = tuple(map(type, values))
     key = (
@@ -132,6 +159,22 @@ def describe_model(model_config: Any) -> ModelDescription:
     except TypeError:  # a value megatron-core holds unhashed: describe it without the cache
         return _description(values)
     return _described(key)
+
+
+def _converted(raw: tuple[Any, ...], plain: tuple[tuple[str, Any, str], ...]) -> tuple[Any, ...]:
+    """The plain values as the description holds them: flags as bools, megatron-core's 0 as
+    unset (None) for the counts, lists as tuples."""
+    read: list[Any] = []
+    for (_name, _default, how), value in zip(plain, raw, strict=True):
+        if how is _TRUTH:
+            read.append(bool(value))
+            continue
+        if isinstance(value, list):  # _listed, without a call per field
+            value = tuple(value)
+        if how is _ZERO_UNSET and value == 0 and not isinstance(value, bool):
+            value = None
+        read.append(value)
+    return tuple(read)
 
 
 def _typed(value: Any) -> Any:
@@ -149,8 +192,15 @@ def _description(values: tuple[Any, ...]) -> ModelDescription:
 @functools.lru_cache(maxsize=256)
 def _described(key: tuple[Any, ...]) -> ModelDescription:
     # A description is a pure, frozen function of the values read (key[0]): a setup that reads
-    # the same configs again gets the same object instead of building 81 fields anew.
+    # the same configs again gets the same object instead of building every field anew.
     return _description(key[0])
+
+
+@functools.lru_cache(maxsize=256)
+def _described_raw(key: tuple[Any, ...]) -> ModelDescription:
+    # The same, keyed by the scalars as read (key[0]) and the computed values (key[2]): a setup
+    # that reads the same configs again skips the conversion too.
+    return _description(_converted(key[0], _plain()[1]) + key[2])
 
 
 @functools.cache
