@@ -241,6 +241,9 @@ LIMITS: Mapping[str, Limit] = MappingProxyType(
         "model.recompute_num_layers": Limit(1, _LAYERS, _DEEP),
         "model.mtp_num_layers": Limit(0, _LAYERS, _DEEP),
         "model.cpu_offloading_num_layers": Limit(0, _LAYERS, _DEEP),
+        "model.min_offloaded_tensor_size": Limit(
+            0, 2**40, "elements of one saved tensor; a layer's largest holds some 10^9"
+        ),
         "model.moe_n_hash_layers": Limit(0, _LAYERS, _DEEP),
         "model.dsa_indexer_n_heads": Limit(1, _HEADS, _MANY_HEADS),
         "model.dsa_indexer_head_dim": Limit(1, _WIDTH, _WIDE),
