@@ -110,6 +110,9 @@ FLAG_FIELDS: dict[str, str] = {
     "offload_modules": "model.offload_modules",
     "min_offloaded_tensor_size": "model.min_offloaded_tensor_size",
     "activation_offload_fraction": "model.activation_offload_fraction",
+    "fine_grained_offloading_max_inflight_offloads": (
+        "model.fine_grained_offloading_max_inflight_offloads"
+    ),
     "use_transformer_engine_op_fuser": "model.use_transformer_engine_op_fuser",
     "recompute_granularity": "model.recompute_granularity",
     "recompute_method": "model.recompute_method",

@@ -325,6 +325,11 @@ def _add_moe_router_and_layout(ex: argparse.ArgumentParser, *, layout: bool) -> 
         type=_share,
         help="with fine-grained offloading: the share of each chunk's groups it moves",
     )
+    ex.add_argument(
+        "--fine-grained-offloading-max-inflight-offloads",
+        type=nonnegative_int_argument,
+        help="with fine-grained offloading: unfinished offloads per module before the GPU waits",
+    )
     _add_switch(
         ex,
         "--use-transformer-engine-op-fuser",

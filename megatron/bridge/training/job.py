@@ -295,6 +295,9 @@ class ModelDescription:
     activation_offload_fraction: float = 1.0
     """Share of each chunk's offloadable groups fine-grained offloading moves (the later groups
     of the forward stay on the GPU)."""
+    fine_grained_offloading_max_inflight_offloads: int | None = None
+    """Offloads of one module name the main stream lets run unfinished before it waits (None:
+    it never waits); full_iteration CUDA graphs need a count."""
     use_transformer_engine_op_fuser: bool = False
     """MoE experts run in Transformer Engine's operation fuser (offload module fused_group_mlp
     needs it)."""

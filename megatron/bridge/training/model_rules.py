@@ -264,6 +264,59 @@ def _check_fine_grained_offloading(
             )
 
 
+_MOE_OFFLOAD_MODULES = frozenset({"expert_fc1", "moe_act", "fused_group_mlp"})
+
+
+def _check_offload_cuda_graphs(
+    model: ModelDescription, *, cuda_graph_impl: str, modules: tuple[str, ...]
+) -> None:
+    # Mirrors transformer_config.py TransformerConfig.__post_init__ (CUDA graphs): layer-wise
+    # cpu_offloading only with full_iteration graphs; fine-grained offloading with
+    # transformer_engine or full_iteration graphs, or local graphs of parts of the MoE layer that
+    # offload only inside the experts; never with the moe capture region; full_iteration needs
+    # fine_grained_offloading_max_inflight_offloads. ``modules`` are the capture regions
+    # megatron-core is left with (``_cuda_graph_capture``; empty: the whole layer).
+    m = model
+    if cuda_graph_impl == "none":
+        return
+    if m.cpu_offloading and cuda_graph_impl != "full_iteration":
+        raise ValueError(
+            f"cpu_offloading=True with cuda_graph_impl={cuda_graph_impl!r}: megatron-core "
+            "offloads layer-wise only under full_iteration graphs; set cpu_offloading=False or "
+            "cuda_graph_impl to 'none' or 'full_iteration'."
+        )
+    if not m.fine_grained_activation_offloading:
+        return
+    offloaded = set(m.offload_modules)
+    if cuda_graph_impl == "local":
+        outside = sorted(offloaded - _MOE_OFFLOAD_MODULES)
+        if outside:
+            raise ValueError(
+                f"fine-grained offloading of {', '.join(outside)} with cuda_graph_impl='local': "
+                "local graphs allow offloading only expert_fc1, moe_act and fused_group_mlp; "
+                "remove the others or use cuda_graph_impl='transformer_engine'."
+            )
+        if not modules:
+            raise ValueError(
+                "fine-grained offloading with cuda_graph_impl='local' capturing whole layers: "
+                "megatron-core needs cuda_graph_modules naming parts of the layer (e.g. attn, "
+                "moe_router)."
+            )
+    if "moe" in modules:
+        raise ValueError(
+            f"fine-grained offloading with cuda_graph_modules={list(modules)}: megatron-core "
+            "does not offload with the moe capture region; remove moe from cuda_graph_modules."
+        )
+    if cuda_graph_impl == "full_iteration" and (
+        m.fine_grained_offloading_max_inflight_offloads is None
+        or m.fine_grained_offloading_max_inflight_offloads < 0
+    ):
+        raise ValueError(
+            "fine-grained offloading with cuda_graph_impl='full_iteration' needs "
+            "fine_grained_offloading_max_inflight_offloads (a count >= 0, e.g. 1)."
+        )
+
+
 def _check_fp8_recipe(*, fp8: str | None, fp8_recipe: str) -> None:
     # Mirrors transformer_config.py TransformerConfig.__post_init__: fp8_recipe='custom' needs
     # fp8_quantizer_factory.
@@ -916,6 +969,7 @@ def check_model(model: ModelDescription, *, te_version: str | None = None) -> No
     impl, modules = _cuda_graph_capture(
         cuda_graph_impl=m.cuda_graph_impl, cuda_graph_modules=m.cuda_graph_modules
     )
+    _check_offload_cuda_graphs(m, cuda_graph_impl=impl, modules=modules)
     _check_cuda_graph_modules(
         model=m,
         cuda_graph_impl=impl,
