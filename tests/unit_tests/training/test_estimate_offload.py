@@ -16,7 +16,7 @@ import json
 
 import pytest
 
-from megatron.bridge.cli import EXIT_OK, EXIT_INVALID, main
+from megatron.bridge.cli import EXIT_INVALID, EXIT_OK, main
 from megatron.bridge.recipes.published import offload_fields, published_runs
 from megatron.bridge.training.estimate.memory import memory_of_job, offloaded_layer_bytes
 from megatron.bridge.training.estimate.model_cost import ModelCost
