@@ -595,7 +595,12 @@ class JobDescription:
         """Rebuild a description from :meth:`to_dict` output."""
         fields = dict(data)
         model = dict(fields.pop("model"))
-        for name in ("recompute_modules", "cuda_graph_modules", "csa_compress_ratios"):
+        for name in (
+            "recompute_modules",
+            "offload_modules",
+            "cuda_graph_modules",
+            "csa_compress_ratios",
+        ):
             if model.get(name) is not None:
                 model[name] = tuple(model[name])
         layout = model.get("pipeline_model_parallel_layout")

@@ -217,7 +217,7 @@ def _check_fine_grained_offloading(
             "runs one activation offloading at a time; set one of them to False."
         )
     modules = m.offload_modules
-    if not isinstance(modules, tuple) or not modules:
+    if not isinstance(modules, (tuple, list)) or not modules:
         raise ValueError(
             f"offload_modules={modules!r}: fine_grained_activation_offloading needs a non-empty "
             f"list of modules out of {', '.join(OFFLOAD_MODULES)}."
