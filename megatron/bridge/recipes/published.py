@@ -163,8 +163,9 @@ def offload_fields(offload: str) -> dict[str, Any]:
     (``cpu_offloading_num_layers``; weights stay). ``"fine:M1+M2:SIZE"``: fine-grained activation
     offloading of the modules M1, M2 (``offload_modules``), tensors of SIZE elements and more
     (``min_offloaded_tensor_size``); megatron-core runs ``fused_group_mlp`` only inside
-    Transformer Engine's op fuser (``TransformerConfig.__post_init__``), so a run offloading it
-    sets ``use_transformer_engine_op_fuser``. Every field gets a value; the model rules judge
+    Transformer Engine's op fuser (``TransformerConfig.__post_init__``), so
+    ``use_transformer_engine_op_fuser`` is whether the run offloads it. Every field gets a
+    value; the model rules judge
     the values when the job is planned, ``ValueError`` here only for text in none of these forms.
     """
     fields: dict[str, Any] = {
@@ -173,6 +174,7 @@ def offload_fields(offload: str) -> dict[str, Any]:
         "fine_grained_activation_offloading": False,
         "offload_modules": (),
         "min_offloaded_tensor_size": 1024 * 1024,
+        "use_transformer_engine_op_fuser": False,
     }
     if not offload:
         return fields
@@ -192,8 +194,7 @@ def offload_fields(offload: str) -> dict[str, Any]:
         offload_modules=names,
         min_offloaded_tensor_size=int(size),
     )
-    if "fused_group_mlp" in names:
-        fields["use_transformer_engine_op_fuser"] = True
+    fields["use_transformer_engine_op_fuser"] = "fused_group_mlp" in names
     return fields
 
 

@@ -180,7 +180,7 @@ def test_the_table_forms_of_offloading():
     assert fine["fine_grained_activation_offloading"] is True
     assert fine["offload_modules"] == ("core_attn", "attn_proj")
     assert fine["min_offloaded_tensor_size"] == 1000
-    assert "use_transformer_engine_op_fuser" not in fine
+    assert fine["use_transformer_engine_op_fuser"] is False
     assert offload_fields("fine:fused_group_mlp:5")["use_transformer_engine_op_fuser"] is True
 
 
