@@ -130,6 +130,8 @@ def test_the_estimate_takes_the_moved_bytes_off_the_gpu_but_one_layer_in_flight(
     assert "offloaded to the host" in "\n".join(offloaded.render())
     assert plain.offloaded_bytes == 0
     assert not any("offloaded" in line for line in plain.render())
+    assert any("fine-grained activation offloading" in a for a in offloaded.assumptions)
+    assert not any("fine-grained activation offloading" in a for a in plain.assumptions)
 
 
 # --- megatron-core's rules -------------------------------------------------------------------

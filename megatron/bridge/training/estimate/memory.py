@@ -938,6 +938,11 @@ def _assumptions(job: JobDescription) -> tuple[str, ...]:
         "core attention in TE's fused kernel (no s x s scores kept); 16-bit activations",
         f"CUDA context {_gb(CUDA_CONTEXT_BYTES)}, NCCL buffers {_gb(NCCL_BUFFER_BYTES)}",
     ]
+    if job.model.fine_grained_activation_offloading:
+        out.append(
+            "fine-grained activation offloading: the host copies keep pace with the compute "
+            "(no tensor waits on the GPU for its copy); MTP layers not offloaded"
+        )
     if job.model.moe:
         out.append(
             "MoE: uniform routing (an expert rank receives top-k copies of as many tokens as it "
