@@ -37,7 +37,7 @@ from typing import Any
 import yaml
 
 from megatron.bridge.recipes import RECIPES, plan_recipe
-from megatron.bridge.recipes.published import run
+from megatron.bridge.recipes.published import offload_fields, recompute_fields, run
 from megatron.bridge.training import hardware
 from megatron.bridge.training.estimate import estimate_step
 from megatron.bridge.training.estimate.accuracy import ACCURACY_FILE, FAMILIES, model_family
@@ -123,9 +123,9 @@ def fitted(row: dict) -> bool:
 def row_changes(row: dict) -> dict[str, Any]:
     """The row's layout as job changes on top of its recipe (:func:`plan_recipe`'s ``changes``).
 
-    The sizes, batch sizes and Megatron-FSDP are a published run's (:func:`run`); the
-    recipe's recompute and activation offloading stay, since the tables publish neither. ``mtp: false`` (a run without
-    MTP) drops the MTP layers.
+    The sizes, batch sizes and Megatron-FSDP are a published run's (:func:`run`); the recompute
+    and activation offloading of the recipe's run on the row's GPU stay, since the tables publish
+    neither. ``mtp: false`` (a run without MTP) drops the MTP layers.
     """
     published = run(
         row["system"],
@@ -143,11 +143,8 @@ def row_changes(row: dict) -> dict[str, Any]:
         fsdp=row["fsdp"],
         source=row["source"],
     )
-    changes = {
-        k: v
-        for k, v in published.changes.items()
-        if not k.startswith(("model.recompute_", "model.cpu_offloading"))
-    }
+    recipe_own = {f"model.{field}" for field in (*recompute_fields(""), *offload_fields(""))}
+    changes = {k: v for k, v in published.changes.items() if k not in recipe_own}
     changes["model.seq_length"] = row["seq_length"]
     if row.get("mtp") is False:
         changes["model.mtp_num_layers"] = None

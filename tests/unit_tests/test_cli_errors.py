@@ -435,6 +435,12 @@ def _argument(action: argparse.Action, plot_dir: str) -> st.SearchStrategy[list[
         # Any number of module names, known or not.
         names = st.sampled_from(["core_attn", "moe_act", "layernorm", "mla_up_proj", "bogus", ""])
         return st.lists(names, max_size=3).map(lambda modules: [flag, *modules])
+    elif action.dest == "offload_modules":
+        # One or more module names, known or not.
+        names = st.sampled_from(["fused_group_mlp", "expert_fc1", "attn_proj", "bogus", ""])
+        return st.lists(names, min_size=1, max_size=3).map(lambda modules: [flag, *modules])
+    elif action.dest == "activation_offload_fraction":
+        values = st.sampled_from(["0.5", "1", "0", "-0.1", "1.5", "inf", "nan", "x", ""])
     elif action.dest == "plot":
         names = ["step.png", "step.svg", "step.pdf", "missing/step.png", ""]
         values = st.sampled_from([os.path.join(plot_dir, name) for name in names])

@@ -93,12 +93,15 @@ def test_every_numeric_flag_has_a_bound(action):
 def test_one_past_a_flags_bound_is_refused_as_it_is_read(action, capsys):
     flag = action.option_strings[-1]
     past = str(LIMITS[action.type.limit].maximum + 1)
-    past = {
-        "window_size": f"{past},0",  # LEFT,RIGHT
-        "hybrid_layer_pattern": "M" * int(past),  # bounded in symbols
-        "pipeline_model_parallel_layout": f"Et*{past}|L",  # in layers once unrolled
-        "csa_compress_ratios": f"[0]*{int(past) - 1}+[0]",  # a per-layer list, in entries
-    }.get(action.dest, past)
+    # Spelled lazily: only the flag's own form is built (a bound on a count of elements is far
+    # larger than a string of that many symbols can be).
+    spelled = {
+        "window_size": lambda: f"{past},0",  # LEFT,RIGHT
+        "hybrid_layer_pattern": lambda: "M" * int(past),  # bounded in symbols
+        "pipeline_model_parallel_layout": lambda: f"Et*{past}|L",  # in layers once unrolled
+        "csa_compress_ratios": lambda: f"[0]*{int(past) - 1}+[0]",  # a per-layer list, in entries
+    }
+    past = spelled[action.dest]() if action.dest in spelled else past
     code, err = _explain(capsys, flag, past)
     assert code == EXIT_INVALID
     assert flag in err and "above its bound" in err

@@ -108,6 +108,14 @@ FLAG_FIELDS: dict[str, str] = {
     "grad_reduce_in_fp32": "grad_reduce_in_fp32",
     "cpu_offloading": "model.cpu_offloading",
     "cpu_offloading_num_layers": "model.cpu_offloading_num_layers",
+    "fine_grained_activation_offloading": "model.fine_grained_activation_offloading",
+    "offload_modules": "model.offload_modules",
+    "min_offloaded_tensor_size": "model.min_offloaded_tensor_size",
+    "activation_offload_fraction": "model.activation_offload_fraction",
+    "fine_grained_offloading_max_inflight_offloads": (
+        "model.fine_grained_offloading_max_inflight_offloads"
+    ),
+    "use_transformer_engine_op_fuser": "model.use_transformer_engine_op_fuser",
     "recompute_granularity": "model.recompute_granularity",
     "recompute_method": "model.recompute_method",
     "recompute_num_layers": "model.recompute_num_layers",

@@ -191,6 +191,17 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _share(text: str) -> float:
+    """An ``argparse`` type for a share: a number in [0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}")
+    return value
+
+
 def _layer_freq(text: str) -> int | tuple[int, ...]:
     """Megatron-LM's ``moe_freq_type``: an int N (every N-th layer) or a per-layer 0/1 list."""
     if "[" not in text:
@@ -289,6 +300,40 @@ def _add_moe_router_and_layout(ex: argparse.ArgumentParser, *, layout: bool) -> 
         "--cpu-offloading-num-layers",
         type=positive_int_argument,
         help="layers whose activations --cpu-offloading moves to the CPU",
+    )
+    _add_switch(
+        ex,
+        "--fine-grained-activation-offloading",
+        "move the large tensors the --offload-modules save for the backward to the host",
+    )
+    ex.add_argument(
+        "--offload-modules",
+        nargs="+",
+        metavar="MODULE",
+        help=(
+            "with fine-grained offloading: the modules whose saved tensors move, e.g. "
+            "fused_group_mlp, expert_fc1, moe_act, core_attn"
+        ),
+    )
+    ex.add_argument(
+        "--min-offloaded-tensor-size",
+        type=nonnegative_int_argument,
+        help="with fine-grained offloading: the fewest elements of a tensor it moves",
+    )
+    ex.add_argument(
+        "--activation-offload-fraction",
+        type=_share,
+        help="with fine-grained offloading: the share of each chunk's groups it moves",
+    )
+    ex.add_argument(
+        "--fine-grained-offloading-max-inflight-offloads",
+        type=nonnegative_int_argument,
+        help="with fine-grained offloading: unfinished offloads per module before the GPU waits",
+    )
+    _add_switch(
+        ex,
+        "--use-transformer-engine-op-fuser",
+        "run the MoE experts in Transformer Engine's op fuser (fused_group_mlp offloading)",
     )
 
 

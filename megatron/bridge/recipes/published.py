@@ -27,7 +27,14 @@ from typing import Any
 from megatron.bridge.training import hardware
 from megatron.bridge.training.precisions import canonical_precision
 
-__all__ = ["PUBLISHED_RUNS_TABLE", "PublishedRun", "published_runs", "recompute_fields", "run"]
+__all__ = [
+    "PUBLISHED_RUNS_TABLE",
+    "PublishedRun",
+    "offload_fields",
+    "published_runs",
+    "recompute_fields",
+    "run",
+]
 
 PUBLISHED_RUNS_TABLE = Path(__file__).with_name("published_runs.csv")
 """The shipped recipes' published runs, one CSV row each (its comment lines name the columns)."""
@@ -70,16 +77,15 @@ def run(
     layout: str | None = None,
     recompute: str = "",
     fsdp: bool = False,
-    offload: int | None = None,
+    offload: str = "",
     source: str,
     **model: Any,
 ) -> PublishedRun:
     """A published run: ``gpus`` GPUs of ``gpu`` (a catalogue name or a published system such
     as "DGX-GB300") in ``precision``, global/micro batch ``gbs``/``mbs``, the parallel sizes
     and the pipeline layout (megatron-core's string form), the activation recompute in the
-    table's form (:func:`recompute_fields`), whether it runs Megatron-FSDP (``fsdp``), the decoder
-    layers whose activations it offloads to the CPU (``offload``: megatron-core's
-    ``cpu_offloading_num_layers``, activations only; None: no offloading); ``model``
+    table's form (:func:`recompute_fields`), whether it runs Megatron-FSDP (``fsdp``), the
+    activation offloading in the table's form (``offload``, :func:`offload_fields`); ``model``
     holds further model fields the run sets (``moe_token_dispatcher_type="flex"``, ...). Unnamed
     sizes are megatron-core's defaults (1, no interleaving, ETP = TP, no custom layout, no
     recompute)."""
@@ -103,8 +109,7 @@ def run(
         {f"model.{field}": value for field, value in recompute_fields(recompute).items()}
     )
     changes["use_megatron_fsdp"] = fsdp
-    changes["model.cpu_offloading"] = offload is not None
-    changes["model.cpu_offloading_num_layers"] = offload or 0
+    changes.update({f"model.{field}": value for field, value in offload_fields(offload).items()})
     # Upstream's performance recipes reduce gradients in 16 bits (perf_recipes/_common.py
     # _benchmark_common and _perf_precision set grad_reduce_in_fp32 = False).
     changes["grad_reduce_in_fp32"] = False
@@ -151,7 +156,49 @@ def recompute_fields(recompute: str) -> dict[str, Any]:
     return fields
 
 
-_INT_COLUMNS = ("gpus", "gbs", "mbs", "tp", "pp", "vp", "cp", "ep", "etp", "offload")
+def offload_fields(offload: str) -> dict[str, Any]:
+    """megatron-core's activation-offloading fields from the table's form.
+
+    ``""``: none. ``"N"``: ``cpu_offloading`` of the first N layers' activations
+    (``cpu_offloading_num_layers``; weights stay). ``"fine:M1+M2:SIZE"``: fine-grained activation
+    offloading of the modules M1, M2 (``offload_modules``), tensors of SIZE elements and more
+    (``min_offloaded_tensor_size``); megatron-core runs ``fused_group_mlp`` only inside
+    Transformer Engine's op fuser (``TransformerConfig.__post_init__``), so
+    ``use_transformer_engine_op_fuser`` is whether the run offloads it. Every field gets a
+    value; the model rules judge
+    the values when the job is planned, ``ValueError`` here only for text in none of these forms.
+    """
+    fields: dict[str, Any] = {
+        "cpu_offloading": False,
+        "cpu_offloading_num_layers": 0,
+        "fine_grained_activation_offloading": False,
+        "offload_modules": (),
+        "min_offloaded_tensor_size": 1024 * 1024,
+        "use_transformer_engine_op_fuser": False,
+    }
+    if not offload:
+        return fields
+    if offload.isdigit():
+        fields.update(cpu_offloading=True, cpu_offloading_num_layers=int(offload))
+        return fields
+    kind, _, rest = offload.partition(":")
+    modules, _, size = rest.partition(":")
+    if kind != "fine" or not modules or not size.isdigit():
+        raise ValueError(
+            f"offload {offload!r} must be empty, a layer count N or 'fine:M1+M2:SIZE' "
+            "(e.g. 'fine:fused_group_mlp:500000000')."
+        )
+    names = tuple(m for m in modules.split("+") if m)
+    fields.update(
+        fine_grained_activation_offloading=True,
+        offload_modules=names,
+        min_offloaded_tensor_size=int(size),
+    )
+    fields["use_transformer_engine_op_fuser"] = "fused_group_mlp" in names
+    return fields
+
+
+_INT_COLUMNS = ("gpus", "gbs", "mbs", "tp", "pp", "vp", "cp", "ep", "etp")
 
 
 def _flag(text: str) -> bool:
@@ -179,6 +226,7 @@ def _table() -> dict[str, tuple[PublishedRun, ...]]:
                     layout=row["layout"] or None,
                     recompute=row["recompute"],
                     fsdp=_flag(row["fsdp"]),
+                    offload=row["offload"],
                     source=row["source"],
                     **sizes,
                 )

@@ -283,6 +283,24 @@ class ModelDescription:
     """cpu_offloading moves the layers' activations."""
     cpu_offloading_weights: bool = False
     """cpu_offloading moves the layers' weights."""
+    fine_grained_activation_offloading: bool = False
+    """Move the large tensors the offload_modules save for the backward to the host after each
+    layer's forward and bring them back ahead of its backward (megatron-core's fine-grained
+    activation offloading; not with cpu_offloading)."""
+    offload_modules: tuple[str, ...] = ()
+    """Modules whose saved tensors fine-grained offloading moves: attn_norm, qkv_linear,
+    core_attn, attn_proj, mlp_norm, expert_fc1, moe_act, fused_group_mlp."""
+    min_offloaded_tensor_size: int = 1024 * 1024
+    """Fine-grained offloading moves a saved tensor only from this many elements up."""
+    activation_offload_fraction: float = 1.0
+    """Share of each chunk's offloadable groups fine-grained offloading moves (the later groups
+    of the forward stay on the GPU)."""
+    fine_grained_offloading_max_inflight_offloads: int | None = None
+    """Offloads of one module name the main stream lets run unfinished before it waits (None:
+    it never waits); full_iteration CUDA graphs need a count."""
+    use_transformer_engine_op_fuser: bool = False
+    """MoE experts run in Transformer Engine's operation fuser (offload module fused_group_mlp
+    needs it)."""
     cross_entropy_loss_fusion: bool = False
     """The loss runs in a fused cross-entropy kernel (cross_entropy_fusion_impl's)."""
     cross_entropy_fusion_impl: str = "native"
@@ -577,7 +595,12 @@ class JobDescription:
         """Rebuild a description from :meth:`to_dict` output."""
         fields = dict(data)
         model = dict(fields.pop("model"))
-        for name in ("recompute_modules", "cuda_graph_modules", "csa_compress_ratios"):
+        for name in (
+            "recompute_modules",
+            "offload_modules",
+            "cuda_graph_modules",
+            "csa_compress_ratios",
+        ):
             if model.get(name) is not None:
                 model[name] = tuple(model[name])
         layout = model.get("pipeline_model_parallel_layout")

@@ -241,6 +241,12 @@ LIMITS: Mapping[str, Limit] = MappingProxyType(
         "model.recompute_num_layers": Limit(1, _LAYERS, _DEEP),
         "model.mtp_num_layers": Limit(0, _LAYERS, _DEEP),
         "model.cpu_offloading_num_layers": Limit(0, _LAYERS, _DEEP),
+        "model.fine_grained_offloading_max_inflight_offloads": Limit(
+            0, _LAYERS, "offloads of one module in flight; a step has one per layer"
+        ),
+        "model.min_offloaded_tensor_size": Limit(
+            0, 2**40, "elements of one saved tensor; a layer's largest holds some 10^9"
+        ),
         "model.moe_n_hash_layers": Limit(0, _LAYERS, _DEEP),
         "model.dsa_indexer_n_heads": Limit(1, _HEADS, _MANY_HEADS),
         "model.dsa_indexer_head_dim": Limit(1, _WIDTH, _WIDE),

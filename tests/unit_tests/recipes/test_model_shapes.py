@@ -40,6 +40,13 @@ LAYOUT_FIELDS = {
     "recompute_method",
     "recompute_num_layers",
     "recompute_modules",
+    # And so is the activation offloading (and the op fuser fused_group_mlp offloading needs).
+    "cpu_offloading",
+    "cpu_offloading_num_layers",
+    "fine_grained_activation_offloading",
+    "offload_modules",
+    "min_offloaded_tensor_size",
+    "use_transformer_engine_op_fuser",
 }
 PRECISION_FIELDS = {name for setting in PRECISIONS.values() for name in setting.model}
 

@@ -145,7 +145,7 @@ def _spelled(dest: str, value) -> list[str]:
             if action.const == value:
                 return [action.option_strings[0]]
             continue
-        if action.nargs == "*":
+        if action.nargs in ("*", "+"):
             return [action.option_strings[0], *map(str, value)]  # --recompute-modules A B
         if dest == "window_size":
             value = ",".join(map(str, value))  # --window-size LEFT,RIGHT

@@ -34,11 +34,19 @@ from tests.unit_tests.conftest import (
     tiny_model,
 )
 
+
+def _default(field: dataclasses.Field):
+    """A dataclass field's default, a ``default_factory``'s value included."""
+    if field.default is dataclasses.MISSING and field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return field.default
+
+
 # Where megatron-core names each model field: the GPT provider (a TransformerConfig), MLA's
 # config for the multi-latent attention dimensions, the HybridModel for the layer pattern.
 _PROVIDER_DEFAULTS = {
-    **{f.name: f.default for f in dataclasses.fields(MLATransformerConfig)},
-    **{f.name: f.default for f in dataclasses.fields(GPTModelProvider)},
+    **{f.name: _default(f) for f in dataclasses.fields(MLATransformerConfig)},
+    **{f.name: _default(f) for f in dataclasses.fields(GPTModelProvider)},
     "hybrid_layer_pattern": inspect.signature(HybridModel)
     .parameters["hybrid_layer_pattern"]
     .default,
@@ -51,6 +59,8 @@ def test_every_model_field_is_megatron_cores_with_its_default(field):
     theirs = _PROVIDER_DEFAULTS[field.name]
     if field.name == "cuda_graph_modules":
         assert theirs == "full" and field.default == ()  # "full" names no module
+    elif isinstance(theirs, list):
+        assert field.default == tuple(theirs)  # the description holds lists as tuples
     elif field.name == "activation_func":
         assert theirs.__name__ == field.default  # the callable, by its name
     elif field.default is None and theirs == 0:

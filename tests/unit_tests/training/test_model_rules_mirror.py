@@ -39,7 +39,7 @@ from packaging.version import Version
 from megatron.bridge.training.comm_overlap import CommOverlapConfig, plan_comm_overlap
 from megatron.bridge.training.job import JobDescription, ModelDescription
 from megatron.bridge.training.megatron_core_support import DSV4_HYBRID_FIELDS
-from megatron.bridge.training.model_rules import UNDESCRIBED_DEFAULTS, check_model
+from megatron.bridge.training.model_rules import OFFLOAD_MODULES, UNDESCRIBED_DEFAULTS, check_model
 from megatron.bridge.training.parallel_layout import check_parallel_layout
 
 TRANSFORMER_CONFIG_FIELDS = {f.name: f for f in dataclasses.fields(TransformerConfig)}
@@ -338,6 +338,27 @@ def model_settings(draw, moe: bool) -> dict:
         "overlap_dispatch_backward_with_experts_wgrad": draw(mostly([False], [True], 4)),
         # ep_overlap_early_attn_memory_release is the comm-overlap plan's rule (rules._ep).
         "overlap_p2p_comm_warmup_flush": draw(st.booleans()),
+        **draw(offload_settings()),
+    }
+
+
+@st.composite
+def offload_settings(draw) -> dict:
+    """The activation-offloading fields: fine-grained offloading mostly on, its module list
+    mostly of megatron-core's names, its threshold and fraction mostly in range, the op fuser
+    fused_group_mlp needs, and now and then the layer-wise cpu_offloading it excludes."""
+    return {
+        "fine_grained_activation_offloading": draw(st.booleans()),
+        "offload_modules": draw(
+            st.lists(mostly(list(OFFLOAD_MODULES), ["bogus"], 8), max_size=3, unique=True).map(
+                tuple
+            )
+        ),
+        "min_offloaded_tensor_size": draw(mostly([0, 1024 * 1024, 500_000_000], [-1], 10)),
+        "activation_offload_fraction": draw(mostly([0.0, 0.5, 1.0], [-0.5, 1.5], 10)),
+        "use_transformer_engine_op_fuser": draw(st.booleans()),
+        "fine_grained_offloading_max_inflight_offloads": draw(st.sampled_from([None, 0, 1])),
+        "cpu_offloading": draw(mostly([False], [True], 6)),
     }
 
 

@@ -48,6 +48,7 @@ __all__ = [
     "block_activation_bytes",
     "estimate_memory",
     "memory_of_job",
+    "offloaded_layer_bytes",
 ]
 
 #: The parts of a :class:`MemoryEstimate`, in the order it lists them.
@@ -116,6 +117,9 @@ class MemoryEstimate:
     """The pipeline rank the estimate describes (the one with the highest peak)."""
     in_flight: int = 1
     """Micro-batch chunks whose activations that rank holds at its peak."""
+    offloaded_bytes: int = 0
+    """Activations fine-grained offloading holds on the host at that peak (in none of the
+    parts: they are off the GPU)."""
     gpu: str = ""
     """The GPU model."""
     assumptions: tuple[str, ...] = field(default=())
@@ -153,6 +157,8 @@ class MemoryEstimate:
         lines.append(
             f"pipeline rank {self.pipeline_rank}, {self.in_flight} micro-batch chunk(s) in flight"
         )
+        if self.offloaded_bytes:
+            lines.append(f"activations offloaded to the host: {_gb(self.offloaded_bytes)}")
         return lines
 
     def to_dict(self) -> dict[str, Any]:
@@ -166,6 +172,7 @@ class MemoryEstimate:
             "fixes": list(self.fixes),
             "pipeline_rank": self.pipeline_rank,
             "in_flight": self.in_flight,
+            "offloaded_bytes": self.offloaded_bytes,
             "assumptions": list(self.assumptions),
         }
 
@@ -211,16 +218,16 @@ def memory_of_job(job: JobDescription, *, tp_overlap: bool = False) -> MemoryEst
     blocks = dims.layer_blocks()
     offsets = _chunk_offsets(layers, job.pp_size, vpp)
     micro_batches = job.micro_batches
-    best: tuple[int, int, list[tuple[str, int]], int] | None = None
+    best: tuple[int, int, list[tuple[str, int]], int, int] | None = None
     for rank in range(job.pp_size):
         chunks = [blocks[offsets[rank][c] : offsets[rank][c] + layers[rank][c]] for c in range(vpp)]
-        parts, in_flight = _rank_parts(
+        parts, in_flight, host = _rank_parts(
             job, dims, rank, chunks, places, micro_batches=micro_batches, tp_overlap=tp_overlap
         )
         total = sum(v for _, v in parts)
         if best is None or total > best[0]:
-            best = (total, rank, parts, in_flight)
-    total, rank, parts, in_flight = best
+            best = (total, rank, parts, in_flight, host)
+    total, rank, parts, in_flight, host = best
     capacity = gpu.memory_bytes
     return MemoryEstimate(
         parts=tuple(parts),
@@ -230,6 +237,7 @@ def memory_of_job(job: JobDescription, *, tp_overlap: bool = False) -> MemoryEst
         fits=total <= capacity,
         pipeline_rank=rank,
         in_flight=in_flight,
+        offloaded_bytes=host,
         gpu=gpu.name,
         assumptions=_assumptions(job),
     )
@@ -391,6 +399,114 @@ def _gemm_input_bytes(model: ModelDescription) -> float:
     return 1.0 if (model.fp8 is not None or model.fp4 is not None) else float(_BF16)
 
 
+def _saved_tensors(
+    dims: ModelCost, symbol: str, recompute: frozenset[str]
+) -> list[tuple[str, str, float, float]]:
+    """The tensors one block saves inside each of fine-grained offloading's modules, as
+    (module, kind, bytes per element, elements per token); ``kind`` is how the element count
+    scales as in :class:`_Act` (whole, split or routed). The same tensors, widths and recompute
+    rules as :func:`_block`, one entry per tensor, since megatron-core's threshold applies to
+    each tensor's own element count."""
+    m = dims.model
+    h = m.hidden_size
+    g = _gemm_input_bytes(m)
+    proj = 0 if g == _BF16 else g
+    out: list[tuple[str, str, float, float]] = []
+    if symbol in ("*", "D", "+"):
+        out.append(("attn_norm", "whole", _BF16, h))
+        if symbol == "+":
+            n, rope, v = m.num_attention_heads, m.qk_pos_emb_head_dim, m.v_head_dim
+            if "layernorm" not in recompute:
+                out.append(("qkv_linear", "whole", g, h))
+            if "mla_up_proj" not in recompute:
+                qk = n * (m.qk_head_dim + rope)
+                out += [("core_attn", "split", _BF16, w) for w in (qk, qk, n * v)]
+            query, heads = n * v, n
+        else:
+            out.append(("qkv_linear", "whole", g, h))
+            query, kv, heads = dims.query_width, dims.kv_width, m.num_attention_heads
+            out += [("core_attn", "split", _BF16, w) for w in (query, kv, kv)]
+        out += [("core_attn", "split", _BF16, query), ("core_attn", "split", _FP32, heads)]
+        if proj:
+            out.append(("attn_proj", "split", proj, query))
+    elif symbol == "-" and "mlp" not in recompute:
+        out.append(("mlp_norm", "whole", _BF16, h))
+    elif symbol == "E" and "moe" not in recompute:
+        glu = 2 if m.gated_linear_unit else 1
+        token = m.moe_latent_size or h
+        width = m.moe_ffn_hidden_size or m.ffn_size
+        out.append(("mlp_norm", "whole", _BF16, h))
+        # The expert input (fc1's), fc1's output (the activation's input), the activation's
+        # output (fc2's input; moe_act recompute drops it): fused_group_mlp covers all three.
+        experts = [("expert_fc1", g, token), ("moe_act", _BF16, width * glu)]
+        if "moe_act" not in recompute:
+            experts.append(("", g, width))
+        for name, size, elements in experts:
+            if name:
+                out.append((name, "routed", size, elements))
+            out.append(("fused_group_mlp", "routed", size, elements))
+    return out
+
+
+def offloaded_layer_bytes(
+    job: JobDescription, chunk: tuple[str, ...], *, dims: ModelCost | None = None
+) -> list[float]:
+    """Bytes megatron-core's fine-grained activation offloading moves to the host, per layer of
+    one micro-batch through ``chunk`` (each layer's block symbols, as ``ModelCost.layer_blocks``
+    gives them); all zero without ``fine_grained_activation_offloading``.
+
+    Each layer opens one group per module of ``offload_modules`` it runs
+    (``fine_grained_activation_offload.py``): the group's saved tensors move when each holds at
+    least ``min_offloaded_tensor_size`` elements (``tensor_need_offloading_checker``); the tensors
+    and their element counts are the activation estimate's (tokens per GPU times the
+    per-token width; the routed ones per token copy an expert rank receives). The last group of
+    each module in the chunk stays, which megatron-core keeps for the first backward and for
+    every micro-batch on the last pipeline stage (``post_warmup_callback``,
+    ``should_bulk_offload``); of the other groups that move anything,
+    ``activation_offload_fraction`` keeps the later ones of the forward on the GPU.
+    """
+    m = job.model
+    if not m.fine_grained_activation_offloading:
+        return [0.0] * len(chunk)
+    dims = dims or ModelCost(m)
+    tok = _tokens(job)
+    selective = (
+        frozenset(recomputed_modules(m.recompute_modules))
+        if m.recompute_granularity == "selective"
+        else frozenset()
+    )
+    local = tok.tokens / tok.whole_split
+    per_token = {
+        "whole": local,
+        "split": tok.tokens / tok.tp,
+        "routed": local * tok.routed_per_token,
+    }
+    wanted = set(m.offload_modules)
+    # Groups in forward order: [layer index, module, bytes it moves].
+    groups: list[list[Any]] = []
+    for index, blocks in enumerate(chunk):
+        by_module: dict[str, float] = {}
+        for symbol in blocks:
+            for module, kind, size, width in _saved_tensors(dims, symbol, selective):
+                if module not in wanted:
+                    continue
+                elements = per_token[kind] * width
+                moved = size * elements if elements >= m.min_offloaded_tensor_size else 0.0
+                by_module[module] = by_module.get(module, 0.0) + moved
+        groups += [[index, module, moved] for module, moved in by_module.items()]
+    last = {module: i for i, (_, module, _) in enumerate(groups)}
+    for i in last.values():
+        groups[i][2] = 0.0
+    eligible = [group for group in groups if group[2] > 0]
+    kept = int(len(eligible) * (1 - m.activation_offload_fraction))
+    for group in eligible[len(eligible) - kept :] if kept else ():
+        group[2] = 0.0
+    per_layer = [0.0] * len(chunk)
+    for index, _, moved in groups:
+        per_layer[index] += moved
+    return per_layer
+
+
 @dataclass(frozen=True)
 class _Tokens:
     """Per micro-batch, on one GPU: the tokens (after CP), the divisor of hidden-wide tensors,
@@ -438,9 +554,8 @@ def _chunk_activations(
     embedding: bool,
     loss: bool,
     mtp: bool,
-) -> tuple[float, float, float]:
-    """(layers' bytes kept for the backward, logits bytes, bytes of the largest recompute
-    unit) of one micro-batch through one model chunk."""
+) -> _Chunk:
+    """What one micro-batch through one model chunk keeps (:class:`_Chunk`)."""
     m = job.model
     h = m.hidden_size
     granularity = m.recompute_granularity
@@ -469,6 +584,20 @@ def _chunk_activations(
         layers_bytes = stored
     else:
         layers_bytes = sum(per_layer)
+    # Fine-grained offloading moves tensors of the layers whose activations are kept: under full
+    # recompute the recomputed layers save nothing but their input.
+    kept_from = (
+        0
+        if granularity != "full"
+        else (m.recompute_num_layers or 1)
+        if m.recompute_method == "block"
+        else len(chunk)
+    )
+    moved_fine = [0.0] * min(kept_from, len(chunk)) + offloaded_layer_bytes(
+        job, chunk[kept_from:], dims=dims
+    )
+    host = sum(moved_fine)
+    layers_bytes -= host
     offloaded = (
         m.cpu_offloading_num_layers if m.cpu_offloading and m.cpu_offloading_activations else 0
     )
@@ -499,40 +628,56 @@ def _chunk_activations(
         # The embedding and hidden-state norms and their concatenation, the eh projection's input.
         depth += tok.bytes(_Act(whole=4 * _BF16 * h))
         layers_bytes += dims.mtp_layers * depth
-    return layers_bytes, logits, unit
+    return _Chunk(layers_bytes, logits, unit, host, max(moved_fine, default=0.0))
+
+
+@dataclass(frozen=True)
+class _Chunk:
+    """One micro-batch through one model chunk: the layers' bytes kept on the GPU for the
+    backward, the logits' bytes, the largest recompute unit, the bytes fine-grained offloading
+    holds on the host and the most of them one layer brings back."""
+
+    layers: float
+    logits: float
+    unit: float
+    host: float
+    reload: float
 
 
 def _peak_in_flight(
-    job: JobDescription, rank: int, vpp: int, micro_batches: int, sizes: list[tuple[float, float]]
-) -> tuple[float, float, int]:
-    """(layers, logits, chunk micro-batches) held at the peak of ``rank`` on megatron-core's
-    schedule: forwards add a chunk's activations, backwards free them (``schedule_order``)."""
+    job: JobDescription, rank: int, vpp: int, micro_batches: int, sizes: list[_Chunk]
+) -> tuple[float, float, int, float]:
+    """(layers, logits, chunk micro-batches, host bytes) held at the peak of ``rank`` on
+    megatron-core's schedule: forwards add a chunk's activations, backwards free them
+    (``schedule_order``)."""
     fwd, bwd, warmup = schedule_order(
         micro_batches=micro_batches, vpp=vpp, pp=job.pp_size, rank=rank, ep_overlap=False
     )
     total = len(fwd)
     # The order repeats every PP x VPP forwards: the peak is reached within warmup + 2 periods.
     horizon = min(total, warmup + 2 * job.pp_size * vpp + 1)
-    held_layers = held_logits = 0.0
+    held_layers = held_logits = held_host = 0.0
     count = 0
-    best = (0.0, 0.0, 0)
+    best = (0.0, 0.0, 0, 0.0)
     f = b = 0
 
     def forward() -> None:
-        nonlocal held_layers, held_logits, count, f, best
-        layers, logits = sizes[fwd[f]]
-        held_layers += layers
-        held_logits += logits
+        nonlocal held_layers, held_logits, held_host, count, f, best
+        chunk = sizes[fwd[f]]
+        held_layers += chunk.layers
+        held_logits += chunk.logits
+        held_host += chunk.host
         count += 1
         f += 1
         if held_layers + held_logits > best[0] + best[1]:
-            best = (held_layers, held_logits, count)
+            best = (held_layers, held_logits, count, held_host)
 
     def backward() -> None:
-        nonlocal held_layers, held_logits, count, b
-        layers, logits = sizes[bwd[b]]
-        held_layers -= layers
-        held_logits -= logits
+        nonlocal held_layers, held_logits, held_host, count, b
+        chunk = sizes[bwd[b]]
+        held_layers -= chunk.layers
+        held_logits -= chunk.logits
+        held_host -= chunk.host
         count -= 1
         b += 1
 
@@ -606,7 +751,7 @@ def _rank_parts(
     *,
     micro_batches: int,
     tp_overlap: bool,
-) -> tuple[list[tuple[str, int]], int]:
+) -> tuple[list[tuple[str, int]], int, int]:
     m = job.model
     dense, expert = _rank_params(job, dims, rank, chunks, places)
     params = dense + expert
@@ -625,21 +770,26 @@ def _rank_parts(
 
     tok = _tokens(job)
     vpp = len(chunks)
-    sizes: list[tuple[float, float]] = []
-    unit = 0.0
+    sizes: list[_Chunk] = []
     for c, chunk in enumerate(chunks):
-        layers_bytes, logits, chunk_unit = _chunk_activations(
-            job,
-            dims,
-            chunk,
-            tok,
-            embedding=places["embedding"] == (rank, c),
-            loss=places["loss"] == (rank, c),
-            mtp=places["mtp"] == (rank, c),
+        sizes.append(
+            _chunk_activations(
+                job,
+                dims,
+                chunk,
+                tok,
+                embedding=places["embedding"] == (rank, c),
+                loss=places["loss"] == (rank, c),
+                mtp=places["mtp"] == (rank, c),
+            )
         )
-        sizes.append((layers_bytes, logits))
-        unit = max(unit, chunk_unit)
-    held_layers, held_logits, in_flight = _peak_in_flight(job, rank, vpp, micro_batches, sizes)
+    unit = max(size.unit for size in sizes)
+    held_layers, held_logits, in_flight, host = _peak_in_flight(
+        job, rank, vpp, micro_batches, sizes
+    )
+    # Fine-grained offloading brings one layer's tensors back ahead of its backward (the reload
+    # megatron-core prefetches one layer ahead): one layer's worth is on the GPU besides.
+    held_layers += max(size.reload for size in sizes)
 
     hidden_tensor = tok.tokens * m.hidden_size * _BF16
     comm = NCCL_BUFFER_BYTES
@@ -666,7 +816,7 @@ def _rank_parts(
         ("communication buffers", comm),
         ("CUDA context", CUDA_CONTEXT_BYTES),
     ]
-    return [(name, round(value)) for name, value in parts], in_flight
+    return [(name, round(value)) for name, value in parts], in_flight, round(host)
 
 
 # --- fixes ----------------------------------------------------------------------------------------
@@ -780,6 +930,7 @@ def _with_fixes(
         fixes=tuple(fixes),
         pipeline_rank=estimate.pipeline_rank,
         in_flight=estimate.in_flight,
+        offloaded_bytes=estimate.offloaded_bytes,
         gpu=estimate.gpu,
         assumptions=estimate.assumptions,
     )
@@ -794,6 +945,11 @@ def _assumptions(job: JobDescription) -> tuple[str, ...]:
         "core attention in TE's fused kernel (no s x s scores kept); 16-bit activations",
         f"CUDA context {_gb(CUDA_CONTEXT_BYTES)}, NCCL buffers {_gb(NCCL_BUFFER_BYTES)}",
     ]
+    if job.model.fine_grained_activation_offloading:
+        out.append(
+            "fine-grained activation offloading: the host copies keep pace with the compute "
+            "(no tensor waits on the GPU for its copy); MTP layers not offloaded"
+        )
     if job.model.moe:
         out.append(
             "MoE: uniform routing (an expert rank receives top-k copies of as many tokens as it "
