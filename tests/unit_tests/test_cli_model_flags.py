@@ -13,7 +13,6 @@ import pytest
 from megatron.bridge.cli import EXIT_OK, build_parser, main
 from megatron.bridge.cli.flags import flags_spec
 
-
 MOE = ("--num-experts", "8", "--ep", "8")
 """Routed experts on the reference model: the MoE flags are read only with experts."""
 
