@@ -5,7 +5,7 @@
 Runs the search the CLI runs (the recipe's published GPU, precision and global batch) once and
 prints its CPU time (``time.process_time``: one core's work, whatever else the machine runs),
 its wall time, the ratio of CPU time to the 60 s goal, and what the search counted (layouts
-generated, pruned before planning, refused by a rule, not fitting, skipped by the throughput
+generated, pruned by their weights, refused by a rule, not fitting, skipped by the throughput
 bound, costed). Nothing here asserts.
 """
 

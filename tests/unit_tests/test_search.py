@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 from importlib import resources
 
 import jsonschema
@@ -189,6 +190,13 @@ def test_nothing_fits_exits_2_with_the_counts(capsys: pytest.CaptureFixture[str]
     assert code == EXIT_INVALID
     assert "no layout" in err and "memory" in err
     assert json.loads(out)["exit_code"] == EXIT_INVALID
+    # Every layout tried is accounted for: refused by a rule or above the GPU's memory.
+    counts = re.search(
+        r"(\d+) layouts tried, (\d+) refused by a layout rule, (\d+) above the GPU's memory", err
+    )
+    assert counts is not None, err
+    tried, refused, above = map(int, counts.groups())
+    assert tried > 0 and tried == refused + above
 
 
 def test_layout_flags_are_not_search_flags(capsys: pytest.CaptureFixture[str]) -> None:

@@ -11,7 +11,7 @@ Two rounds, each best throughput bound first (:mod:`.bound`), keep a large searc
 1. every parallel layout (TP, PP, CP, EP, ETP and pipeline split) is costed once, at the
    smallest micro-batch and with the cheapest recompute and sharding that fit (the order of
    :data:`_CHEAPEST_FIRST`); a layout whose weights alone exceed the GPU
-   (:func:`.fit.weights_floor_bytes`) is dropped before it is planned;
+   (:func:`.fit.weights_floor_bytes`) is dropped before its memory is estimated;
 2. the best :data:`REFINED` parallel layouts of round 1 are costed with every micro-batch size,
    recompute and sharding.
 
@@ -44,6 +44,7 @@ from megatron.bridge.search.space import (
     parallel_layouts,
 )
 from megatron.bridge.training.estimate import estimate_step
+from megatron.bridge.training.hardware import gpu_spec
 
 if TYPE_CHECKING:
     from megatron.bridge.recipes.spec import RecipeSpec
@@ -116,7 +117,7 @@ class SearchResult:
     published_note: str | None
     """Why the published layout is not ranked, when one exists but is not."""
     counts: dict[str, int]
-    """``layouts`` (generated), ``pruned`` (weights above the GPU before planning),
+    """``layouts`` (generated), ``pruned`` (weights above the GPU, before the memory estimate),
     ``rejected`` (refused by ``check_layout`` or the overlap rules), ``no_fit`` (memory
     estimate above the capacity), ``costed`` (step estimated)."""
     refusals: tuple[tuple[str, int], ...] = ()
@@ -172,8 +173,11 @@ class _Search:
         self.te = te
         self.gbs = global_batch_size
         self.options = options
-        # The GPU's usable bytes, as the memory estimate takes them (set by its first answer).
-        self.capacity: int | None = None
+        # The GPU's bytes, as the memory estimate takes them (None: no GPU named, which the
+        # memory estimate refuses).
+        self.capacity: int | None = (
+            None if base.job.gpu is None else gpu_spec(base.job.gpu).memory_bytes
+        )
         self.counts = dict.fromkeys(
             ("layouts", "pruned", "rejected", "no_fit", "skipped", "costed"), 0
         )
@@ -211,11 +215,18 @@ class _Search:
             return None
         return _Planned(spec, plan, ceiling, layout)
 
-    def plan(self, layout: Layout, world_size: int) -> _Planned | None:
-        """:meth:`plan_spec` of a layout on ``world_size`` GPUs, after the weights floor."""
-        self.counts["layouts"] += 1
+    def _pruned(self, layout: Layout, world_size: int) -> bool:
+        """The layout's weights alone exceed the GPU (counted)."""
         if self._floor_exceeds(layout, world_size):
             self.counts["pruned"] += 1
+            return True
+        return False
+
+    def plan(self, layout: Layout, world_size: int, *, prune: bool = True) -> _Planned | None:
+        """:meth:`plan_spec` of a layout on ``world_size`` GPUs, after the weights floor
+        (``prune``)."""
+        self.counts["layouts"] += 1
+        if prune and self._pruned(layout, world_size):
             return None
         spec = self.base.changed(
             world_size=world_size, global_batch_size=self.gbs, **layout.changes()
@@ -228,7 +239,6 @@ class _Search:
         there, before the plan's estimate and its fixes."""
         try:
             floor = memory_floor(planned.spec.job)
-            self.capacity = floor.capacity_bytes
             memory = memory_of(planned.plan) if floor.fits else floor
         except ValueError as exc:
             self._refused(exc)
@@ -238,11 +248,18 @@ class _Search:
             return None
         return memory
 
-    def first_fit(self, layout: Layout, world_size: int) -> tuple[_Planned, MemoryVerdict] | None:
-        """Round 1: the layout at the cheapest recompute and sharding that fit."""
+    def first_fit(self, probe: _Planned) -> tuple[_Planned, MemoryVerdict] | None:
+        """Round 1: the layout at the cheapest recompute and sharding that fit. ``probe`` is the
+        layout already planned (its bound ranks it); a trial with its knobs is not planned
+        again, so each layout tried is planned, and counted, once."""
+        assert probe.layout is not None
+        world_size = probe.spec.job.world_size
         for recompute, sharding in _CHEAPEST_FIRST:
-            trial = dataclasses.replace(layout, recompute=recompute, sharding=sharding)
-            planned = self.plan(trial, world_size)
+            trial = dataclasses.replace(probe.layout, recompute=recompute, sharding=sharding)
+            if trial == probe.layout:
+                planned = None if self._pruned(trial, world_size) else probe
+            else:
+                planned = self.plan(trial, world_size)
             memory = None if planned is None else self.fit(planned)
             if memory is not None:
                 return planned, memory
@@ -386,15 +403,15 @@ def search(
     firsts: list[_Planned] = []
     sizes_of: dict[tuple[int, Layout], list[int]] = {}
     for world_size, layout, sizes in work:
-        planned = state.plan(layout, world_size)
+        # Not pruned by its weights here: a sharding first_fit tries may hold them.
+        planned = state.plan(layout, world_size, prune=False)
         if planned is not None:
             firsts.append(planned)
             sizes_of[(world_size, _parallel_part(layout))] = sizes
         step()
 
     def cheapest(item: _Planned) -> tuple[_Planned, MemoryVerdict] | None:
-        assert item.layout is not None
-        return state.first_fit(item.layout, item.spec.job.world_size)
+        return state.first_fit(item)
 
     round1 = state.best_first(firsts, max(refined, top), cheapest)
 

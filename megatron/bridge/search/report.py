@@ -152,7 +152,7 @@ def render(result: SearchResult, *, top: int, recipe: str | None) -> str:
     lines = [
         f"Search: {recipe or 'model flags'} on {sizes} x {(job.gpu or '?').upper()} "
         f"{result.base.precision}, global batch {result.global_batch_size}",
-        f"  layouts {counts['layouts']}: {counts['pruned']} pruned before planning (weights), "
+        f"  layouts {counts['layouts']}: {counts['pruned']} pruned by their weights, "
         f"{counts['rejected']} refused by a rule, {counts['no_fit']} do not fit, "
         f"{counts['skipped']} skipped (throughput bound below the best), "
         f"{counts['costed']} costed",
