@@ -92,6 +92,26 @@ def test_text_output_names_the_overlap_memory_and_exposed_communication(
     assert err == ""
 
 
+@pytest.mark.parametrize("name", ["llama3_8b", "qwen3_30b_a3b"])
+def test_the_counts_account_for_every_layout_tried(name: str) -> None:
+    # With the published layout costed first (and generated again by the search): each layout
+    # tried ends in one count.
+    spec = recipe_spec(name)
+    job = spec.job
+    result = search(
+        spec,
+        world_sizes=[job.world_size],
+        global_batch_size=job.global_batch_size,
+        top=3,
+        published=spec,
+    )
+    counts = result.counts
+    assert result.published is not None
+    ends = ("pruned", "rejected", "no_fit", "skipped", "costed")
+    assert counts["layouts"] == sum(counts[k] for k in ends), counts
+    assert counts["costed"] == len(result.ranked)
+
+
 def test_published_layout_is_costed_and_ranked(capsys: pytest.CaptureFixture[str]) -> None:
     # llama3_8b's first published run: 8 GB300, fp8_cs, global batch 128.
     code, out, err = _run(capsys, "--recipe", "llama3_8b", "--top", "3", "--json")
