@@ -253,6 +253,7 @@ _LAYOUT_FIELDS = (
     "etp_size",
     "moe_flex_dispatcher_backend",
     "megatron_fsdp",
+    "cutedsl_fused_grouped_mlp",
 )
 
 
@@ -301,6 +302,10 @@ class PerfEnvPlugin(run.Plugin):
     megatron_fsdp: bool = False
     """Whether the job runs Megatron-FSDP (``cfg.ddp.use_megatron_fsdp``), which refuses
     CUDA_DEVICE_MAX_CONNECTIONS=1."""
+    cutedsl_fused_grouped_mlp: bool = False
+    """Whether gated experts run Transformer Engine's fused grouped MLP
+    (``cfg.model.use_transformer_engine_op_fuser`` on SwiGLU or quick-GeGLU experts), which
+    needs NVTE_CUTEDSL_FUSED_GROUPED_MLP=1."""
     a2a_overlap: bool = False
     """Whether EP all-to-all communication overlap is on."""
     script_args_converter_fn: Callable[[PerfEnvPluginScriptArgs], list[str]] | None = None
@@ -316,6 +321,7 @@ class PerfEnvPlugin(run.Plugin):
             "enable_vboost",
             "enable_manual_gc",
             "megatron_fsdp",
+            "cutedsl_fused_grouped_mlp",
             "a2a_overlap",
         ):
             check_bool(owner, name, getattr(self, name))

@@ -121,8 +121,8 @@ class ModelDescription:
     """Gated MLP (SwiGLU / GeGLU): fc1 produces twice ffn_hidden_size."""
     activation_func: ActivationName = "gelu"
     """The MLP activation, by the name of megatron-core's function (its field holds the callable:
-    ``torch.nn.functional.gelu``/``silu``/``relu``, ``megatron.core.activations.quick_gelu``/
-    ``squared_relu``)."""
+    ``torch.nn.functional.gelu``/``silu``/``relu``, ``megatron.core.fusions.fused_bias_geglu.
+    quick_gelu``, ``megatron.core.activations.squared_relu``)."""
     bias_activation_fusion: bool = False
     """Fuse the fc1 bias with the activation."""
     add_bias_linear: bool = True

@@ -231,14 +231,19 @@ def write_model(model_config: Any, model: ModelDescription) -> None:
 
 def _activation(name: str) -> Any:
     # The callable megatron-core's activation_func holds (torch: only when a config is written).
+    # quick_gelu is fused_bias_geglu's: TransformerConfig.__post_init__ (bias_activation_fusion,
+    # glu_linear_offset), MLP and TEGroupedMLP (the fused quick-GeGLU paths) compare the field
+    # with that function by identity, and Megatron-Bridge's GPT-OSS provider sets it
+    # (models/gpt_oss/gpt_oss_bridge.py); megatron.core.activations.quick_gelu is another object.
     import torch.nn.functional as F
     from megatron.core import activations
+    from megatron.core.fusions import fused_bias_geglu
 
     functions = {
         "gelu": F.gelu,
         "silu": F.silu,
         "relu": F.relu,
-        "quick_gelu": activations.quick_gelu,
+        "quick_gelu": fused_bias_geglu.quick_gelu,
         "squared_relu": activations.squared_relu,
     }
     if name not in functions:

@@ -24,6 +24,10 @@ Two kinds of value live here, kept apart:
   (``ConfigContainer._validate_and_apply_megatron_fsdp_v1_configs``), as Megatron-LM's
   ``validate_args`` does. HybridEP's ``NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN`` must divide
   the EP size (its ``HybridEPBuffer`` asserts it when the buffer is built).
+  ``NVTE_CUTEDSL_FUSED_GROUPED_MLP`` must be 1 or more when gated experts run Transformer
+  Engine's op fuser (:func:`cutedsl_fused_grouped_mlp`): megatron-core's ``TEGroupedMLP``
+  asserts that its fused implementation is supported, which it is for a SwiGLU or quick-GeGLU
+  only with that variable set (``moe/experts.py`` ``_is_fused_impl_supported``).
 - **Tuned**: a value that works either way and that upstream Megatron-Bridge's performance
   recipes measured to be fastest; the plan exports it and accepts any other value a recipe or a
   user sets. ``CUDA_DEVICE_MAX_CONNECTIONS`` (:func:`cuda_device_max_connections`): 32 on
@@ -47,7 +51,7 @@ from megatron.bridge.training.parallel_layout import validate_parallel_size
 from megatron.bridge.training.validators import check_bool, check_choice, check_int
 
 if TYPE_CHECKING:
-    from megatron.bridge.training.job import JobDescription
+    from megatron.bridge.training.job import JobDescription, ModelDescription
 
 __all__ = [
     "CUDA_DEFAULT_MAX_CONNECTIONS",
@@ -59,6 +63,7 @@ __all__ = [
     "MoeFlexDispatcherBackend",
     "check_live_environment",
     "cuda_device_max_connections",
+    "cutedsl_fused_grouped_mlp",
     "hybrid_ep_environment",
     "launch_layout",
     "plan_launch_env",
@@ -93,6 +98,7 @@ NCCL_P2P_NET_CHUNKSIZE = "NCCL_P2P_NET_CHUNKSIZE"
 NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN = "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN"
 NVLINK_DOMAIN_SIZE = "NVLINK_DOMAIN_SIZE"
 USE_MNNVL = "USE_MNNVL"
+NVTE_CUTEDSL_FUSED_GROUPED_MLP = "NVTE_CUTEDSL_FUSED_GROUPED_MLP"
 
 HYBRID_EP_ENV_NAMES: tuple[str, ...] = (
     NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN,
@@ -234,6 +240,23 @@ def cuda_device_max_connections(
     return 32, "Hopper or older without a TP/CP split: upstream's tuned value"
 
 
+def cutedsl_fused_grouped_mlp(model: ModelDescription) -> bool:
+    """The routed experts run Transformer Engine's CuTe DSL fused grouped MLP: the op fuser is
+    on (``use_transformer_engine_op_fuser``) for grouped-GEMM experts (megatron-core's
+    ``TEGroupedMLP``, built for ``moe_grouped_gemm``) with a gated SwiGLU or quick-GeGLU, the
+    activations whose fused path megatron-core takes only with ``NVTE_CUTEDSL_FUSED_GROUPED_MLP``
+    set (``moe/experts.py`` ``TEGroupedMLP._is_fused_impl_supported``; upstream Megatron-Bridge's
+    performance scripts set it with the op fuser, ``scripts/performance/utils/utils.py``
+    ``cutedsl_fused_grouped_mlp``)."""
+    return bool(
+        model.use_transformer_engine_op_fuser
+        and model.num_moe_experts
+        and model.moe_grouped_gemm
+        and model.gated_linear_unit
+        and model.activation_func in ("silu", "quick_gelu")
+    )
+
+
 def hybrid_ep_environment(
     *, ep_size: int, etp_size: int = 1, gpu: str | None
 ) -> tuple[LaunchEnvEntry, ...]:
@@ -369,6 +392,7 @@ def plan_launch_env(
     etp_size: int = 1,
     moe_flex_dispatcher_backend: str | None = None,
     megatron_fsdp: bool = False,
+    cutedsl_fused_grouped_mlp: bool = False,
     a2a_overlap: bool = False,
     enable_layernorm_sm_margin: bool = True,
     layernorm_sm_margin: int = DEFAULT_LAYERNORM_SM_MARGIN,
@@ -378,9 +402,12 @@ def plan_launch_env(
 
     The GPU generation comes from ``gpu`` (a catalogue name) when given, else from
     ``gpu_sm100_or_newer``; HybridEP's topology (backend ``hybridep`` only) needs ``gpu``.
+    ``cutedsl_fused_grouped_mlp`` (:func:`cutedsl_fused_grouped_mlp` of the model) exports
+    ``NVTE_CUTEDSL_FUSED_GROUPED_MLP=1``.
     """
     generation = _generation(gpu, gpu_sm100_or_newer)
     backend = _validated_layout(tp_size, cp_size, dp_size, pp_size, moe_flex_dispatcher_backend)
+    check_bool("", "cutedsl_fused_grouped_mlp", cutedsl_fused_grouped_mlp)
     check_bool("", "enable_layernorm_sm_margin", enable_layernorm_sm_margin)
     margin = validate_layernorm_sm_margin(layernorm_sm_margin)
     chunk = validate_nccl_pp_comm_chunksize(nccl_pp_comm_chunksize)
@@ -421,6 +448,18 @@ def plan_launch_env(
     )
     if backend == "hybridep":
         entries += hybrid_ep_environment(ep_size=ep_size, etp_size=etp_size, gpu=gpu)
+    if cutedsl_fused_grouped_mlp:
+        entries += (
+            LaunchEnvEntry(
+                name=NVTE_CUTEDSL_FUSED_GROUPED_MLP,
+                value="1",
+                reason=(
+                    "use_transformer_engine_op_fuser with gated experts: megatron-core builds "
+                    "their fused grouped MLP only with it (required; unset, the model build "
+                    "fails its assertion)"
+                ),
+            ),
+        )
     return LaunchEnvPlan(entries=entries)
 
 
@@ -449,6 +488,7 @@ def check_live_environment(
     a2a_overlap: bool,
     moe_flex_dispatcher_backend: str | None,
     megatron_fsdp: bool,
+    cutedsl_fused_grouped_mlp: bool = False,
     env: Mapping[str, str],
 ) -> list[str]:
     """Compare an environment with what the layout *requires*; return readable problems.
@@ -464,6 +504,9 @@ def check_live_environment(
       streams; upstream Megatron-Bridge asserts it when it validates the config).
     - HybridEP backend: ``NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN``, when set, an integer that
       divides the EP size (``HybridEPBuffer`` asserts it).
+    - Gated experts under the op fuser (``cutedsl_fused_grouped_mlp``):
+      ``NVTE_CUTEDSL_FUSED_GROUPED_MLP`` an integer of 1 or more (megatron-core reads it with
+      ``int()`` and asserts the fused path is supported).
 
     An empty list means no problem. The caller decides whether to warn or raise.
     """
@@ -472,6 +515,7 @@ def check_live_environment(
     validate_parallel_size("etp_size", etp_size)
     check_bool("", "a2a_overlap", a2a_overlap)
     check_bool("", "megatron_fsdp", megatron_fsdp)
+    check_bool("", "cutedsl_fused_grouped_mlp", cutedsl_fused_grouped_mlp)
     problems = []
 
     live = _live_int(env, CUDA_DEVICE_MAX_CONNECTIONS)
@@ -509,6 +553,18 @@ def check_live_environment(
                 f"{ep_size}; HybridEP asserts that the EP group splits into whole NVLink "
                 "domains. Use a divisor of the EP size, or unset it to let HybridEP detect it."
             )
+    if cutedsl_fused_grouped_mlp:
+        fused = _live_int(env, NVTE_CUTEDSL_FUSED_GROUPED_MLP)
+        if not isinstance(fused, int) or fused < 1:
+            shown = "unset" if fused is None else f"{fused!r}"
+            problems.append(
+                "use_transformer_engine_op_fuser is on for gated (SwiGLU or quick-GeGLU) "
+                f"experts, but {NVTE_CUTEDSL_FUSED_GROUPED_MLP} is {shown}: megatron-core's "
+                "TEGroupedMLP takes Transformer Engine's fused grouped MLP only when it is an "
+                "integer of 1 or more, and asserts that the fused path is supported, so the "
+                "model build fails. Set it to 1 on the launcher (PerfEnvPlugin does), or set "
+                "use_transformer_engine_op_fuser=False."
+            )
     return problems
 
 
@@ -526,6 +582,7 @@ def launch_layout(job: JobDescription) -> dict[str, Any]:
         "etp_size": job.etp_size,
         "moe_flex_dispatcher_backend": job.model.flex_backend,
         "megatron_fsdp": job.use_megatron_fsdp,
+        "cutedsl_fused_grouped_mlp": cutedsl_fused_grouped_mlp(job.model),
     }
 
 

@@ -1,0 +1,208 @@
+"""``NVTE_CUTEDSL_FUSED_GROUPED_MLP``: required when gated experts run Transformer Engine's op fuser.
+
+megatron-core's ``TEGroupedMLP`` asserts, when the op fuser is on, that its fused implementation
+is supported (``moe/experts.py`` ``_is_fused_impl_supported``); for a SwiGLU or a quick-GeGLU
+that holds only with the variable set to 1 or more. The launch plan exports it, the live check
+names it when it is missing, the NeMo-Run plugin puts it on the executor, and the rule
+(``launch_env.cutedsl_fused_grouped_mlp``) is held equal to megatron-core's own check.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import logging
+import sys
+import types
+
+import nemo_run as run
+import pytest
+
+from megatron.bridge.recipes import recipe_spec
+from megatron.bridge.recipes.run_plugins import PerfEnvPlugin
+from megatron.bridge.training import launch_env
+from megatron.bridge.training.job_configs import _activation
+from megatron.bridge.training.launch_env import (
+    NVTE_CUTEDSL_FUSED_GROUPED_MLP,
+    check_live_environment,
+    cutedsl_fused_grouped_mlp,
+    plan_launch_env_for,
+)
+
+_NAME = NVTE_CUTEDSL_FUSED_GROUPED_MLP
+
+
+def _gpt_oss(*, op_fuser: bool = True, **changes):
+    """GPT-OSS 120B's published GB300 job (quick-GeGLU experts, grouped GEMM), op fuser set."""
+    spec = recipe_spec("gpt_oss_120b")
+    model = dataclasses.replace(spec.job.model, use_transformer_engine_op_fuser=op_fuser, **changes)
+    return dataclasses.replace(spec.job, model=model)
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        ({}, True),  # quick-GeGLU, gated, grouped GEMM
+        ({"activation_func": "silu"}, True),  # SwiGLU
+        ({"use_transformer_engine_op_fuser": False}, False),
+        ({"moe_grouped_gemm": False}, False),  # SequentialMLP: no op fuser path
+        ({"gated_linear_unit": False, "activation_func": "squared_relu"}, False),
+        ({"activation_func": "gelu"}, False),
+        ({"num_moe_experts": None, "moe_router_topk": 2}, False),  # dense: no experts
+    ],
+)
+def test_the_rule_names_gated_grouped_experts_under_the_op_fuser(changes, expected):
+    model = dataclasses.replace(_gpt_oss().model, **changes)
+    assert cutedsl_fused_grouped_mlp(model) is expected
+
+
+def test_the_plan_exports_1_with_its_reason_only_when_the_rule_holds():
+    fused = plan_launch_env_for(_gpt_oss(), a2a_overlap=False)
+    assert fused.env[_NAME] == "1"
+    assert "use_transformer_engine_op_fuser" in fused.entry(_NAME).reason
+    plain = plan_launch_env_for(_gpt_oss(op_fuser=False), a2a_overlap=False)
+    assert _NAME not in plain.env
+    with pytest.raises(KeyError):
+        plain.entry(_NAME)
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [(None, True), ("0", True), ("-1", True), ("yes", True), ("1", False), ("2", False)],
+)
+def test_the_live_check_requires_an_integer_of_1_or_more(value, problem):
+    layout = launch_env.launch_layout(_gpt_oss())
+    env = {} if value is None else {_NAME: value}
+    problems = check_live_environment(**layout, a2a_overlap=False, env=env)
+    named = [p for p in problems if _NAME in p]
+    assert bool(named) is problem
+    if problem:
+        assert "use_transformer_engine_op_fuser" in named[0] and "model build fails" in named[0]
+    # Without the op fuser the variable is not required.
+    plain = launch_env.launch_layout(_gpt_oss(op_fuser=False))
+    assert not [
+        p for p in check_live_environment(**plain, a2a_overlap=False, env=env) if _NAME in p
+    ]
+
+
+def test_the_plugin_puts_it_on_the_executor_and_warns_of_a_0_kept_there(caplog):
+    executor = run.LocalExecutor()
+    job = _gpt_oss()
+    layout = launch_env.launch_layout(job)
+    fields = {k: v for k, v in layout.items() if k != "dp_size"}
+    PerfEnvPlugin(gpu=job.gpu, num_gpus=job.world_size, **fields).setup(
+        run.Script(path="/opt/pretrain.py", entrypoint="python"), executor
+    )
+    assert executor.env_vars[_NAME] == "1"
+
+    caplog.set_level(logging.WARNING, logger="megatron.bridge.recipes.run_plugins")
+    kept = run.LocalExecutor(env_vars={_NAME: "0"})
+    PerfEnvPlugin(gpu=job.gpu, num_gpus=job.world_size, **fields).setup(
+        run.Script(path="/opt/pretrain.py", entrypoint="python"), kept
+    )
+    assert kept.env_vars[_NAME] == "0"
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and _NAME in warnings[0]
+
+
+def test_a_plain_recipe_exports_nothing_of_it():
+    for name in ("gpt_oss_120b", "nemotron_3_ultra", "llama3_8b"):
+        # Nemotron 3 Ultra runs the op fuser on squared-ReLU experts: no CuTe DSL GLU kernel.
+        assert _NAME not in recipe_spec(name).launch_env().env
+
+
+# --- the rule against megatron-core's own check ------------------------------------------------
+
+
+class _GroupedLinear:
+    """Transformer Engine's ``GroupedLinear`` as ``_is_fused_impl_supported`` inspects it."""
+
+    def __init__(self, *, use_bias: bool = False, scale_bias: bool = False) -> None:
+        self.use_bias = use_bias
+
+
+@pytest.fixture
+def te_on_a_cpu_machine(monkeypatch):
+    """Transformer Engine cannot be imported on a CPU machine: its op-fuser module, its
+    ``GroupedLinear`` and its version check are stood in for; the rest of the check runs as
+    megatron-core wrote it."""
+    from megatron.core.transformer.moe import experts
+
+    ops = types.ModuleType("transformer_engine.pytorch.ops")
+    for name in ("ScaledSwiGLU", "ScaledClampedQGeGLU", "ScaledSReLU"):
+        setattr(ops, name, type(name, (), {}))
+    ops.GroupedLinear = _GroupedLinear
+    pytorch = types.ModuleType("transformer_engine.pytorch")
+    pytorch.ops = ops
+    pytorch.GroupedLinear = _GroupedLinear
+    te = types.ModuleType("transformer_engine")
+    te.pytorch = pytorch
+    monkeypatch.setitem(sys.modules, "transformer_engine", te)
+    monkeypatch.setitem(sys.modules, "transformer_engine.pytorch", pytorch)
+    monkeypatch.setitem(sys.modules, "transformer_engine.pytorch.ops", ops)
+    monkeypatch.setattr(experts, "HAVE_TE", True)
+    monkeypatch.setattr(experts, "te", te, raising=False)
+    monkeypatch.setattr(experts, "is_te_min_version", lambda version: True)
+    assert "scale_bias" in inspect.signature(_GroupedLinear.__init__).parameters
+    return experts.TEGroupedMLP._is_fused_impl_supported
+
+
+@pytest.mark.parametrize("activation", ["silu", "quick_gelu", "gelu", "relu", "squared_relu"])
+@pytest.mark.parametrize("gated", [True, False])
+def test_the_variable_decides_megatron_cores_fused_path_exactly_where_the_rule_says(
+    te_on_a_cpu_machine, monkeypatch, activation, gated
+):
+    model = dataclasses.replace(
+        _gpt_oss().model, activation_func=activation, gated_linear_unit=gated
+    )
+    config = types.SimpleNamespace(
+        activation_func=_activation(activation),
+        gated_linear_unit=gated,
+        moe_apply_probs_on_input=False,
+        use_fused_weighted_squared_relu=False,
+    )
+    module = types.SimpleNamespace(
+        config=config,
+        tp_group=types.SimpleNamespace(size=lambda: 1),
+        linear_fc1=_GroupedLinear(),
+        linear_fc2=_GroupedLinear(use_bias=True),
+    )
+    supported = {}
+    for value in (None, "0", "1"):
+        if value is None:
+            monkeypatch.delenv(_NAME, raising=False)
+        else:
+            monkeypatch.setenv(_NAME, value)
+        supported[value] = te_on_a_cpu_machine(module)
+    decides = supported["1"] and not supported[None] and not supported["0"]
+    assert decides is cutedsl_fused_grouped_mlp(model)
+    if cutedsl_fused_grouped_mlp(model):
+        layout = launch_env.launch_layout(dataclasses.replace(_gpt_oss(), model=model))
+        for value in (None, "0", "1"):
+            env = {} if value is None else {_NAME: value}
+            problems = [
+                p
+                for p in check_live_environment(**layout, a2a_overlap=False, env=env)
+                if _NAME in p
+            ]
+            assert bool(problems) is not supported[value]
+
+
+def test_quick_gelu_is_written_as_the_function_megatron_core_compares_against():
+    # TransformerConfig refuses glu_linear_offset and bias_activation_fusion with any other
+    # quick_gelu object, and TEGroupedMLP's fused quick-GeGLU paths compare by identity.
+    from megatron.core.fusions.fused_bias_geglu import quick_gelu
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    written = _activation("quick_gelu")
+    assert written is quick_gelu
+    config = TransformerConfig(
+        num_layers=2,
+        hidden_size=64,
+        num_attention_heads=4,
+        activation_func=written,
+        gated_linear_unit=True,
+        bias_activation_fusion=True,
+        glu_linear_offset=1.0,
+    )
+    assert config.activation_func is quick_gelu
