@@ -98,7 +98,7 @@ def run_search(args: argparse.Namespace) -> tuple[SearchResult, dict[str, Any], 
             f"{spec.job.gpu} at global batch {gbs}: {counts['layouts']} layouts tried, "
             f"{counts['rejected']} refused by a layout rule, "
             f"{counts['pruned'] + counts['no_fit']} above the GPU's memory by the estimate "
-            f"({counts['pruned']} by their weights, gradients and optimizer state alone). Use "
+            f"({counts['pruned']} by their 16-bit weights alone). Use "
             "more GPUs, a GPU with more memory, or a smaller global batch or sequence."
             + (
                 f" The most frequent refusal ({result.refusals[0][1]} layouts): "
