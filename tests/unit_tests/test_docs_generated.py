@@ -140,7 +140,6 @@ def test_every_picture_is_drawn_from_what_explain_estimates_now(picture):
 
 def test_png_description_reads_what_plot_step_writes(tmp_path):
     # The reader above is ours; hold it to matplotlib's writer on a picture of known data.
-    pytest.importorskip("matplotlib", reason="the plot extra is a dev dependency")
     from megatron.bridge.training.estimate_plot import picture_digest, plot_step
 
     # One GPU, one micro-batch: a picture of a few bars, quick to draw.

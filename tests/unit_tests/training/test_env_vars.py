@@ -110,7 +110,6 @@ def test_strict_refuses_a_required_value_before_exporting_anything():
 
 @pytest.mark.parametrize("name", BUILDABLE_RECIPES)
 def test_recipe_env_vars_are_what_perf_env_plugin_exports(name):
-    pytest.importorskip("nemo_run")
     from megatron.bridge.recipes.run_plugins import PerfEnvPlugin
 
     spec = recipe_spec(name)

@@ -310,7 +310,6 @@ def test_estimate_refuses_facts_without_a_gpu():
 
 
 def test_plot_renders(tmp_path):
-    pytest.importorskip("matplotlib")
     from megatron.bridge.training.estimate_plot import plot_step
 
     spec = llama31_405b.SPEC
