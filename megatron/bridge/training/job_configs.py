@@ -122,6 +122,7 @@ def _functions() -> tuple[Callable[[Any], Any], ...]:
 #: The types of a plain value read off the config that the raw cache key holds as they are:
 #: immutable, hashable, and converted by the field's kind alone.
 _SCALARS = frozenset({type(None), bool, int, float, str})
+_SCALARS_AND_TUPLES = _SCALARS | {tuple}
 
 
 def describe_model(model_config: Any) -> ModelDescription:
@@ -137,10 +138,17 @@ def describe_model(model_config: Any) -> ModelDescription:
         raw = tuple(getattr(model_config, name, default) for name, default, _how in plain)
     computed = tuple(read(model_config) for read in _functions())
     raw_types = tuple(map(type, raw))
-    if _SCALARS.issuperset(raw_types):
-        # Every plain value a scalar (the common case): the description is a pure function of
-        # what was read, keyed with each value's type (1, 1.0 and True are equal and hash alike).
-        key = (raw, raw_types, computed, tuple(map(_typed, computed)))
+    if list in raw_types:
+        # megatron-core's list fields (offload_modules, recompute_modules) as the tuples the
+        # description holds: hashable, so the common case below still keys the cache.
+        raw = tuple(tuple(v) if type(v) is list else v for v in raw)
+        raw_types = tuple(map(type, raw))
+    if _SCALARS_AND_TUPLES.issuperset(raw_types):
+        # Every plain value a scalar or a tuple (the common case): the description is a pure
+        # function of what was read, keyed with each value's type, inside tuples too (1, 1.0
+        # and True are equal and hash alike).
+        inner = tuple(_typed(v) for v in raw if type(v) is tuple) if tuple in raw_types else ()
+        key = (raw, raw_types, inner, computed, tuple(map(_typed, computed)))
         try:
             hash(key)
         except TypeError:  # a computed value megatron-core holds unhashed
@@ -198,9 +206,9 @@ def _described(key: tuple[Any, ...]) -> ModelDescription:
 
 @functools.lru_cache(maxsize=256)
 def _described_raw(key: tuple[Any, ...]) -> ModelDescription:
-    # The same, keyed by the scalars as read (key[0]) and the computed values (key[2]): a setup
-    # that reads the same configs again skips the conversion too.
-    return _description(_converted(key[0], _plain()[1]) + key[2])
+    # The same, keyed by the plain values as read (key[0], lists as tuples) and the computed
+    # values (key[3]): a setup that reads the same configs again skips the conversion too.
+    return _description(_converted(key[0], _plain()[1]) + key[3])
 
 
 @functools.cache

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from megatron.core.transformer.transformer_config import TransformerConfig
 
-from megatron.bridge.training.job_configs import describe_model
+from megatron.bridge.training.job_configs import _described_raw, describe_model
 
 
 def _config() -> TransformerConfig:
@@ -36,3 +36,19 @@ def test_a_value_that_cannot_be_hashed_is_still_described():
     config = _config()
     config.moe_layer_freq = {"every": 1}  # not a form megatron-core takes; read as it stands
     assert describe_model(config).moe_layer_freq == {"every": 1}
+
+
+def test_list_fields_are_read_through_the_keyed_cache():
+    # megatron-core holds offload_modules and recompute_modules as lists: a reading with them is
+    # keyed as tuples (element types included), so a second equal reading is a cache hit.
+    config = _config()
+    config.recompute_modules = ["core_attn", "mlp"]
+    first = describe_model(config)
+    hits = _described_raw.cache_info().hits
+    assert describe_model(config) is first
+    assert _described_raw.cache_info().hits == hits + 1
+    assert first.recompute_modules == ("core_attn", "mlp")
+    config.recompute_modules = ("core_attn", "mlp")  # the tuple form reads alike
+    assert describe_model(config) is first
+    config.recompute_modules = ["mlp"]
+    assert describe_model(config).recompute_modules == ("mlp",)
