@@ -87,6 +87,7 @@ FLAG_FIELDS: dict[str, str] = {
     "moe_router_score_function": "model.moe_router_score_function",
     "moe_router_load_balancing_type": "model.moe_router_load_balancing_type",
     "moe_grouped_gemm": "model.moe_grouped_gemm",
+    "use_fused_weighted_squared_relu": "model.use_fused_weighted_squared_relu",
     "moe_router_enable_expert_bias": "model.moe_router_enable_expert_bias",
     "moe_router_topk_scaling_factor": "model.moe_router_topk_scaling_factor",
     "moe_n_hash_layers": "model.moe_n_hash_layers",
@@ -229,6 +230,12 @@ def _check_vpp_is_read(args: argparse.Namespace, spec: RecipeSpec) -> None:
 _READ_ONLY_WITH: tuple[
     tuple[tuple[str, ...], Callable[[ModelDescription], bool], str, str], ...
 ] = (
+    (
+        ("use_fused_weighted_squared_relu",),
+        lambda m: m.activation_func == "squared_relu",
+        "megatron-core reads it only for a squared-ReLU activation",
+        "add --squared-relu",
+    ),
     (
         ("cpu_offloading_num_layers",),
         lambda m: m.cpu_offloading,

@@ -630,6 +630,14 @@ def _add_job_flags(ex: argparse.ArgumentParser, *, layout: bool) -> None:
         const=True,
         help="gated MLP with quick-GELU (GPT-OSS)",
     )
+    # Megatron-LM generates this one from TransformerConfig's field (arguments.py,
+    # ArgumentGroupFactory(TransformerConfig)).
+    _add_switch(
+        ex,
+        "--use-fused-weighted-squared-relu",
+        "squared-ReLU fused with the router-probability weighting (Nemotron-H recipes; "
+        "Transformer Engine's op fuser needs it for squared-ReLU experts)",
+    )
     # Megatron-LM's spellings (megatron/training/arguments.py).
     ex.add_argument(
         "--disable-bias-linear",

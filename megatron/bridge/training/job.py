@@ -301,6 +301,10 @@ class ModelDescription:
     use_transformer_engine_op_fuser: bool = False
     """MoE experts run in Transformer Engine's operation fuser (offload module fused_group_mlp
     needs it)."""
+    use_fused_weighted_squared_relu: bool = False
+    """The squared-ReLU activation runs fused with the router-probability weighting
+    (megatron-core's weighted_squared_relu_impl); the op fuser needs it for squared-ReLU
+    experts."""
     cross_entropy_loss_fusion: bool = False
     """The loss runs in a fused cross-entropy kernel (cross_entropy_fusion_impl's)."""
     cross_entropy_fusion_impl: str = "native"

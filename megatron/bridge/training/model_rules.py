@@ -6,7 +6,9 @@ the queue wait. :func:`check_model` applies the same rules to a
 :class:`~megatron.bridge.training.job.ModelDescription` on a laptop, so planning a job rejects what
 megatron-core would reject.
 
-Scope (each rule is a small function below, citing the megatron-core code it mirrors):
+Scope (each rule is a small function below, citing the megatron-core code it mirrors; one more,
+the experts' fused grouped MLP under Transformer Engine's op fuser, is asserted when megatron-core
+builds the experts):
 
 - the rules that read only description fields, with megatron-core's own derivations first
   (``expert_tensor_parallel_size`` None is the TP size, ``recompute_modules`` None is
@@ -36,6 +38,7 @@ from megatron.bridge.training.job import ModelDescription
 
 __all__ = [
     "OFFLOAD_MODULES",
+    "TE_OP_FUSER_MINIMUM",
     "UNDESCRIBED_DEFAULTS",
     "check_model",
     "check_moe_layer_pattern",
@@ -43,7 +46,12 @@ __all__ = [
 ]
 
 UNDESCRIBED_DEFAULTS: Mapping[str, Any] = MappingProxyType(
-    {"fp8_quantizer_factory": None, "fp4_quantizer_factory": None, "moe_enable_deepep": False}
+    {
+        "fp8_quantizer_factory": None,
+        "fp4_quantizer_factory": None,
+        "moe_enable_deepep": False,
+        "moe_apply_probs_on_input": False,
+    }
 )
 """megatron-core ``TransformerConfig`` fields that :func:`check_model`'s rules read but
 ``ModelDescription`` does not hold, with megatron-core's defaults, which the rules assume. A
@@ -576,6 +584,70 @@ def _check_dispatch_backward_te(
         )
 
 
+TE_OP_FUSER_MINIMUM = (2, 14)
+"""The Transformer Engine version megatron-core's ``TEGroupedMLP`` needs for its fused grouped MLP
+(``moe/experts.py`` ``_is_fused_impl_supported``: ``is_te_min_version("2.14.0")``)."""
+
+#: Gated activations whose fused grouped MLP megatron-core builds (SwiGLU, quick-GeGLU).
+_FUSED_GLU_ACTIVATIONS = ("silu", "quick_gelu")
+
+
+def _check_te_op_fuser(m: ModelDescription, *, etp: int, te_version: str | None) -> None:
+    # Mirrors moe/experts.py TEGroupedMLP.__init__, which asserts _is_fused_impl_supported() when
+    # use_transformer_engine_op_fuser is on (at model build, on every rank). Grouped-GEMM experts
+    # only: SequentialMLP (moe_grouped_gemm False) has no fused path and reads no op fuser. The
+    # launch variable the gated path also needs is the launch plan's
+    # (launch_env.cutedsl_fused_grouped_mlp); TE's scale_bias for an fc2 bias comes with the
+    # versions this rule asks for.
+    if not (m.use_transformer_engine_op_fuser and m.num_moe_experts and m.moe_grouped_gemm):
+        return
+    field = "use_transformer_engine_op_fuser=True"
+    minimum = ".".join(map(str, TE_OP_FUSER_MINIMUM))
+    if _te_below(te_version, f"{minimum}.0"):
+        raise ValueError(
+            f"{field} needs Transformer Engine >= {minimum} for the experts' fused grouped MLP "
+            f"(found {_te_found(te_version)}). Upgrade Transformer Engine or set "
+            "use_transformer_engine_op_fuser=False."
+        )
+    if etp > 1:
+        raise ValueError(
+            f"{field} with expert_tensor_parallel_size={etp}: the experts' fused grouped MLP runs "
+            "without tensor parallelism. Set expert_tensor_parallel_size=1 or "
+            "use_transformer_engine_op_fuser=False."
+        )
+    split = [
+        name
+        for name in ("expert_fc1", "moe_act")
+        if m.fine_grained_activation_offloading and name in m.offload_modules
+    ]
+    if split:
+        raise ValueError(
+            f"{field} with offload_modules holding {split}: the fused grouped MLP offloads only "
+            "as a whole. Offload 'fused_group_mlp' instead, or set "
+            "use_transformer_engine_op_fuser=False."
+        )
+    if _D["moe_apply_probs_on_input"]:
+        raise ValueError(
+            f"{field} with moe_apply_probs_on_input=True: the fused grouped MLP scales by the "
+            "router probabilities after the activation. Set one of them to False."
+        )
+    glu = m.gated_linear_unit and m.activation_func in _FUSED_GLU_ACTIVATIONS
+    srelu = (
+        m.activation_func == "squared_relu"
+        and m.use_fused_weighted_squared_relu
+        and not m.gated_linear_unit
+    )
+    if not (glu or srelu):
+        raise ValueError(
+            f"{field} with activation_func={m.activation_func!r}, gated_linear_unit="
+            f"{m.gated_linear_unit}, use_fused_weighted_squared_relu="
+            f"{m.use_fused_weighted_squared_relu}: the experts' fused grouped MLP runs a gated "
+            "silu or quick_gelu, or a squared_relu (not gated) with "
+            "use_fused_weighted_squared_relu=True. Change the activation fields or set "
+            "use_transformer_engine_op_fuser=False."
+        )
+
+
 # ---------------------------------------------------------------------------- recompute
 
 
@@ -938,6 +1010,7 @@ def check_model(model: ModelDescription, *, te_version: str | None = None) -> No
         overlap_dispatch_backward_with_experts_wgrad=m.overlap_dispatch_backward_with_experts_wgrad,
         te_version=te_version,
     )
+    _check_te_op_fuser(m, etp=etp, te_version=te_version)
 
     _check_cpu_offloading(
         cpu_offloading=m.cpu_offloading,

@@ -1,4 +1,6 @@
-"""``NVTE_CUTEDSL_FUSED_GROUPED_MLP``: required when gated experts run Transformer Engine's op fuser.
+"""Transformer Engine's op fuser on routed experts: the launch variable and the model rule.
+
+``NVTE_CUTEDSL_FUSED_GROUPED_MLP`` is required when gated experts run the op fuser.
 
 megatron-core's ``TEGroupedMLP`` asserts, when the op fuser is on, that its fused implementation
 is supported (``moe/experts.py`` ``_is_fused_impl_supported``); for a SwiGLU or a quick-GeGLU
@@ -11,16 +13,19 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import itertools
 import logging
 import sys
 import types
 
 import nemo_run as run
 import pytest
+from megatron.core.transformer.moe import experts
 
 from megatron.bridge.recipes import recipe_spec
 from megatron.bridge.recipes.run_plugins import PerfEnvPlugin
 from megatron.bridge.training import launch_env
+from megatron.bridge.training.comm_overlap.te import ASSUMED_TE_VERSION
 from megatron.bridge.training.job_configs import _activation
 from megatron.bridge.training.launch_env import (
     NVTE_CUTEDSL_FUSED_GROUPED_MLP,
@@ -28,6 +33,7 @@ from megatron.bridge.training.launch_env import (
     cutedsl_fused_grouped_mlp,
     plan_launch_env_for,
 )
+from megatron.bridge.training.model_rules import _check_te_op_fuser, check_model
 
 _NAME = NVTE_CUTEDSL_FUSED_GROUPED_MLP
 
@@ -126,8 +132,6 @@ def te_on_a_cpu_machine(monkeypatch):
     """Transformer Engine cannot be imported on a CPU machine: its op-fuser module, its
     ``GroupedLinear`` and its version check are stood in for; the rest of the check runs as
     megatron-core wrote it."""
-    from megatron.core.transformer.moe import experts
-
     ops = types.ModuleType("transformer_engine.pytorch.ops")
     for name in ("ScaledSwiGLU", "ScaledClampedQGeGLU", "ScaledSReLU"):
         setattr(ops, name, type(name, (), {}))
@@ -206,3 +210,73 @@ def test_quick_gelu_is_written_as_the_function_megatron_core_compares_against():
         glu_linear_offset=1.0,
     )
     assert config.activation_func is quick_gelu
+
+
+def test_the_op_fuser_rule_refuses_exactly_what_megatron_cores_check_finds_unsupported(
+    te_on_a_cpu_machine, monkeypatch
+):
+    # check_model's op-fuser rule against TEGroupedMLP._is_fused_impl_supported (asserted at model
+    # build), over the expert TP size, the offloaded modules, the activation fields and the TE
+    # version, with the launch variable set as the launch plan sets it.
+    monkeypatch.setenv(_NAME, "1")
+    base = _gpt_oss().model
+    cases = itertools.product(
+        (1, 2),  # expert_tensor_parallel_size
+        ((), ("expert_fc1",), ("moe_act",), ("fused_group_mlp",)),
+        ("silu", "quick_gelu", "gelu", "squared_relu"),
+        (True, False),  # gated_linear_unit
+        (True, False),  # use_fused_weighted_squared_relu
+        ("2.12.0", "2.14.0"),
+    )
+    for etp, offloaded, activation, gated, srelu, te_version in cases:
+        model = dataclasses.replace(
+            base,
+            expert_tensor_parallel_size=etp,
+            fine_grained_activation_offloading=bool(offloaded),
+            offload_modules=offloaded,
+            activation_func=activation,
+            gated_linear_unit=gated,
+            use_fused_weighted_squared_relu=srelu,
+        )
+        monkeypatch.setattr(
+            experts, "is_te_min_version", lambda v, found=te_version: _key(found) >= _key(v)
+        )
+        module = types.SimpleNamespace(
+            config=types.SimpleNamespace(
+                activation_func=_activation(activation),
+                gated_linear_unit=gated,
+                moe_apply_probs_on_input=False,
+                use_fused_weighted_squared_relu=srelu,
+            ),
+            tp_group=types.SimpleNamespace(size=lambda etp=etp: etp),
+            offload_expert_fc1="expert_fc1" in offloaded,
+            offload_moe_act="moe_act" in offloaded,
+            linear_fc1=_GroupedLinear(),
+            linear_fc2=_GroupedLinear(use_bias=True),
+        )
+        supported = te_on_a_cpu_machine(module)
+        try:
+            _check_te_op_fuser(model, etp=etp, te_version=te_version)
+            refused = False
+        except ValueError as exc:
+            refused = True
+            assert "use_transformer_engine_op_fuser" in str(exc)
+        case = (etp, offloaded, activation, gated, srelu, te_version)
+        assert refused is not supported, case
+
+
+def _key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split(".")[:3])
+
+
+def test_check_model_runs_the_op_fuser_rule_and_the_published_runs_pass_it():
+    model = dataclasses.replace(_gpt_oss().model, activation_func="gelu")
+    with pytest.raises(ValueError, match="fused grouped MLP runs a gated silu or quick_gelu"):
+        check_model(model, te_version=ASSUMED_TE_VERSION)
+    # Nemotron 3 Ultra's published GB300 run offloads fused_group_mlp, under the op fuser, with
+    # squared-ReLU experts and the fused weighted squared ReLU its recipes set.
+    ultra = recipe_spec("nemotron_3_ultra").job.model
+    assert ultra.use_transformer_engine_op_fuser and ultra.use_fused_weighted_squared_relu
+    check_model(ultra, te_version=ASSUMED_TE_VERSION)
+    with pytest.raises(ValueError, match=r"Transformer Engine >= 2\.14"):
+        check_model(ultra, te_version="2.12.0")

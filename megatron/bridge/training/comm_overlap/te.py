@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Literal, get_args
 
+from megatron.bridge.training.model_rules import TE_OP_FUSER_MINIMUM
+
 __all__ = [
     "ASSUMED_TE_VERSION",
     "TE_REQUIREMENTS",
@@ -44,6 +46,9 @@ TE_REQUIREMENTS: Mapping[str, tuple[int, int]] = MappingProxyType(
         # Megatron-FSDP accumulating wgrads into its main-grad buffer through TE's fused path
         # (megatron-core's FullyShardedDataParallel.__init__ checks it).
         "Megatron-FSDP with gradient_accumulation_fusion": (2, 10),
+        # The experts' fused grouped MLP under use_transformer_engine_op_fuser
+        # (model_rules.TE_OP_FUSER_MINIMUM).
+        "use_transformer_engine_op_fuser on grouped-GEMM experts": TE_OP_FUSER_MINIMUM,
     }
 )
 
