@@ -597,8 +597,9 @@ def _check_te_op_fuser(m: ModelDescription, *, etp: int, te_version: str | None)
     # use_transformer_engine_op_fuser is on (at model build, on every rank). Grouped-GEMM experts
     # only: SequentialMLP (moe_grouped_gemm False) has no fused path and reads no op fuser. The
     # launch variable the gated path also needs is the launch plan's
-    # (launch_env.cutedsl_fused_grouped_mlp); TE's scale_bias for an fc2 bias comes with the
-    # versions this rule asks for.
+    # (launch_env.cutedsl_fused_grouped_mlp). Not checked: GroupedLinear's scale_bias, which the
+    # check also asks of a TE op fuser for experts with an fc2 bias (a feature of TE's API, not
+    # a version the description holds).
     if not (m.use_transformer_engine_op_fuser and m.num_moe_experts and m.moe_grouped_gemm):
         return
     field = "use_transformer_engine_op_fuser=True"
