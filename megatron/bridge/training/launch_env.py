@@ -47,6 +47,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 from megatron.bridge.training.hardware import gpu_spec
+from megatron.bridge.training.model_rules import fused_glu, fused_grouped_mlp
 from megatron.bridge.training.parallel_layout import validate_parallel_size
 from megatron.bridge.training.validators import check_bool, check_choice, check_int
 
@@ -241,20 +242,14 @@ def cuda_device_max_connections(
 
 
 def cutedsl_fused_grouped_mlp(model: ModelDescription) -> bool:
-    """The routed experts run Transformer Engine's CuTe DSL fused grouped MLP: the op fuser is
-    on (``use_transformer_engine_op_fuser``) for grouped-GEMM experts (megatron-core's
-    ``TEGroupedMLP``, built for ``moe_grouped_gemm``) with a gated SwiGLU or quick-GeGLU, the
-    activations whose fused path megatron-core takes only with ``NVTE_CUTEDSL_FUSED_GROUPED_MLP``
-    set (``moe/experts.py`` ``TEGroupedMLP._is_fused_impl_supported``; upstream Megatron-Bridge's
-    performance scripts set it with the op fuser, ``scripts/performance/utils/utils.py``
+    """The routed experts run Transformer Engine's CuTe DSL fused grouped MLP
+    (``model_rules.fused_grouped_mlp``) with a gated SwiGLU or quick-GeGLU
+    (``model_rules.fused_glu``), the activations whose fused path megatron-core takes only with
+    ``NVTE_CUTEDSL_FUSED_GROUPED_MLP`` set (``moe/experts.py``
+    ``TEGroupedMLP._is_fused_impl_supported``; upstream Megatron-Bridge's performance scripts
+    set it with the op fuser, ``scripts/performance/utils/utils.py``
     ``cutedsl_fused_grouped_mlp``)."""
-    return bool(
-        model.use_transformer_engine_op_fuser
-        and model.num_moe_experts
-        and model.moe_grouped_gemm
-        and model.gated_linear_unit
-        and model.activation_func in ("silu", "quick_gelu")
-    )
+    return fused_grouped_mlp(model) and fused_glu(model)
 
 
 def hybrid_ep_environment(

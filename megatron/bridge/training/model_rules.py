@@ -42,6 +42,8 @@ __all__ = [
     "UNDESCRIBED_DEFAULTS",
     "check_model",
     "check_moe_layer_pattern",
+    "fused_glu",
+    "fused_grouped_mlp",
     "recomputed_modules",
 ]
 
@@ -592,15 +594,26 @@ TE_OP_FUSER_MINIMUM = (2, 14)
 _FUSED_GLU_ACTIVATIONS = ("silu", "quick_gelu")
 
 
+def fused_grouped_mlp(m: ModelDescription) -> bool:
+    """The routed experts run Transformer Engine's fused grouped MLP: the op fuser
+    (``use_transformer_engine_op_fuser``) on grouped-GEMM experts (megatron-core's
+    ``TEGroupedMLP``, built for ``moe_grouped_gemm``; ``SequentialMLP`` has no fused path)."""
+    return bool(m.use_transformer_engine_op_fuser and m.num_moe_experts and m.moe_grouped_gemm)
+
+
+def fused_glu(m: ModelDescription) -> bool:
+    """The experts' activation is one whose gated fused path megatron-core builds (a SwiGLU or a
+    quick-GeGLU)."""
+    return m.gated_linear_unit and m.activation_func in _FUSED_GLU_ACTIVATIONS
+
+
 def _check_te_op_fuser(m: ModelDescription, *, etp: int, te_version: str | None) -> None:
     # Mirrors moe/experts.py TEGroupedMLP.__init__, which asserts _is_fused_impl_supported() when
-    # use_transformer_engine_op_fuser is on (at model build, on every rank). Grouped-GEMM experts
-    # only: SequentialMLP (moe_grouped_gemm False) has no fused path and reads no op fuser. The
-    # launch variable the gated path also needs is the launch plan's
+    # use_transformer_engine_op_fuser is on (at model build, on every rank). The launch variable the gated path also needs is the launch plan's
     # (launch_env.cutedsl_fused_grouped_mlp). Not checked: GroupedLinear's scale_bias, which the
     # check also asks of a TE op fuser for experts with an fc2 bias (a feature of TE's API, not
     # a version the description holds).
-    if not (m.use_transformer_engine_op_fuser and m.num_moe_experts and m.moe_grouped_gemm):
+    if not fused_grouped_mlp(m):
         return
     field = "use_transformer_engine_op_fuser=True"
     minimum = ".".join(map(str, TE_OP_FUSER_MINIMUM))
@@ -632,7 +645,7 @@ def _check_te_op_fuser(m: ModelDescription, *, etp: int, te_version: str | None)
             f"{field} with moe_apply_probs_on_input=True: the fused grouped MLP scales by the "
             "router probabilities after the activation. Set one of them to False."
         )
-    glu = m.gated_linear_unit and m.activation_func in _FUSED_GLU_ACTIVATIONS
+    glu = fused_glu(m)
     srelu = (
         m.activation_func == "squared_relu"
         and m.use_fused_weighted_squared_relu
