@@ -141,6 +141,9 @@ def row_changes(row: dict) -> dict[str, Any]:
         etp=row.get("etp"),
         layout=row.get("pipeline_layout"),
         fsdp=row["fsdp"],
+        hsdp=(row["hsdp_groups"], row["outer_dp_sharding_strategy"])
+        if "hsdp_groups" in row
+        else None,
         source=row["source"],
     )
     recipe_own = {f"model.{field}" for field in (*recompute_fields(""), *offload_fields(""))}

@@ -75,6 +75,13 @@ MOE_MODELS = frozenset(
 #: nemotron_3_ultra_pretrain_256gpu_{gb300,gb200}_fp8mx_config.
 FSDP_MODELS = frozenset({"nemotron_3_ultra"})
 
+#: Models whose upstream perf recipes shard Megatron-FSDP within groups of this many GPUs (HSDP,
+#: ``num_distributed_optimizer_instances`` = GPUs // size, ``outer_dp_sharding_strategy``
+#: "optim" with more than one group). Nemotron 3 Ultra: Megatron-Bridge
+#: perf_recipes/nemotronh/common.py _apply_nemotron_3_ultra_fsdp_hsdp and its
+#: _GB300_NVLINK_DOMAIN_GPUS = 64.
+HSDP_GROUP_GPUS = {"nemotron_3_ultra": 64}
+
 #: Pipeline layouts by (PP, VP) in megatron-core's string form (E embedding, t decoder layer, m
 #: MTP layer, L loss, | a stage boundary). DeepSeek-V3 (61 layers, one MTP layer): Megatron-Bridge
 #: recipes/deepseek/h100/deepseek_v3.py _get_deepseek_v3_pipeline_layout, and PP2 x VP8 as
@@ -249,6 +256,10 @@ def rows_of(release: str, heading: str, cells: dict[str, str], source: str) -> l
         }
         if model in MOE_MODELS:
             row["etp"] = 1
+        groups = row["gpus"] // HSDP_GROUP_GPUS.get(model, row["gpus"])
+        if row["fsdp"] and groups > 1:
+            row["hsdp_groups"] = groups
+            row["outer_dp_sharding_strategy"] = "optim"
         facts = VARIANTS[variant] if variant else {}
         layout = PIPELINE_LAYOUTS.get(model, {}).get((pp, vp))
         if layout is not None:
@@ -310,7 +321,9 @@ HEADER = """\
 # name a recipe only where one exists).
 # Added from upstream's recipes (see scripts/published_rows.py for each source): etp (upstream's
 # recipes of the MoE models set expert_tensor_parallel_size = 1), pipeline_layout (megatron-core's
-# string form; DeepSeek-V3 and Kimi-K2 recipes' layout for the row's PP and VP), mtp: false (a
+# string form; DeepSeek-V3 and Kimi-K2 recipes' layout for the row's PP and VP), hsdp_groups and
+# outer_dp_sharding_strategy (Megatron-FSDP sharded within groups: num_distributed_optimizer_instances
+# and the DDP config's field; Nemotron 3 Ultra's recipes), mtp: false (a
 # run published without MTP), reason (a run whose setting the tables leave out).
 """
 

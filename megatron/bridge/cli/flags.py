@@ -106,6 +106,8 @@ FLAG_FIELDS: dict[str, str] = {
     "fp8_dot_product_attention": "model.fp8_dot_product_attention",
     "pipeline_model_parallel_layout": "model.pipeline_model_parallel_layout",
     "use_megatron_fsdp": "use_megatron_fsdp",
+    "num_distributed_optimizer_instances": "num_distributed_optimizer_instances",
+    "outer_dp_sharding_strategy": "outer_dp_sharding_strategy",
     "grad_reduce_in_fp32": "grad_reduce_in_fp32",
     "cpu_offloading": "model.cpu_offloading",
     "cpu_offloading_num_layers": "model.cpu_offloading_num_layers",

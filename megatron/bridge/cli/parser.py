@@ -16,7 +16,7 @@ from megatron.bridge.cli.flags import FLAG_FIELDS
 from megatron.bridge.training import hardware, launch_env
 from megatron.bridge.training.comm_overlap.te import ASSUMED_TE_VERSION
 from megatron.bridge.training.estimate.model_cost import parse_hybrid_pattern
-from megatron.bridge.training.job import PositionEmbeddingType
+from megatron.bridge.training.job import OUTER_DP_SHARDING_STRATEGIES, PositionEmbeddingType
 from megatron.bridge.training.pipeline_layout import parse_layout
 from megatron.bridge.training.precisions import precision_choices
 from megatron.bridge.training.validators import (
@@ -287,6 +287,17 @@ def _add_moe_router_and_layout(ex: argparse.ArgumentParser, *, layout: bool) -> 
         help="custom placement of layers on (virtual) pipeline stages, e.g. 'Et*4|(t*4|)*14tmL'",
     )
     _add_switch(ex, "--use-megatron-fsdp", "Megatron-FSDP instead of megatron-core's DDP")
+    ex.add_argument(
+        "--num-distributed-optimizer-instances",
+        type=positive_int_argument,
+        help="split the data-parallel ranks into N groups: the distributed optimizer (or "
+        "Megatron-FSDP, as HSDP) shards within each (default 1)",
+    )
+    ex.add_argument(
+        "--outer-dp-sharding-strategy",
+        choices=OUTER_DP_SHARDING_STRATEGIES,
+        help="HSDP: 'optim' shards the optimizer state over the groups too (default no_shard)",
+    )
     _add_switch(
         ex,
         "--grad-reduce-in-fp32",

@@ -25,6 +25,7 @@ from types import MappingProxyType
 from typing import Any
 
 from megatron.bridge.training import hardware
+from megatron.bridge.training.job import OUTER_DP_SHARDING_STRATEGIES
 from megatron.bridge.training.precisions import canonical_precision
 
 __all__ = [
@@ -77,6 +78,7 @@ def run(
     layout: str | None = None,
     recompute: str = "",
     fsdp: bool = False,
+    hsdp: tuple[int, str] | None = None,
     offload: str = "",
     source: str,
     **model: Any,
@@ -84,7 +86,9 @@ def run(
     """A published run: ``gpus`` GPUs of ``gpu`` (a catalogue name or a published system such
     as "DGX-GB300") in ``precision``, global/micro batch ``gbs``/``mbs``, the parallel sizes
     and the pipeline layout (megatron-core's string form), the activation recompute in the
-    table's form (:func:`recompute_fields`), whether it runs Megatron-FSDP (``fsdp``), the
+    table's form (:func:`recompute_fields`), whether it runs Megatron-FSDP (``fsdp``) and its
+    hybrid sharding (``hsdp``: ``num_distributed_optimizer_instances`` and
+    ``outer_dp_sharding_strategy``; None: one instance), the
     activation offloading in the table's form (``offload``, :func:`offload_fields`); ``model``
     holds further model fields the run sets (``moe_token_dispatcher_type="flex"``, ...). Unnamed
     sizes are megatron-core's defaults (1, no interleaving, ETP = TP, no custom layout, no
@@ -109,6 +113,9 @@ def run(
         {f"model.{field}": value for field, value in recompute_fields(recompute).items()}
     )
     changes["use_megatron_fsdp"] = fsdp
+    instances, outer = hsdp or (1, "no_shard")
+    changes["num_distributed_optimizer_instances"] = instances
+    changes["outer_dp_sharding_strategy"] = outer
     changes.update({f"model.{field}": value for field, value in offload_fields(offload).items()})
     # Upstream's performance recipes reduce gradients in 16 bits (perf_recipes/_common.py
     # _benchmark_common and _perf_precision set grad_reduce_in_fp32 = False).
@@ -201,6 +208,22 @@ def offload_fields(offload: str) -> dict[str, Any]:
 _INT_COLUMNS = ("gpus", "gbs", "mbs", "tp", "pp", "vp", "cp", "ep", "etp")
 
 
+def _sharding(text: str) -> dict[str, Any]:
+    """The ``fsdp`` column: empty (the distributed optimizer), ``1`` (Megatron-FSDP) or
+    ``hsdp:N:STRATEGY`` (Megatron-FSDP sharded within N groups, ``outer_dp_sharding_strategy``
+    STRATEGY)."""
+    kind, _, rest = text.partition(":")
+    if kind != "hsdp":
+        return {"fsdp": _flag(text)}
+    instances, _, outer = rest.partition(":")
+    if not instances.isdigit() or outer not in OUTER_DP_SHARDING_STRATEGIES:
+        raise ValueError(
+            f"{PUBLISHED_RUNS_TABLE.name}: the fsdp column's hybrid form is hsdp:N:optim or "
+            f"hsdp:N:no_shard, got {text!r}."
+        )
+    return {"fsdp": True, "hsdp": (int(instances), outer)}
+
+
 def _flag(text: str) -> bool:
     """A yes/no column: ``"1"`` or empty."""
     if text not in ("", "1"):
@@ -225,7 +248,7 @@ def _table() -> dict[str, tuple[PublishedRun, ...]]:
                     row["precision"],
                     layout=row["layout"] or None,
                     recompute=row["recompute"],
-                    fsdp=_flag(row["fsdp"]),
+                    **_sharding(row["fsdp"]),
                     offload=row["offload"],
                     source=row["source"],
                     **sizes,

@@ -379,6 +379,8 @@ class RecipeSpec:
                 use_distributed_optimizer=dist_opt,
                 check_for_nan_in_grad=True,
                 use_megatron_fsdp=self.job.use_megatron_fsdp,
+                num_distributed_optimizer_instances=self.job.num_distributed_optimizer_instances,
+                outer_dp_sharding_strategy=self.job.outer_dp_sharding_strategy,
             ),
             mixed_precision=self._mixed_precision(),
             comm_overlap=self.request(),

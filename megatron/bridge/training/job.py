@@ -36,6 +36,7 @@ from megatron.bridge.training.precisions import (
 from megatron.bridge.training.validators import LIMITS, LimitError, check_limit
 
 __all__ = [
+    "OUTER_DP_SHARDING_STRATEGIES",
     "ActivationName",
     "ConfigName",
     "JobDescription",
@@ -394,6 +395,11 @@ class ModelDescription:
         return "fp8" if dtype is None else PRECISIONS[dtype].preset_family
 
 
+OUTER_DP_SHARDING_STRATEGIES = ("no_shard", "optim")
+"""The values of the DDP config's ``outer_dp_sharding_strategy`` (Megatron-LM's
+``--outer-dp-sharding-strategy`` choices)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class JobDescription:
     """One training job: the model, the world it runs on, batches, optimizer sharding, TE.
@@ -419,6 +425,15 @@ class JobDescription:
     use_megatron_fsdp: bool = False
     """The DDP config's ``use_megatron_fsdp``: megatron-core wraps the model in Megatron-FSDP,
     which reads the DP knobs its own way (the plan says which do nothing there)."""
+    num_distributed_optimizer_instances: int = 1
+    """The DDP config's ``num_distributed_optimizer_instances``: the DP x CP ranks (and the
+    expert-DP ranks) split into this many consecutive groups (megatron-core's intra partial
+    data-parallel groups); the distributed optimizer, or Megatron-FSDP, shards within a group,
+    and the groups reduce gradients among themselves once per step (with Megatron-FSDP, hybrid
+    sharding: HSDP)."""
+    outer_dp_sharding_strategy: str = "no_shard"  # one of OUTER_DP_SHARDING_STRATEGIES
+    """The DDP config's ``outer_dp_sharding_strategy`` under HSDP: ``"optim"`` shards the
+    optimizer state over the groups as well; ``"no_shard"`` replicates it in each group."""
     num_buckets: int | None = None
     """DDP bucket count set on the DDP config (exclusive with bucket_size in megatron-core)."""
     grad_reduce_in_fp32: bool = False
@@ -538,6 +553,15 @@ class JobDescription:
             pp_size=self.pp_size,
             interleaved=self.interleaved_schedule,
         )
+
+    @property
+    def optimizer_shards(self) -> tuple[int, int]:
+        """Ranks the distributed optimizer (or Megatron-FSDP) shards over within one instance:
+        (dense DP x CP ranks, expert-DP ranks) over ``num_distributed_optimizer_instances``
+        (megatron-core's intra partial data-parallel groups; experts: 1 for a dense model)."""
+        instances = self.num_distributed_optimizer_instances
+        experts = self.expert_data_parallel_size or instances
+        return self.dp_size * self.cp_size // instances, max(1, experts // instances)
 
     @property
     def expert_data_parallel_size(self) -> int | None:

@@ -261,6 +261,9 @@ LIMITS: Mapping[str, Limit] = MappingProxyType(
             1, _TOKENS, "samples per step; published runs take some 10^3 to 10^4"
         ),
         "num_buckets": Limit(1, 2**14, "DDP buckets; the step estimate places each one"),
+        "num_distributed_optimizer_instances": Limit(
+            1, _GPUS, "groups of data-parallel ranks; each holds at least one GPU"
+        ),
         "layernorm_sm_margin": Limit(0, 1024, "SMs; a GPU has at most a few hundred"),
         # NCCL's environment-variable docs: NCCL_P2P_NET_CHUNKSIZE defaults to 131072.
         "nccl_pp_comm_chunksize": Limit(2, 2**30, "bytes; NCCL's default P2P chunk is 128 KiB"),

@@ -157,7 +157,7 @@ def test_estimate_json_validates_against_the_schema():
     )
 
 
-def test_a_megatron_fsdp_job_says_its_data_parallel_traffic_is_priced_as_zero_1():
+def test_a_megatron_fsdp_job_says_how_its_data_parallel_traffic_is_priced():
     job = JobDescription(
         model=QWEN3_30B_A3B, world_size=16, gpu="h100", micro_batch_size=1, global_batch_size=64
     )
@@ -169,4 +169,4 @@ def test_a_megatron_fsdp_job_says_its_data_parallel_traffic_is_priced_as_zero_1(
         )
     ).assumptions
     assert not any("Megatron-FSDP" in a for a in plain)
-    assert any(a.startswith("Megatron-FSDP priced as the distributed optimizer") for a in fsdp)
+    assert any(a.startswith("Megatron-FSDP shards with optim_grads_params") for a in fsdp)

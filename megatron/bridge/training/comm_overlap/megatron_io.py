@@ -180,6 +180,12 @@ def describe_configs(
         use_megatron_fsdp=(
             _users_flag(ddp_config, "ddp", "use_megatron_fsdp") if megatron_ddp else False
         ),
+        num_distributed_optimizer_instances=(
+            ddp_config.num_distributed_optimizer_instances if megatron_ddp else 1
+        ),
+        outer_dp_sharding_strategy=(
+            ddp_config.outer_dp_sharding_strategy if megatron_ddp else "no_shard"
+        ),
         num_buckets=ddp_config.num_buckets if megatron_ddp else None,
         grad_reduce_in_fp32=bool(getattr(ddp_config, "grad_reduce_in_fp32", False)),
         fp8_param_gather=bool(getattr(ddp_config, "fp8_param_gather", False)),

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from megatron.bridge.training.estimate.efficiency import ALLTOALL_ACHIEVED
 from megatron.bridge.training.estimate.model_cost import ModelCost
-from megatron.bridge.training.estimate.result import CP_RING, CommEntry, Link
+from megatron.bridge.training.estimate.result import CP_RING, FSDP_PREFETCH, CommEntry, Link
 from megatron.bridge.training.estimate.stage import Stage
 from megatron.bridge.training.job import JobDescription
 
@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from megatron.bridge.training.hardware import GpuSpec
 
 __all__ = [
+    "FSDP_GATHER",
+    "FSDP_REDUCE",
     "Transfer",
     "cp_transfers",
     "dp_transfers",
@@ -37,6 +39,11 @@ _ACT_BYTES = 2
 """Bytes per activation element on the wire (bf16; FP8 all-gathers are not modelled)."""
 _PARAM_BYTES = 2
 """Bytes per parameter in the distributed optimizer's all-gather (bf16 model weights)."""
+
+FSDP_GATHER = "all-gather (params), every micro-batch's forward and backward"
+"""Megatron-FSDP's per-layer parameter gathers: they travel with each forward and backward."""
+FSDP_REDUCE = "reduce-scatter (grads), every micro-batch's backward"
+"""Megatron-FSDP's per-layer gradient reduce-scatters: they travel with each backward."""
 
 
 @dataclass(frozen=True)
@@ -186,32 +193,95 @@ def pp_transfers(job: JobDescription, stage: Stage) -> list[Transfer]:
 
 
 def _data_parallel(
-    job: JobDescription, mode: str, n: int, params: int, span: int
+    job: JobDescription, mode: str, n: int, intra: int, params: int, span: int
 ) -> list[Transfer]:
-    """One DP group's gradient (and parameter) collectives over ``n`` replicas of ``params``."""
+    """One DP group's gradient (and parameter) collectives over ``n`` replicas of ``params``,
+    the ``n`` ranks split into ``num_distributed_optimizer_instances`` consecutive groups of
+    ``intra`` (:attr:`JobDescription.optimizer_shards`)."""
     if n <= 1 or params == 0:
         return []
     grad_bytes = 4 if job.grad_reduce_in_fp32 else 2
-    ring = (n - 1) / n
+    instances = job.num_distributed_optimizer_instances
+    ring = (intra - 1) / intra
+    # Each rank of a group holds 1/intra of the parameters: across groups they reduce that share.
+    shard = params / intra
+    across = (instances - 1) / instances
+    named = f"n = {intra}" + (f" in each of {instances} groups" if instances > 1 else "")
+    out: list[Transfer] = []
+    if job.use_megatron_fsdp:
+        # Megatron-FSDP with optim_grads_params (megatron_fsdp.py _register_fsdp_hooks): each
+        # layer's parameters are gathered before its forward and again before its backward,
+        # and its gradients reduce-scattered after every backward, micro-batch by micro-batch.
+        m = job.micro_batches
+        if intra > 1:
+            out += [
+                Transfer(
+                    mode,
+                    FSDP_GATHER,
+                    m * 2 * ring * params * _PARAM_BYTES,
+                    span // instances,
+                    FSDP_PREFETCH,
+                    f"M x 2 x (n-1)/n x params x {_PARAM_BYTES}B, {named}",
+                ),
+                Transfer(
+                    mode,
+                    FSDP_REDUCE,
+                    m * ring * params * grad_bytes,
+                    span // instances,
+                    FSDP_PREFETCH,
+                    f"M x (n-1)/n x params x {grad_bytes}B, {named}",
+                ),
+            ]
+        if instances > 1 and job.outer_dp_sharding_strategy != "no_shard":
+            # HSDP with the optimizer sharded over the groups too (mcore_fsdp_adapter's
+            # hsdp_outer_dp_shard): the last micro-batch's reduce-scatter continues across
+            # the groups, and the updated shards are gathered back after the step.
+            out += [
+                Transfer(
+                    mode,
+                    "reduce-scatter (grads) across the groups",
+                    across * shard * grad_bytes,
+                    span,
+                    FSDP_PREFETCH,
+                    f"(g-1)/g x params/n x {grad_bytes}B, g = {instances}",
+                ),
+                Transfer(
+                    mode,
+                    "all-gather (params) across the groups",
+                    across * shard * _PARAM_BYTES,
+                    span,
+                    FSDP_PREFETCH,
+                    f"(g-1)/g x params/n x {_PARAM_BYTES}B, g = {instances}",
+                ),
+            ]
+        elif instances > 1:
+            out.append(_across_groups(mode, across * shard, grad_bytes, instances, span, True))
+        return out
     if job.use_distributed_optimizer:
-        return [
+        out += [
             Transfer(
                 mode,
                 "reduce-scatter (grads)",
                 ring * params * grad_bytes,
-                span,
+                span // instances,
                 "overlap_grad_reduce",
-                f"(n-1)/n x params x {grad_bytes}B, n = {n}",
+                f"(n-1)/n x params x {grad_bytes}B, {named}",
             ),
             Transfer(
                 mode,
                 "all-gather (params)",
                 ring * params * _PARAM_BYTES,
-                span,
+                span // instances,
                 "overlap_param_gather",
-                f"(n-1)/n x params x {_PARAM_BYTES}B, n = {n}",
+                f"(n-1)/n x params x {_PARAM_BYTES}B, {named}",
             ),
         ]
+        if instances > 1:
+            # megatron-core's DDP all-reduces each group's reduce-scattered shard over the
+            # groups (param_and_grad_buffer: inter_distributed_optimizer_instance_group).
+            out.append(_across_groups(mode, across * shard, grad_bytes, instances, span, False))
+        return out
+    ring = (n - 1) / n
     return [
         Transfer(
             mode,
@@ -224,20 +294,39 @@ def _data_parallel(
     ]
 
 
+def _across_groups(
+    mode: str, share: float, grad_bytes: int, instances: int, span: int, fsdp: bool
+) -> Transfer:
+    """The all-reduce of each group's gradient shard over the distributed-optimizer groups."""
+    return Transfer(
+        mode,
+        "all-reduce (grads) across the groups",
+        2 * share * grad_bytes,
+        span,
+        FSDP_PREFETCH if fsdp else "overlap_grad_reduce",
+        f"2 (g-1)/g x params/n x {grad_bytes}B, g = {instances}",
+    )
+
+
 def dp_transfers(job: JobDescription, *, dense_params: int, expert_params: int) -> list[Transfer]:
     """DP's gradient and parameter collectives: dense over DP x CP, experts over expert-DP.
 
     CP ranks hold the same weights, so dense gradients reduce over DP x CP ranks. Distributed
     optimizer: grads reduce-scattered ((n-1)/n x P x grad bytes: 4 in fp32, 2 in bf16) and bf16
-    params all-gathered ((n-1)/n x P x 2B); otherwise one all-reduce (2 (n-1)/n x P x grad
-    bytes).
+    params all-gathered ((n-1)/n x P x 2B), n the ranks of one distributed-optimizer instance,
+    whose shards then all-reduce across the instances; Megatron-FSDP: the same collectives per
+    layer in every micro-batch (the gather twice); otherwise one all-reduce (2 (n-1)/n x P x
+    grad bytes).
     """
     tp, cp, pp, dp = job.tp_size, job.cp_size, job.pp_size, job.dp_size
-    transfers = _data_parallel(job, "dp", dp * cp, dense_params, tp * cp * dp)
+    dense_intra, expert_intra = job.optimizer_shards
+    transfers = _data_parallel(job, "dp", dp * cp, dense_intra, dense_params, tp * cp * dp)
     if job.model.moe:
         etp = job.etp_size
         edp = job.expert_data_parallel_size or job.world_size // (etp * job.ep_size * pp)
-        transfers += _data_parallel(job, "dp-expert", edp, expert_params, etp * job.ep_size * edp)
+        transfers += _data_parallel(
+            job, "dp-expert", edp, expert_intra, expert_params, etp * job.ep_size * edp
+        )
     return transfers
 
 
@@ -341,7 +430,9 @@ def price(
             seconds = max(over_network, over_nvlink)
             achieved = max(over_network / share("network"), over_nvlink / share("nvlink"))
         knob = t.knob
-        hidden = knob if knob == CP_RING or (knob is not None and on(knob)) else None
+        hidden = (
+            knob if knob in (CP_RING, FSDP_PREFETCH) or (knob is not None and on(knob)) else None
+        )
         if knob is not None and hidden is None and knob not in knobs_off:
             knobs_off.append(knob)
         entries.append(

@@ -757,16 +757,19 @@ def _rank_parts(
     params = dense + expert
     storage, copies = _param_bytes(job)
     grad = _FP32 if job.grad_reduce_in_fp32 else _BF16
-    dense_shards = job.dp_size * job.cp_size
-    expert_shards = job.expert_data_parallel_size or 1
+    # Sharded within one distributed-optimizer instance; HSDP's "optim" outer strategy shards
+    # the optimizer state over the instances as well.
+    dense_shards, expert_shards = job.optimizer_shards
     fsdp = job.use_megatron_fsdp
     sharded = job.use_distributed_optimizer or fsdp
-    dense_opt = dense / dense_shards if sharded else dense
-    expert_opt = expert / expert_shards if sharded else expert
+    outer = job.num_distributed_optimizer_instances
+    outer = outer if fsdp and job.outer_dp_sharding_strategy != "no_shard" else 1
+    dense_opt = dense / dense_shards / outer if sharded else dense
+    expert_opt = expert / expert_shards / outer if sharded else expert
     optimizer_params = dense_opt + expert_opt
     on_gpu = 1.0 - (job.optimizer_offload_fraction if job.optimizer_cpu_offload else 0.0)
-    # Megatron-FSDP (optim_grads_params) shards parameters and gradients too.
-    params_held = optimizer_params if fsdp else params
+    # Megatron-FSDP (optim_grads_params) shards parameters and gradients too, within an instance.
+    params_held = dense / dense_shards + expert / expert_shards if fsdp else params
 
     tok = _tokens(job)
     vpp = len(chunks)

@@ -13,7 +13,7 @@ from typing import Any, Literal
 from megatron.bridge.training.estimate.accuracy import MeasuredAccuracy
 from megatron.bridge.training.estimate.efficiency import EP_OVERLAP
 
-__all__ = ["CP_RING", "CommEntry", "Estimate", "Link", "Prediction", "StepCost"]
+__all__ = ["CP_RING", "FSDP_PREFETCH", "CommEntry", "Estimate", "Link", "Prediction", "StepCost"]
 
 Link = Literal["nvlink", "network"]
 """Where a transfer runs: NVLink inside the NVLink domain, the GPU's network NIC outside it."""
@@ -110,6 +110,11 @@ class Prediction:
 
 CP_RING = "ring attention"
 """hidden_by for CP: TE's ring exchange overlaps the attention kernels themselves, no knob."""
+
+FSDP_PREFETCH = "Megatron-FSDP prefetch"
+"""hidden_by for Megatron-FSDP's per-layer collectives: with ``optim_grads_params`` it gathers
+the next layer's parameters while the current one computes and reduce-scatters gradients
+asynchronously, turning ``overlap_param_gather`` and ``overlap_grad_reduce`` on itself."""
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 
 from megatron.bridge.training.estimate.accuracy import measured_accuracy
 from megatron.bridge.training.estimate.comm import (
+    FSDP_GATHER,
+    FSDP_REDUCE,
     cp_transfers,
     dp_transfers,
     ep_transfers,
@@ -35,6 +37,7 @@ from megatron.bridge.training.estimate.kernels import (
 from megatron.bridge.training.estimate.model_cost import ModelCost
 from megatron.bridge.training.estimate.result import (
     CP_RING,
+    FSDP_PREFETCH,
     CommEntry,
     Estimate,
     Prediction,
@@ -397,9 +400,14 @@ def _assumptions(
         )
     if job.use_megatron_fsdp:
         assumptions.append(
-            "Megatron-FSDP priced as the distributed optimizer: one parameter all-gather and one "
-            "gradient reduce-scatter per step; its per-layer gathers in the forward and the "
-            "backward of every micro-batch (optim_grads_params) are not modelled"
+            "Megatron-FSDP shards with optim_grads_params: each layer's parameters gathered in "
+            "bf16 before its forward and its backward and its gradients reduce-scattered, every "
+            "micro-batch, hidden under the segment's compute but for each chunk's first layer"
+            + (
+                f"; across its {job.num_distributed_optimizer_instances} HSDP groups once per step"
+                if job.num_distributed_optimizer_instances > 1
+                else ""
+            )
         )
     if ep_overlap:
         assumptions.append(
@@ -496,7 +504,20 @@ def _predict(
                     "a2a",
                 )
             )
+        elif c.collective in (FSDP_GATHER, FSDP_REDUCE):
+            # Megatron-FSDP: per layer in every segment. The gathers prefetch the next layer
+            # under the current one, so only a chunk's first layer waits for its own (1/layers
+            # of the gather exposed); the reduce-scatters run asynchronously.
+            per = t / segments
+            if c.collective == FSDP_GATHER:
+                units = max(1, round(stage.layers / stage.vpp))
+                hide = (units - 1) / units if overlap else 0.0
+                layer.append(LayerStream(i, c.link, per / 2, per / 2, hide, "all"))
+            else:
+                layer.append(LayerStream(i, c.link, 0.0, per, 1.0 if overlap else 0.0, "all"))
         else:
+            # Across Megatron-FSDP's groups (HSDP): asynchronous whatever the knobs say.
+            fsdp = overlap and c.hidden_by == FSDP_PREFETCH
             n_params = dense_params if c.mode == "dp" else expert_params
             group = (
                 job.dp_size * job.cp_size
@@ -516,13 +537,13 @@ def _predict(
                         c.link,
                         t,
                         per_chunk,
-                        on("overlap_param_gather"),
+                        fsdp or on("overlap_param_gather"),
                         bool(_knob(plan, "align_param_gather")),
                         bool(_knob(plan, "overlap_param_gather_with_optimizer_step")),
                     )
                 )
             else:
-                grad_on = on("overlap_grad_reduce")
+                grad_on = fsdp or on("overlap_grad_reduce")
                 # megatron-core: one bucket without overlap_grad_reduce, else bucket_size
                 # (default max(40M, 1M x DP group) parameters).
                 size = (

@@ -31,6 +31,12 @@ def check_job(job: JobDescription) -> None:
         optional=True,
         type_error=ValueError,
     )
+    check_int(
+        "cfg.ddp",
+        "num_distributed_optimizer_instances",
+        job.num_distributed_optimizer_instances,
+        type_error=ValueError,
+    )
     check_limits(job)
     if job.gpu is not None:
         hardware.check_precision_on_gpu(gpu=job.gpu, precision=job.compute_dtype)
@@ -71,6 +77,25 @@ def check_layout(job: JobDescription) -> None:
         num_layers_in_last_pipeline_stage=job.model.num_layers_in_last_pipeline_stage,
         mtp_num_layers=job.model.mtp_num_layers,
     )
+    _check_optimizer_instances(job)
     _ = job.micro_batches  # the global batch splits and schedules (ValueError otherwise)
     # megatron-core reads "no Transformer Engine" as version 0.0.0 in its version rules.
     check_model(job.model, te_version=job.te_version if job.te_available else "0.0.0")
+
+
+def _check_optimizer_instances(job: JobDescription) -> None:
+    """megatron-core's ``initialize_model_parallel`` asserts that the DP x CP ranks and the
+    expert-DP ranks both split into ``num_distributed_optimizer_instances`` groups."""
+    instances = job.num_distributed_optimizer_instances
+    if instances == 1:
+        return
+    for what, ranks in (
+        ("data-parallel x context-parallel", job.dp_size * job.cp_size),
+        ("expert data-parallel", job.expert_data_parallel_size),
+    ):
+        if ranks is not None and ranks % instances:
+            raise ValueError(
+                f"cfg.ddp.num_distributed_optimizer_instances={instances} does not divide the "
+                f"{ranks} {what} ranks: megatron-core's initialize_model_parallel asserts it. "
+                "Pick a divisor of both the DP x CP and the expert-DP size."
+            )
