@@ -312,6 +312,9 @@ HELP_DEFAULTS: dict[str, Callable[[dict], int]] = {
     "--make-vocab-size-divisible-by": lambda d: d["overlap"]["job"]["model"][
         "make_vocab_size_divisible_by"
     ],
+    "--num-distributed-optimizer-instances": lambda d: d["overlap"]["job"][
+        "num_distributed_optimizer_instances"
+    ],
 }
 
 

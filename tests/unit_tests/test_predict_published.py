@@ -15,6 +15,7 @@ import re
 import pytest
 
 from megatron.bridge.recipes import RECIPES, plan_recipe
+from megatron.bridge.training.job import OUTER_DP_SHARDING_STRATEGIES
 from megatron.bridge.training.precisions import published_precision
 from tests.unit_tests.repo_scripts import load_script
 
@@ -62,7 +63,11 @@ def test_the_data_file_parses_with_every_column_typed_and_each_row_once():
     for row in ROWS:
         for column, kind in _COLUMNS.items():
             assert isinstance(row[column], kind), (_id(row), column)
-        assert set(row) - set(_COLUMNS) <= {"etp", "pipeline_layout", "mtp", "reason"}, _id(row)
+        added = {"etp", "pipeline_layout", "mtp", "reason", "hsdp_groups"}
+        assert set(row) - set(_COLUMNS) <= added | {"outer_dp_sharding_strategy"}, _id(row)
+        if "hsdp_groups" in row:
+            assert row["fsdp"] and row["gpus"] % row["hsdp_groups"] == 0, _id(row)
+            assert row["outer_dp_sharding_strategy"] in OUTER_DP_SHARDING_STRATEGIES, _id(row)
         assert row["gbs"] % (row["mbs"] * row["gpus"] // (row["tp"] * row["pp"] * row["cp"])) == 0
     ids = [_id(row) for row in ROWS]
     assert len(ids) == len(set(ids))
