@@ -218,8 +218,8 @@ def _sharding(text: str) -> dict[str, Any]:
     instances, _, outer = rest.partition(":")
     if not instances.isdigit() or outer not in OUTER_DP_SHARDING_STRATEGIES:
         raise ValueError(
-            f"{PUBLISHED_RUNS_TABLE.name}: the fsdp column's hybrid form is hsdp:N:optim or "
-            f"hsdp:N:no_shard, got {text!r}."
+            f"{PUBLISHED_RUNS_TABLE.name}: the fsdp column's hybrid form is hsdp:N:STRATEGY, "
+            f"STRATEGY one of {', '.join(OUTER_DP_SHARDING_STRATEGIES)}; got {text!r}."
         )
     return {"fsdp": True, "hsdp": (int(instances), outer)}
 

@@ -555,6 +555,17 @@ class JobDescription:
         )
 
     @property
+    def hsdp_outer_shard(self) -> bool:
+        """Megatron-FSDP shards the optimizer state over the distributed-optimizer groups too:
+        HSDP (more than one group) with an ``outer_dp_sharding_strategy`` other than
+        ``"no_shard"`` (``mcore_fsdp_adapter``'s ``hsdp_outer_dp_shard``)."""
+        return (
+            self.use_megatron_fsdp
+            and self.num_distributed_optimizer_instances > 1
+            and self.outer_dp_sharding_strategy != "no_shard"
+        )
+
+    @property
     def optimizer_shards(self) -> tuple[int, int]:
         """Ranks the distributed optimizer (or Megatron-FSDP) shards over within one instance:
         (dense DP x CP ranks, expert-DP ranks) over ``num_distributed_optimizer_instances``

@@ -207,6 +207,7 @@ def _data_parallel(
     shard = params / intra
     across = (instances - 1) / instances
     named = f"n = {intra}" + (f" in each of {instances} groups" if instances > 1 else "")
+    group_span = span // instances
     out: list[Transfer] = []
     if job.use_megatron_fsdp:
         # Megatron-FSDP with optim_grads_params (megatron_fsdp.py _register_fsdp_hooks): each
@@ -219,7 +220,7 @@ def _data_parallel(
                     mode,
                     FSDP_GATHER,
                     m * 2 * ring * params * _PARAM_BYTES,
-                    span // instances,
+                    group_span,
                     FSDP_PREFETCH,
                     f"M x 2 x (n-1)/n x params x {_PARAM_BYTES}B, {named}",
                 ),
@@ -227,12 +228,12 @@ def _data_parallel(
                     mode,
                     FSDP_REDUCE,
                     m * ring * params * grad_bytes,
-                    span // instances,
+                    group_span,
                     FSDP_PREFETCH,
                     f"M x (n-1)/n x params x {grad_bytes}B, {named}",
                 ),
             ]
-        if instances > 1 and job.outer_dp_sharding_strategy != "no_shard":
+        if job.hsdp_outer_shard:
             # HSDP with the optimizer sharded over the groups too (mcore_fsdp_adapter's
             # hsdp_outer_dp_shard): the last micro-batch's reduce-scatter continues across
             # the groups, and the updated shards are gathered back after the step.
@@ -263,7 +264,7 @@ def _data_parallel(
                 mode,
                 "reduce-scatter (grads)",
                 ring * params * grad_bytes,
-                span // instances,
+                group_span,
                 "overlap_grad_reduce",
                 f"(n-1)/n x params x {grad_bytes}B, {named}",
             ),
@@ -271,7 +272,7 @@ def _data_parallel(
                 mode,
                 "all-gather (params)",
                 ring * params * _PARAM_BYTES,
-                span // instances,
+                group_span,
                 "overlap_param_gather",
                 f"(n-1)/n x params x {_PARAM_BYTES}B, {named}",
             ),

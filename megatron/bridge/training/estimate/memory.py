@@ -762,8 +762,7 @@ def _rank_parts(
     dense_shards, expert_shards = job.optimizer_shards
     fsdp = job.use_megatron_fsdp
     sharded = job.use_distributed_optimizer or fsdp
-    outer = job.num_distributed_optimizer_instances
-    outer = outer if fsdp and job.outer_dp_sharding_strategy != "no_shard" else 1
+    outer = job.num_distributed_optimizer_instances if job.hsdp_outer_shard else 1
     dense_opt = dense / dense_shards / outer if sharded else dense
     expert_opt = expert / expert_shards / outer if sharded else expert
     optimizer_params = dense_opt + expert_opt
