@@ -16,11 +16,14 @@ model, per model family (:func:`~megatron.bridge.training.estimate.accuracy.mode
 (signed: how much older software differs); the median |error| over every row and over the two
 newest releases; the worst ten. Rows a constant of the estimate was fitted on
 (:data:`~megatron.bridge.training.estimate.efficiency.FIT_ROWS`,
+:data:`~megatron.bridge.training.estimate.kernels.UNFUSED_FIT_ROWS`,
 :data:`~megatron.bridge.training.estimate.kernels.SSM_FIT_ROWS`) are marked and left out of every
 median. ``--json`` prints the same as one document. ``--write-accuracy`` writes the family
 figures into ``megatron/bridge/training/estimate/accuracy.json``, which every estimate prints.
-``--fit`` prints instead, for each fitted row, the achievable fraction (or the Mamba scan's share
-of the BF16 peak) for which its prediction equals the published figure (bisection). Nothing here asserts.
+``--fit`` prints instead, for each fitted row planned as it ran, the achievable fraction, the
+unfused experts' bytes per routed element or the Mamba scan's share of the BF16 peak for which
+its prediction equals the published figure (bisection), in the order the constants depend on
+each other. Nothing here asserts.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from megatron.bridge.training import hardware
 from megatron.bridge.training.estimate import estimate_step
 from megatron.bridge.training.estimate.accuracy import ACCURACY_FILE, FAMILIES, model_family
 from megatron.bridge.training.estimate.efficiency import FIT_ROWS, Achievable, FitRow
-from megatron.bridge.training.estimate.kernels import SSM_FIT_ROWS
+from megatron.bridge.training.estimate.kernels import SSM_FIT_ROWS, UNFUSED_FIT_ROWS
 from megatron.bridge.training.precisions import published_precision
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -106,7 +109,8 @@ def gpu_of(row: dict) -> str:
 
 def fitted(row: dict) -> bool:
     """Whether a constant of the estimate was fitted on ``row`` (:data:`FIT_ROWS`,
-    :data:`~megatron.bridge.training.estimate.kernels.SSM_FIT_ROWS`)."""
+    :data:`~megatron.bridge.training.estimate.kernels.SSM_FIT_ROWS`,
+    :data:`~megatron.bridge.training.estimate.kernels.UNFUSED_FIT_ROWS`)."""
     key = (
         row["model"],
         gpu_of(row),
@@ -115,17 +119,22 @@ def fitted(row: dict) -> bool:
         row["tokens_per_s_per_gpu"],
     )
     return any(
-        (f.model, f.gpu, f.precision, f.release, f.tokens_per_s_per_gpu) == key
-        for f in (*FIT_ROWS.values(), *SSM_FIT_ROWS.values())
+        (f.model, f.gpu, f.precision, f.release, f.tokens_per_s_per_gpu) == key for f in fit_rows()
     )
+
+
+def fit_rows() -> tuple[FitRow, ...]:
+    """Every row a constant of the estimate is fitted on."""
+    return (*FIT_ROWS.values(), *SSM_FIT_ROWS.values(), *UNFUSED_FIT_ROWS.values())
 
 
 def row_changes(row: dict) -> dict[str, Any]:
     """The row's layout as job changes on top of its recipe (:func:`plan_recipe`'s ``changes``).
 
-    The sizes, batch sizes and Megatron-FSDP are a published run's (:func:`run`); the recompute
-    and activation offloading of the recipe's run on the row's GPU stay, since the tables publish
-    neither. ``mtp: false`` (a run without MTP) drops the MTP layers.
+    The sizes, batch sizes and Megatron-FSDP are a published run's (:func:`run`), and so is
+    whether its experts ran the fused grouped MLP (the row's ``fused_grouped_mlp``, read from
+    the perf configuration of the row's release); the recompute and activation offloading of the
+    recipe's run on the row's GPU stay, since the tables publish neither. ``mtp: false`` (a run without MTP) drops the MTP layers.
     """
     published = run(
         row["system"],
@@ -141,6 +150,7 @@ def row_changes(row: dict) -> dict[str, Any]:
         etp=row.get("etp"),
         layout=row.get("pipeline_layout"),
         fsdp=row["fsdp"],
+        fuser=row.get("fused_grouped_mlp", False),
         hsdp=(row["hsdp_groups"], row["outer_dp_sharding_strategy"])
         if "hsdp_groups" in row
         else None,
@@ -386,38 +396,73 @@ def accuracy_document(predictions: list[Prediction]) -> dict[str, Any]:
     }
 
 
-def fit(row: FitRow, *, steps: int = 40) -> float:
-    """The achievable fraction for which ``row``'s predicted tokens/s/GPU is its published one."""
-    plan = plan_recipe(row.model, gpu=row.gpu, precision=row.precision)
-    low, high = 0.01, 1.0
-    for _ in range(steps):
+def fit(row: FitRow) -> float:
+    """The achievable fraction for which ``row``'s prediction, as it ran, is its published one."""
+    plan = published_plan(row)
+    return _bisect(
+        row,
+        0.01,
+        1.0,
+        lambda fraction: (
+            estimate_step(
+                plan, achievable=Achievable(fraction, "bisection")
+            ).prediction.tokens_per_s_per_gpu
+        ),
+    )
+
+
+def published_plan(row: FitRow):
+    """The plan of the published row ``row`` names, as it ran (:func:`row_changes`)."""
+    (found,) = [
+        r
+        for r in load_rows()
+        if (r["model"], gpu_of(r), published_precision(r["precision"]), r["release"])
+        == (row.model, row.gpu, row.precision, row.release)
+        and r["tokens_per_s_per_gpu"] == row.tokens_per_s_per_gpu
+    ]
+    return plan_recipe(row.model, gpu=row.gpu, precision=row.precision, changes=row_changes(found))
+
+
+def _bisect(row: FitRow, low: float, high: float, predict_at: Callable[[float], float]) -> float:
+    """The value in [low, high] at which ``predict_at`` (tokens/s/GPU, monotonic in the value)
+    gives ``row``'s published figure (bisection, 40 halvings)."""
+    rising = predict_at(high) > predict_at(low)
+    for _ in range(40):
         mid = (low + high) / 2
-        predicted = estimate_step(plan, achievable=Achievable(mid, "bisection"))
-        if predicted.prediction.tokens_per_s_per_gpu < row.tokens_per_s_per_gpu:
-            low = mid
-        else:
+        if (predict_at(mid) > row.tokens_per_s_per_gpu) == rising:
             high = mid
+        else:
+            low = mid
     return (low + high) / 2
 
 
-def fit_ssm(row: FitRow, *, steps: int = 40) -> float:
-    """The SSM scan share of the BF16 peak for which ``row``'s prediction is its published one."""
-    plan = plan_recipe(row.model, gpu=row.gpu, precision=row.precision)
-    low, high = 0.001, 1.0
-    for _ in range(steps):
-        mid = (low + high) / 2
-        predicted = estimate_step(plan, ssm_scan_fraction=mid)
-        if predicted.prediction.tokens_per_s_per_gpu < row.tokens_per_s_per_gpu:
-            low = mid
-        else:
-            high = mid
-    return (low + high) / 2
+def _fit_keyword(row: FitRow, keyword: str, low: float, high: float) -> float:
+    """The value of :func:`estimate_step`'s ``keyword`` in [low, high] for which ``row``'s
+    prediction, as it ran, is its published one."""
+    plan = published_plan(row)
+    return _bisect(
+        row,
+        low,
+        high,
+        lambda value: estimate_step(plan, **{keyword: value}).prediction.tokens_per_s_per_gpu,
+    )
+
+
+def fit_ssm(row: FitRow) -> float:
+    """The SSM scan's share of the BF16 peak fitted on ``row``."""
+    return _fit_keyword(row, "ssm_scan_fraction", 0.001, 1.0)
+
+
+def fit_unfused(row: FitRow) -> float:
+    """The bytes per routed token element of the experts outside the fused grouped MLP fitted
+    on ``row``."""
+    return _fit_keyword(row, "unfused_bytes", 0.0, 4096.0)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Print the report (markdown or ``--json``), write the accuracy file, or fit."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--fit", action="store_true", help="print the fitted fractions")
+    parser.add_argument("--fit", action="store_true", help="print the fitted constants")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument(
         "--write-accuracy",
@@ -428,6 +473,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.fit:
         for key, row in FIT_ROWS.items():
             print(f"{key}: {fit(row):.3f}  ({row.source})")
+        for gen, unfused in UNFUSED_FIT_ROWS.items():
+            print(f"unfused experts {gen}: {fit_unfused(unfused):.1f}  ({unfused.source})")
         for gen, ssm in SSM_FIT_ROWS.items():
             print(f"ssm scan {gen}: {fit_ssm(ssm):.4f}  ({ssm.source})")
         return 0

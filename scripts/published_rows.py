@@ -11,13 +11,18 @@ each taking the bracketed value of every bracketed cell. SFT and LoRA tables are
 Beside the published columns each row holds layout facts the tables leave out, from upstream's
 recipes (each rule below names its source): ``etp`` for MoE models, the pipeline layout of the
 models that set one, ``mtp: false`` for a run published without MTP and ``reason`` for a run
-whose setting the tables do not say. ``--check`` changes nothing and exits 1 when the file differs
+whose setting the tables do not say; and for each MoE row ``fused_grouped_mlp``, whether its run
+had Transformer Engine's fused grouped MLP, read from the perf configuration of the
+Megatron-Bridge version its release ships (``docs/versions1.json`` at ``REV`` names it, ``DIR``
+must hold its tag ``v<version>``). ``--check`` changes nothing and exits 1 when the file differs
 from what the tables give.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import json
 import re
 import subprocess
 import sys
@@ -29,6 +34,7 @@ ROWS_FILE = (
 
 CURRENT = "docs/performance-summary.md"
 ARCHIVE = "docs/performance-summary-archive.md"
+VERSIONS = "docs/versions1.json"
 
 #: The tables' model names -> the recipe names here (or the name a recipe would have).
 MODELS = {
@@ -284,6 +290,217 @@ def collect(current: str, archive: str) -> list[dict]:
     return rows
 
 
+# --- which runs had the experts' fused grouped MLP ----------------------------------------------
+#
+# A MoE row's ``fused_grouped_mlp`` says whether its run computed the routed experts in
+# Transformer Engine's fused grouped MLP (megatron-core's TEGroupedMLP under
+# use_transformer_engine_op_fuser, with the cuteDSL kernel NVTE_CUTEDSL_FUSED_GROUPED_MLP=1
+# selects), read from the perf configuration of the Megatron-Bridge version the row's release
+# ships: upstream's docs/versions1.json names it ("0.4.2 · 26.04.01"), its tag v0.4.2 holds it.
+# - versions whose perf functions live in src/megatron/bridge/perf_recipes (0.6.0 on): the row's
+#   function ``<model>_pretrain_<gpus>gpu_<gpu>_<precision>_config``; the run has the fused MLP
+#   when the function's own environment sets NVTE_CUTEDSL_FUSED_GROUPED_MLP to 1, which upstream
+#   writes beside every use_transformer_engine_op_fuser it turns on for the experts;
+# - earlier versions: scripts/performance/configs/<family>/*workload_base_configs.py, the
+#   WorkloadBaseConfig named ``<MODEL>_PRETRAIN_CONFIG_<GPU>_<PRECISION>_V<n>`` whose GPU count,
+#   global and micro batch are the row's; its cutedsl_fused_grouped_mlp field (PR 3983, first in
+#   0.5.0) turns the op fuser on (scripts/performance/utils/overrides.py). Before that field no
+#   perf configuration or recipe turned the op fuser on (neither the field, the op fuser nor the
+#   variable appear in scripts/ or src/megatron/bridge/recipes at tags v0.2.0 to v0.4.2; 0.1.0,
+#   of 25.09, has no tag), so rows of older versions are read as without it.
+
+#: The first Megatron-Bridge version whose perf configurations can turn the fused MLP on.
+FIRST_FUSED_VERSION = (0, 5, 0)
+
+#: A row's precision label -> the spelling of upstream's config names and of its perf functions.
+_PRECISION_NAMES = {
+    "MXFP8": ("FP8_MX", "fp8mx"),
+    "FP8-MX": ("FP8_MX", "fp8mx"),
+    "FP8-CS": ("FP8_CS", "fp8cs"),
+    "FP8": ("FP8_CS", "fp8cs"),
+    "BF16": ("BF16", "bf16"),
+    "NVFP4": ("NVFP4", "nvfp4"),
+}
+_FUSED_FIELD = "cutedsl_fused_grouped_mlp"
+_FUSED_ENV = re.compile(r"[\"']NVTE_CUTEDSL_FUSED_GROUPED_MLP[\"']\s*:\s*[\"']?1\b")
+_PERF_RECIPES = "src/megatron/bridge/perf_recipes/"
+_WORKLOAD_CONFIGS = "scripts/performance/configs/"
+
+
+def release_versions(versions_json: str) -> dict[str, str]:
+    """Each NeMo container release -> the Megatron-Bridge version it ships, from upstream's
+    docs/versions1.json entries named "<version> · <release>" (or "<version> (latest) · ...")."""
+    found = {}
+    for entry in json.loads(versions_json):
+        name = entry.get("name", "")
+        if "·" in name:
+            found[name.split("·")[1].strip()] = entry["version"]
+    return found
+
+
+class Upstream:
+    """Reads files of the upstream repository at a tag, each file once."""
+
+    def __init__(self, repository: str) -> None:
+        self.repository = repository
+        self._texts: dict[tuple[str, str], str] = {}
+        self._listings: dict[tuple[str, str], tuple[str, ...]] = {}
+
+    def show(self, tag: str, path: str) -> str:
+        """The text of ``path`` at ``tag``."""
+        if (tag, path) not in self._texts:
+            self._texts[tag, path] = _git_show(self.repository, tag, path)
+        return self._texts[tag, path]
+
+    def files(self, tag: str, under: str) -> tuple[str, ...]:
+        """The files under the folder ``under`` at ``tag``."""
+        if (tag, under) not in self._listings:
+            out = subprocess.run(
+                ["git", "-C", self.repository, "ls-tree", "-r", "--name-only", tag, under],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
+            self._listings[tag, under] = tuple(out.split())
+        return self._listings[tag, under]
+
+
+def _literal(node: ast.expr) -> object:
+    try:
+        return ast.literal_eval(node)
+    except ValueError:
+        return None  # an expression the configs compute; no field read here is one
+
+
+def workload_configs(text: str, defaults: dict[str, object]) -> dict[str, dict[str, object]]:
+    """The WorkloadBaseConfig assignments of a workload_base_configs module, each as its fields:
+    ``NAME = WorkloadBaseConfig(...)``, ``NAME = replace(OTHER, ...)`` and ``NAME = OTHER``
+    evaluated in order over the class's ``defaults``."""
+    configs: dict[str, dict[str, object]] = {}
+    for node in ast.parse(text).body:
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
+            continue
+        target, value = node.targets[0], node.value
+        if not isinstance(target, ast.Name):
+            continue
+        if isinstance(value, ast.Name) and value.id in configs:
+            configs[target.id] = configs[value.id]
+        elif isinstance(value, ast.Call) and isinstance(value.func, ast.Name):
+            fields = {k.arg: _literal(k.value) for k in value.keywords if k.arg}
+            if value.func.id == "WorkloadBaseConfig":
+                configs[target.id] = {**defaults, **fields}
+            elif (
+                value.func.id == "replace"
+                and value.args
+                and isinstance(value.args[0], ast.Name)
+                and value.args[0].id in configs
+            ):
+                configs[target.id] = {**configs[value.args[0].id], **fields}
+    return configs
+
+
+def class_defaults(text: str, name: str) -> dict[str, object]:
+    """The literal defaults of the dataclass ``name``'s annotated fields in module ``text``."""
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.ClassDef) and node.name == name:
+            return {
+                item.target.id: _literal(item.value)
+                for item in node.body
+                if isinstance(item, ast.AnnAssign)
+                and isinstance(item.target, ast.Name)
+                and item.value is not None
+            }
+    raise ValueError(f"no class {name}")
+
+
+def _fused_in_function(upstream: Upstream, tag: str, function: str) -> bool | None:
+    """Whether upstream's perf function ``function`` at ``tag`` sets the fused grouped MLP's
+    variable; None when no perf recipe defines it."""
+    for path in upstream.files(tag, _PERF_RECIPES):
+        if not path.endswith(".py"):
+            continue
+        text = upstream.show(tag, path)
+        if f"def {function}(" not in text:
+            continue
+        for node in ast.parse(text).body:
+            if isinstance(node, ast.FunctionDef) and node.name == function:
+                return bool(_FUSED_ENV.search(ast.get_source_segment(text, node) or ""))
+    return None
+
+
+def _fused_in_workload_configs(upstream: Upstream, tag: str, row: dict, precision: str) -> bool:
+    """The row's cutedsl_fused_grouped_mlp among the workload configs of ``tag``."""
+    paths = [
+        p for p in upstream.files(tag, _WORKLOAD_CONFIGS) if p.endswith("workload_base_configs.py")
+    ]
+    if not any(_FUSED_FIELD in upstream.show(tag, p) for p in paths):
+        return False
+    defaults = class_defaults(
+        upstream.show(tag, "scripts/performance/utils/utils.py"), "WorkloadBaseConfig"
+    )
+    gpu = row["system"].removeprefix("DGX-")
+    prefix = f"{row['model'].upper()}_PRETRAIN_CONFIG_{gpu}_"
+    pattern = re.compile(re.escape(f"{prefix}{precision}_") + r"V\d+$")
+    candidates = {}
+    for path in paths:
+        for name, fields in workload_configs(upstream.show(tag, path), defaults).items():
+            if name.startswith(prefix):
+                candidates[name] = fields
+    named = {n: f for n, f in candidates.items() if pattern.match(n)}
+    matching = [
+        f
+        for f in named.values()
+        if (f.get("num_gpus"), f.get("global_batch_size"), f.get("micro_batch_size"))
+        == (row["gpus"], row["gbs"], row["mbs"])
+    ]
+    chosen = matching or list(named.values())
+    flags = {bool(f.get(_FUSED_FIELD)) for f in chosen}
+    if len(flags) == 1:
+        return flags.pop()
+    if not chosen and not any(f.get(_FUSED_FIELD) for f in candidates.values()):
+        return False  # no config of the model on this GPU has the fused MLP
+    raise ValueError(
+        f"{tag}: {row['model']} {row['system']} {row['precision']} GBS {row['gbs']}: the "
+        f"workload configs {sorted(named) or sorted(candidates)} do not say one "
+        f"{_FUSED_FIELD}."
+    )
+
+
+def fused_grouped_mlp(upstream: Upstream, tag: str, row: dict) -> bool:
+    """Whether the run of ``row`` had the experts' fused grouped MLP, from version ``tag``."""
+    if row["precision"] not in _PRECISION_NAMES:
+        raise ValueError(f"{tag}: precision {row['precision']!r} has no entry in _PRECISION_NAMES.")
+    config_precision, function_precision = _PRECISION_NAMES[row["precision"]]
+    gpu = row["system"].removeprefix("DGX-").lower()
+    function = f"{row['model']}_pretrain_{row['gpus']}gpu_{gpu}_{function_precision}_config"
+    in_function = _fused_in_function(upstream, tag, function)
+    if in_function is not None:
+        return in_function
+    if upstream.files(tag, _PERF_RECIPES) and not upstream.files(tag, _WORKLOAD_CONFIGS):
+        raise ValueError(f"{tag}: no perf function {function} for {row['release']}.")
+    return _fused_in_workload_configs(upstream, tag, row, config_precision)
+
+
+def add_fused_grouped_mlp(rows: list[dict], upstream: Upstream, versions: dict[str, str]) -> None:
+    """Set ``fused_grouped_mlp`` on every MoE row (before its throughput columns)."""
+    for i, row in enumerate(rows):
+        if row["model"] not in MOE_MODELS or row.get("reason"):
+            continue
+        if row["release"] not in versions:
+            raise ValueError(f"release {row['release']} has no version in docs/versions1.json.")
+        version = versions[row["release"]]
+        fused = tuple(
+            int(part) for part in version.split(".")
+        ) >= FIRST_FUSED_VERSION and fused_grouped_mlp(upstream, f"v{version}", row)
+        keys = list(row)
+        at = keys.index("tokens_per_s_per_gpu")
+        rows[i] = {
+            **{k: row[k] for k in keys[:at]},
+            "fused_grouped_mlp": fused,
+            **{k: row[k] for k in keys[at:]},
+        }
+
+
 def _scalar(value) -> str:
     if value is None:
         return "null"
@@ -324,7 +541,10 @@ HEADER = """\
 # string form; DeepSeek-V3 and Kimi-K2 recipes' layout for the row's PP and VP), hsdp_groups and
 # outer_dp_sharding_strategy (Megatron-FSDP sharded within groups: num_distributed_optimizer_instances
 # and the DDP config's field; Nemotron 3 Ultra's recipes), mtp: false (a
-# run published without MTP), reason (a run whose setting the tables leave out).
+# run published without MTP), reason (a run whose setting the tables leave out),
+# fused_grouped_mlp (MoE rows: the run computed the routed experts in Transformer Engine's fused
+# grouped MLP, read from the perf configuration of the Megatron-Bridge version of the row's
+# release, docs/versions1.json and its tag).
 """
 
 
@@ -360,14 +580,16 @@ def main(argv: list[str] | None = None) -> int:
         ).stdout.strip()
         current = _git_show(args.upstream, args.rev, CURRENT)
         archive = _git_show(args.upstream, args.rev, ARCHIVE)
+        versions = release_versions(_git_show(args.upstream, args.rev, VERSIONS))
+        rows = collect(current, archive)
+        add_fused_grouped_mlp(rows, Upstream(args.upstream), versions)
+        text = render(rows, commit)
     except subprocess.CalledProcessError as exc:
         print(
             f"error: --upstream {args.upstream} --rev {args.rev}: {exc.stderr.strip()}",
             file=sys.stderr,
         )
         return 2
-    try:
-        text = render(collect(current, archive), commit)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

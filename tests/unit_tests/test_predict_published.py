@@ -63,8 +63,12 @@ def test_the_data_file_parses_with_every_column_typed_and_each_row_once():
     for row in ROWS:
         for column, kind in _COLUMNS.items():
             assert isinstance(row[column], kind), (_id(row), column)
-        added = {"etp", "pipeline_layout", "mtp", "reason", "hsdp_groups"}
+        added = {"etp", "pipeline_layout", "mtp", "reason", "hsdp_groups", "fused_grouped_mlp"}
         assert set(row) - set(_COLUMNS) <= added | {"outer_dp_sharding_strategy"}, _id(row)
+        # Every MoE row says whether its run had the fused grouped MLP, and only MoE rows do.
+        moe = row["model"] in published_rows.MOE_MODELS and not row.get("reason")
+        assert ("fused_grouped_mlp" in row) == moe, _id(row)
+        assert isinstance(row.get("fused_grouped_mlp", False), bool), _id(row)
         if "hsdp_groups" in row:
             assert row["fsdp"] and row["gpus"] % row["hsdp_groups"] == 0, _id(row)
             assert row["outer_dp_sharding_strategy"] in OUTER_DP_SHARDING_STRATEGIES, _id(row)
@@ -173,6 +177,138 @@ def test_the_parser_refuses_a_model_it_cannot_name():
         published_rows.collect(text, "")
 
 
+# --- which runs had the fused grouped MLP, read from upstream's perf configurations -------------
+
+_UTILS = """
+from dataclasses import dataclass
+
+
+@dataclass
+class WorkloadBaseConfig:
+    num_gpus: int = 1
+    global_batch_size: int = 1
+    micro_batch_size: int = 1
+    cutedsl_fused_grouped_mlp: Optional[bool] = False
+"""
+
+_WORKLOADS = """
+from dataclasses import replace
+from utils.utils import WorkloadBaseConfig
+
+BASE_QWEN3_30B_A3B_CONFIG = WorkloadBaseConfig(global_batch_size=512)
+QWEN3_30B_A3B_PRETRAIN_CONFIG_GB200_BF16_V1 = replace(
+    BASE_QWEN3_30B_A3B_CONFIG, num_gpus=8, micro_batch_size=4
+)
+QWEN3_30B_A3B_PRETRAIN_CONFIG_GB200_FP8_MX_V1 = replace(
+    QWEN3_30B_A3B_PRETRAIN_CONFIG_GB200_BF16_V1, cutedsl_fused_grouped_mlp=True
+)
+QWEN3_30B_A3B_PRETRAIN_CONFIG_GB200_NVFP4_V1 = QWEN3_30B_A3B_PRETRAIN_CONFIG_GB200_BF16_V1
+"""
+
+_FUNCTIONS = """
+def qwen3_30b_a3b_pretrain_8gpu_gb200_fp8mx_config():
+    cfg = qwen3_30b_a3b_pretrain_config()
+    cfg.env_vars = {"CUDA_DEVICE_MAX_CONNECTIONS": 32, "NVTE_CUTEDSL_FUSED_GROUPED_MLP": 1}
+    return cfg
+
+
+def qwen3_30b_a3b_pretrain_8gpu_gb200_bf16_config():
+    cfg = qwen3_30b_a3b_pretrain_config()
+    cfg.env_vars = {"CUDA_DEVICE_MAX_CONNECTIONS": 32}
+    return cfg
+"""
+
+
+class _Tag(published_rows.Upstream):
+    """An upstream of files given as text: ``files`` by tag."""
+
+    def __init__(self, files: dict[str, dict[str, str]]) -> None:
+        super().__init__("unused")
+        self._files = files
+
+    def show(self, tag: str, path: str) -> str:
+        return self._files[tag][path]
+
+    def files(self, tag: str, under: str) -> tuple[str, ...]:
+        return tuple(p for p in self._files[tag] if p.startswith(under))
+
+
+_UPSTREAM = _Tag(
+    {
+        "v0.5.1": {
+            "scripts/performance/utils/utils.py": _UTILS,
+            "scripts/performance/configs/qwen/qwen3_workload_base_configs.py": _WORKLOADS,
+        },
+        "v0.6.0": {"src/megatron/bridge/perf_recipes/qwen/gb200/qwen3_moe.py": _FUNCTIONS},
+    }
+)
+
+
+def _row(precision: str, **fields) -> dict:
+    base = {"model": "qwen3_30b_a3b", "release": "26.06.01", "system": "DGX-GB200"}
+    return {**base, "gpus": 8, "gbs": 512, "mbs": 4, "precision": precision, **fields}
+
+
+def test_the_release_versions_are_read_from_upstreams_version_list():
+    text = json.dumps(
+        [
+            {"version": "nightly", "url": "x"},
+            {"name": "0.6.0 (latest) · 26.08", "version": "0.6.0"},
+            {"name": "0.4.2 · 26.04.01", "version": "0.4.2"},
+        ]
+    )
+    assert published_rows.release_versions(text) == {"26.08": "0.6.0", "26.04.01": "0.4.2"}
+
+
+def test_workload_configs_are_evaluated_through_replace_and_aliases():
+    defaults = published_rows.class_defaults(_UTILS, "WorkloadBaseConfig")
+    assert defaults == {
+        "num_gpus": 1,
+        "global_batch_size": 1,
+        "micro_batch_size": 1,
+        "cutedsl_fused_grouped_mlp": False,
+    }
+    configs = published_rows.workload_configs(_WORKLOADS, defaults)
+    fp8 = configs["QWEN3_30B_A3B_PRETRAIN_CONFIG_GB200_FP8_MX_V1"]
+    assert (fp8["num_gpus"], fp8["global_batch_size"], fp8["micro_batch_size"]) == (8, 512, 4)
+    assert fp8["cutedsl_fused_grouped_mlp"] is True
+    assert (
+        configs["QWEN3_30B_A3B_PRETRAIN_CONFIG_GB200_NVFP4_V1"]["cutedsl_fused_grouped_mlp"]
+        is False
+    )
+
+
+@pytest.mark.parametrize(
+    ("tag", "precision", "fused"),
+    [
+        ("v0.5.1", "MXFP8", True),
+        ("v0.5.1", "BF16", False),
+        ("v0.5.1", "NVFP4", False),
+        ("v0.6.0", "MXFP8", True),
+        ("v0.6.0", "BF16", False),
+    ],
+)
+def test_a_rows_fused_mlp_is_its_releases_configuration(tag, precision, fused):
+    assert published_rows.fused_grouped_mlp(_UPSTREAM, tag, _row(precision)) is fused
+
+
+def test_a_row_without_its_configuration_is_refused():
+    with pytest.raises(ValueError, match="no perf function"):
+        published_rows.fused_grouped_mlp(_UPSTREAM, "v0.6.0", _row("NVFP4"))
+    with pytest.raises(ValueError, match="_PRECISION_NAMES"):
+        published_rows.fused_grouped_mlp(_UPSTREAM, "v0.5.1", _row("FP4-X"))
+
+
+def test_rows_of_versions_before_the_field_are_without_the_fused_mlp():
+    rows = [_row("MXFP8", release="26.04.01", tokens_per_s_per_gpu=1.0)]
+    # No tag is read for a version before the field: this upstream has no v0.4.2.
+    published_rows.add_fused_grouped_mlp(rows, _UPSTREAM, {"26.04.01": "0.4.2"})
+    assert rows[0]["fused_grouped_mlp"] is False
+    assert list(rows[0])[-2:] == ["fused_grouped_mlp", "tokens_per_s_per_gpu"]
+    with pytest.raises(ValueError, match="no version"):
+        published_rows.add_fused_grouped_mlp(rows, _UPSTREAM, {})
+
+
 # --- the predictions ----------------------------------------------------------------------------
 
 
@@ -210,6 +346,8 @@ def test_a_recipes_own_row_as_changes_is_the_recipes_plan(row):
     }
     recipe = plan_recipe(row["model"], **picks).job
     changed = plan_recipe(row["model"], **picks, changes=predict_published.row_changes(row)).job
+    # The fused grouped MLP too: the recipe's run records what the row's release ran.
+    assert changed.model.use_transformer_engine_op_fuser is row.get("fused_grouped_mlp", False)
     assert changed == recipe
 
 
@@ -237,9 +375,11 @@ def test_the_fitted_rows_are_marked(predictions):
         if p.fitted
     }
     assert marked == {
-        (f.model, f.release, f.tokens_per_s_per_gpu)
-        for f in (*predict_published.FIT_ROWS.values(), *predict_published.SSM_FIT_ROWS.values())
+        (f.model, f.release, f.tokens_per_s_per_gpu) for f in predict_published.fit_rows()
     }
+    # One row each: the fractions', the scan's and the unfused experts' constants.
+    assert sum(p.fitted for p in predictions) == len(predict_published.fit_rows())
+    assert len(predict_published.fit_rows()) == len(predict_published.FIT_ROWS) + 1 + 2
 
 
 def test_the_table_lists_every_row_once_and_its_summaries(predictions):

@@ -80,6 +80,7 @@ def run(
     fsdp: bool = False,
     hsdp: tuple[int, str] | None = None,
     offload: str = "",
+    fuser: bool = False,
     source: str,
     **model: Any,
 ) -> PublishedRun:
@@ -89,7 +90,9 @@ def run(
     table's form (:func:`recompute_fields`), whether it runs Megatron-FSDP (``fsdp``) and its
     hybrid sharding (``hsdp``: ``num_distributed_optimizer_instances`` and
     ``outer_dp_sharding_strategy``; None: one instance), the
-    activation offloading in the table's form (``offload``, :func:`offload_fields`); ``model``
+    activation offloading in the table's form (``offload``, :func:`offload_fields`), whether
+    the routed experts run Transformer Engine's fused grouped MLP (``fuser``:
+    ``use_transformer_engine_op_fuser``); ``model``
     holds further model fields the run sets (``moe_token_dispatcher_type="flex"``, ...). Unnamed
     sizes are megatron-core's defaults (1, no interleaving, ETP = TP, no custom layout, no
     recompute)."""
@@ -117,6 +120,7 @@ def run(
     changes["num_distributed_optimizer_instances"] = instances
     changes["outer_dp_sharding_strategy"] = outer
     changes.update({f"model.{field}": value for field, value in offload_fields(offload).items()})
+    changes["model.use_transformer_engine_op_fuser"] = fuser
     # Upstream's performance recipes reduce gradients in 16 bits (perf_recipes/_common.py
     # _benchmark_common and _perf_precision set grad_reduce_in_fp32 = False).
     changes["grad_reduce_in_fp32"] = False
@@ -170,9 +174,8 @@ def offload_fields(offload: str) -> dict[str, Any]:
     (``cpu_offloading_num_layers``; weights stay). ``"fine:M1+M2:SIZE"``: fine-grained activation
     offloading of the modules M1, M2 (``offload_modules``), tensors of SIZE elements and more
     (``min_offloaded_tensor_size``); megatron-core runs ``fused_group_mlp`` only inside
-    Transformer Engine's op fuser (``TransformerConfig.__post_init__``), so
-    ``use_transformer_engine_op_fuser`` is whether the run offloads it. Every field gets a
-    value; the model rules judge
+    Transformer Engine's op fuser (``TransformerConfig.__post_init__``), which is the run's own
+    setting (:func:`run`'s ``fuser``). Every field gets a value; the model rules judge
     the values when the job is planned, ``ValueError`` here only for text in none of these forms.
     """
     fields: dict[str, Any] = {
@@ -181,7 +184,6 @@ def offload_fields(offload: str) -> dict[str, Any]:
         "fine_grained_activation_offloading": False,
         "offload_modules": (),
         "min_offloaded_tensor_size": 1024 * 1024,
-        "use_transformer_engine_op_fuser": False,
     }
     if not offload:
         return fields
@@ -201,7 +203,6 @@ def offload_fields(offload: str) -> dict[str, Any]:
         offload_modules=names,
         min_offloaded_tensor_size=int(size),
     )
-    fields["use_transformer_engine_op_fuser"] = "fused_group_mlp" in names
     return fields
 
 
@@ -250,6 +251,7 @@ def _table() -> dict[str, tuple[PublishedRun, ...]]:
                     recompute=row["recompute"],
                     **_sharding(row["fsdp"]),
                     offload=row["offload"],
+                    fuser=_flag(row["fuser"]),
                     source=row["source"],
                     **sizes,
                 )

@@ -9,10 +9,10 @@ hides at most its ``hideable`` share of its seconds. Hence, summed over the segm
 
     step >= compute x (1 + (PP - 1) / segments) + TP x (1 / TP) + EP x (1 - EP share)
 
-- compute: the executed FLOPs (model FLOPs plus the recomputed forwards) at the GPU's dense peak
-  of the compute dtype times the achievable fraction (core attention and scans run at or below
-  that peak), plus the memory-bound kernels' bytes at the HBM peak, plus the grouped GEMMs' and
-  Mamba scans' time beyond their FLOPs (the estimate's own kernel term);
+- compute: the busiest stage's compute as the estimate prices it and picks the stage by
+  (``step.stage_seconds``): the executed FLOPs (model FLOPs plus the recomputed forwards) at the
+  achievable fraction of the peaks they run at, plus the memory-bound kernels' bytes at the HBM
+  peak, plus the estimate's kernel terms (grouped GEMMs, unfused experts, Mamba scans, loss);
 - TP: its collectives' seconds at link peak (``comm.tp_transfers`` priced by ``comm.price``);
   TP overlap hides at most (TP - 1) / TP of them;
 - EP: the all-to-alls' seconds; EP overlap hides at most ``EP_OVERLAP.hidden_share`` of them.
@@ -32,11 +32,11 @@ from typing import TYPE_CHECKING
 from megatron.bridge.training.estimate.comm import ep_transfers, price, tp_transfers
 from megatron.bridge.training.estimate.efficiency import EP_OVERLAP, achievable_fraction
 from megatron.bridge.training.estimate.model_cost import ModelCost
-from megatron.bridge.training.estimate.stage import busiest_stage
+from megatron.bridge.training.estimate.stage import Stage, busiest_stage
 
-# The estimate's kernel term itself, not a copy of it: the bound must add exactly what the step
-# adds to the compute.
-from megatron.bridge.training.estimate.step import kernel_seconds
+# The estimate's compute itself, not a copy of it: the bound must count exactly what the step
+# counts, on the stage the step picks.
+from megatron.bridge.training.estimate.step import stage_seconds
 from megatron.bridge.training.hardware import gpu_spec
 from megatron.bridge.training.job import ModelDescription
 
@@ -64,38 +64,21 @@ def throughput_ceiling(
     micro_batches = job.micro_batches
     mbs = job.micro_batch_size
     cost = _cost(job.model)
-    stage = busiest_stage(job, cost, micro_batch_size=mbs, micro_batches=micro_batches)
     dp = job.dp_size
     tokens = micro_batches * mbs * dp * job.model.seq_length
-    executed = (
-        tokens
-        / dp
-        * (stage.flops_per_token + stage.recompute_flops_per_token)
-        / (job.tp_size * job.cp_size)
-    )
     fraction = achievable_fraction(gpu.name, job.compute_dtype).fraction
-    rate = gpu.peak_tflops(job.compute_dtype) * 1e12 * fraction
+
+    def seconds(stage: Stage) -> float:
+        # The stage's executed FLOPs at the fitted rate, its memory-bound bytes at the HBM peak
+        # and its kernel terms, on one GPU's tokens: the estimate's own compute, and the
+        # stage the estimate picks by it.
+        return stage_seconds(job, gpu, cost, stage, tokens=tokens / dp, fraction=fraction)
+
+    stage = busiest_stage(
+        job, cost, micro_batch_size=mbs, micro_batches=micro_batches, seconds=seconds
+    )
     segments = micro_batches * stage.vpp
-    # The memory-bound kernels' bytes at the HBM peak, over the tokens of one CP rank (the
-    # stage's bytes per token are per TP rank already), as the estimate adds them.
-    moved = (
-        tokens
-        / dp
-        / job.cp_size
-        * (stage.elementwise_bytes_per_token + stage.recompute_elementwise_bytes_per_token)
-    )
-    # The grouped GEMMs' and Mamba scans' time beyond their FLOPs: the estimate's own term,
-    # on the same tokens (one GPU's, split over TP and CP).
-    kernels = kernel_seconds(
-        job,
-        gpu,
-        cost,
-        stage,
-        tokens=tokens / dp / (job.tp_size * job.cp_size),
-        fraction=fraction,
-        ssm_scan_fraction=None,
-    )
-    compute = executed / rate + moved / (gpu.hbm_gb_per_s * 1e9) + kernels.total
+    compute = seconds(stage)
     step = compute * (1 + (job.pp_size - 1) / segments)
     # estimate_step's NVLink domain.
     domain = nvlink_domain or gpu.nvlink_domain or gpus_per_node or gpu.gpus_per_node

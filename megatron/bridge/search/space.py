@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from megatron.bridge.training.job import ModelDescription
+from megatron.bridge.training.model_rules import fused_grouped_mlp
 from megatron.bridge.training.parallel_layout import check_parallel_layout, micro_batches_per_step
 from megatron.bridge.training.pipeline_layout import check_pipeline_layout, divisors
 
@@ -198,8 +199,10 @@ def grids(
                 eps = divisors(world_size // pp) if moe else [1]
                 for ep in eps:
                     # Expert TP above TP is accepted by megatron-core, but the step estimate does
-                    # not price expert-TP traffic: the search would favour it for nothing.
-                    etps = sorted({1, tp}) if moe else [None]
+                    # not price expert-TP traffic: the search would favour it for nothing. The
+                    # experts' fused grouped MLP runs them without tensor parallelism
+                    # (model_rules.fused_grouped_mlp; megatron-core asserts it): ETP 1 only.
+                    etps = ([1] if fused_grouped_mlp(model) else sorted({1, tp})) if moe else [None]
                     for etp in etps:
                         if not _rejected(
                             check_parallel_layout,

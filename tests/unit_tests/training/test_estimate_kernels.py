@@ -10,6 +10,9 @@ from megatron.bridge.recipes import plan_recipe
 from megatron.bridge.training.estimate import estimate_step, kernels
 from megatron.bridge.training.hardware import gpu_spec
 from megatron.bridge.training.job import ModelDescription
+from tests.unit_tests.repo_scripts import load_script
+
+PREDICT_PUBLISHED = load_script("benchmarks/predict_published.py")
 
 
 def _moe(**fields) -> ModelDescription:
@@ -134,7 +137,7 @@ def test_scan_rate_is_the_generations_fitted_share_or_says_whose_it_takes():
     gb300 = gpu_spec("gb300")
     rate, source = kernels.ssm_scan_rate(gb300)
     assert rate == pytest.approx(
-        gb300.peak_bf16_tflops * 1e12 * kernels.SSM_SCAN["blackwell"].fraction
+        gb300.peak_bf16_tflops * 1e12 * kernels.SSM_SCAN["blackwell"].value
     )
     assert "Nemotron_3_Nano" in source
     h100 = gpu_spec("h100")
@@ -146,9 +149,14 @@ def test_scan_rate_is_the_generations_fitted_share_or_says_whose_it_takes():
     )
 
 
-def test_the_scan_fraction_reproduces_the_row_it_was_fitted_on():
-    row = kernels.SSM_FIT_ROWS["blackwell"]
-    plan = plan_recipe(row.model, gpu=row.gpu, precision=row.precision)
+@pytest.mark.parametrize(
+    "row",
+    [*kernels.SSM_FIT_ROWS.values(), *kernels.UNFUSED_FIT_ROWS.values()],
+    ids=lambda row: f"{row.model}-{row.gpu}-{row.release}",
+)
+def test_each_kernel_constant_reproduces_the_row_it_was_fitted_on(row):
+    # Planned as the row ran (its release's layout and fused grouped MLP), as the fit plans it.
+    plan = PREDICT_PUBLISHED.published_plan(row)
     predicted = estimate_step(plan).prediction.tokens_per_s_per_gpu
     assert predicted == pytest.approx(row.tokens_per_s_per_gpu, rel=0.01)
 
@@ -179,3 +187,72 @@ def test_fewer_rows_per_expert_cost_more_per_flop():
     few = estimate_step(dataclasses.replace(plan, job=few_job))
     per_flop = [e.prediction.step_seconds / e.executed_flops_per_gpu for e in (many, few)]
     assert per_flop[1] > per_flop[0]
+
+
+# --- the routed experts outside the fused grouped MLP -------------------------------------------
+
+
+def test_routed_elements_are_topk_copies_of_the_dispatched_width():
+    assert kernels.routed_elements_per_token(_moe()) == 4 * 1024
+    # With a latent, the experts take latent-wide tokens.
+    assert kernels.routed_elements_per_token(_moe(moe_latent_size=256)) == 4 * 256
+    dense = dataclasses.replace(_moe(), num_moe_experts=None)
+    assert kernels.routed_elements_per_token(dense) == 0
+
+
+def test_the_unfused_bytes_by_generation_and_their_sources():
+    gb200, h100, a100 = gpu_spec("gb200"), gpu_spec("h100"), gpu_spec("a100")
+    blackwell, source = kernels.unfused_expert_bytes(gb200)
+    assert blackwell == kernels.UNFUSED_EXPERTS["blackwell"].value
+    assert "26.04.01, DGX-GB200, Qwen3_30B_a3B" in source
+    hopper, source = kernels.unfused_expert_bytes(h100)
+    assert hopper == kernels.UNFUSED_EXPERTS["hopper"].value
+    assert "DGX-H100" in source
+    # A generation without a fitted row takes Hopper's, and says so.
+    ampere, source = kernels.unfused_expert_bytes(a100)
+    assert ampere == hopper and "no fitted row for ampere" in source
+    assert kernels.unfused_expert_bytes(gb200, bytes_per_element=3.0) == (3.0, "bisection")
+
+
+def _qwen3_30b(fused: bool):
+    return plan_recipe(
+        "qwen3_30b_a3b",
+        gpu="gb200",
+        precision="fp8_mx",
+        changes={"model.use_transformer_engine_op_fuser": fused},
+    )
+
+
+def test_the_unfused_experts_cost_their_routed_elements_at_the_hbm_peak():
+    fused, unfused = estimate_step(_qwen3_30b(True)), estimate_step(_qwen3_30b(False))
+    job = _qwen3_30b(False).job
+    gpu = gpu_spec("gb200")
+    # 8 GPUs, EP 8, TP 1, CP 1: each GPU routes its DP rank's 512 / 8 x 4096 tokens through all
+    # 48 MoE layers, top-8 copies of the 2048-wide token each.
+    tokens = 512 // 8 * 4096
+    elements = tokens * 48 * 8 * 2048
+    seconds = elements * kernels.UNFUSED_EXPERTS["blackwell"].value
+    seconds /= gpu.hbm_gb_per_s * 1e9
+    assert job.ep_size == 8 and job.dp_size == 8
+    added = unfused.prediction.compute_seconds - fused.prediction.compute_seconds
+    assert added == pytest.approx(seconds, rel=1e-9)
+    assert any("outside Transformer Engine's fused grouped MLP" in a for a in unfused.assumptions)
+    assert not any("outside Transformer Engine's fused" in a for a in fused.assumptions)
+    # The fit's value replaces the fitted one.
+    zero = estimate_step(_qwen3_30b(False), unfused_bytes=0.0)
+    assert zero.prediction.step_seconds == pytest.approx(fused.prediction.step_seconds)
+
+
+def test_bf16_experts_have_no_unfused_expert_term():
+    # The unfused path's extra kernels are its quantization ones: a BF16 run has none.
+    changes = {"model.use_transformer_engine_op_fuser": False}
+    plan = plan_recipe("qwen3_30b_a3b", gpu="gb200", precision="bf16", changes=changes)
+    estimate = estimate_step(plan)
+    assert estimate_step(plan, unfused_bytes=1e6).prediction == estimate.prediction
+    assert not any("outside Transformer Engine's fused" in a for a in estimate.assumptions)
+
+
+def test_a_dense_model_has_no_unfused_expert_term():
+    plan = plan_recipe("llama3_8b", gpu="b200", precision="fp8_cs")
+    estimate = estimate_step(plan)
+    assert estimate_step(plan, unfused_bytes=1e6).prediction == estimate.prediction

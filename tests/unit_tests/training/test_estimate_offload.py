@@ -182,8 +182,8 @@ def test_the_table_forms_of_offloading():
     assert fine["fine_grained_activation_offloading"] is True
     assert fine["offload_modules"] == ("core_attn", "attn_proj")
     assert fine["min_offloaded_tensor_size"] == 1000
-    assert fine["use_transformer_engine_op_fuser"] is False
-    assert offload_fields("fine:fused_group_mlp:5")["use_transformer_engine_op_fuser"] is True
+    # The op fuser is the run's own column (fuser), not implied by what it offloads.
+    assert "use_transformer_engine_op_fuser" not in offload_fields("fine:fused_group_mlp:5")
 
 
 @pytest.mark.parametrize("text", ["fine", "fine::5", "fine:moe_act:", "fine:moe_act:x", "-1", "x"])
@@ -198,6 +198,8 @@ def test_both_ultra_runs_offload_the_fused_expert_mlp(gpu, size):
     assert published.changes["model.fine_grained_activation_offloading"] is True
     assert published.changes["model.offload_modules"] == ("fused_group_mlp",)
     assert published.changes["model.min_offloaded_tensor_size"] == size
+    # megatron-core runs fused_group_mlp only inside the op fuser, which both runs turn on.
+    assert published.changes["model.use_transformer_engine_op_fuser"] is True
 
 
 # --- explain ---------------------------------------------------------------------------------

@@ -111,10 +111,19 @@ def test_the_plugin_puts_it_on_the_executor_and_warns_of_a_0_kept_there(caplog):
     assert len(warnings) == 1 and _NAME in warnings[0]
 
 
-def test_a_plain_recipe_exports_nothing_of_it():
-    for name in ("gpt_oss_120b", "nemotron_3_ultra", "llama3_8b"):
-        # Nemotron 3 Ultra runs the op fuser on squared-ReLU experts: no CuTe DSL GLU kernel.
+def test_a_recipe_without_the_fused_gated_mlp_exports_nothing_of_it():
+    # Kimi-K2's published run has no op fuser; Nemotron 3 Ultra runs it on squared-ReLU experts
+    # (no CuTe DSL GLU kernel); Llama-3 8B has no experts.
+    for name in ("kimi_k2", "nemotron_3_ultra", "llama3_8b"):
         assert _NAME not in recipe_spec(name).launch_env().env
+
+
+@pytest.mark.parametrize("name", ["gpt_oss_120b", "qwen3_30b_a3b", "deepseek_v3"])
+def test_a_recipe_whose_published_run_has_the_fused_gated_mlp_exports_it(name):
+    # Their published runs' functions set it beside the op fuser (the recipes' fuser column).
+    spec = recipe_spec(name)
+    assert spec.job.model.use_transformer_engine_op_fuser
+    assert spec.launch_env().env[_NAME] == "1"
 
 
 # --- the rule against megatron-core's own check ------------------------------------------------

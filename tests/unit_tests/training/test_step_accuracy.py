@@ -51,9 +51,6 @@ def test_llama_median_error_is_at_most_8_percent(predictions):
 
 #: Families whose median |error| is above 25 %: the figure measured when the mark was set.
 _FAMILIES_OVER = {
-    "moe": "measured 38.5 % (older releases ran slower MoE software; GPT-OSS +33..+124 % in "
-    "every release; H100 Qwen3-30B-A3B +53..+226 %)",
-    "moe_mla": "measured 29.7 % (DeepSeek-V3 releases before 26.06, B200/B300 rows; Kimi-K2 +31 %)",
     "sparse_attention": "measured 60.8 % (DeepSeek-V4 Flash, +71 % GB300 and +51 % GB200)",
 }
 #: The published rows each family has at least (DeepSeek-V4 Flash is published on two systems).

@@ -16,39 +16,27 @@ from megatron.bridge.training.comm_overlap import CommOverlapConfig, plan_comm_o
 from megatron.bridge.training.estimate import efficiency, estimate_step
 from megatron.bridge.training.job import JobDescription
 from megatron.bridge.training.precisions import PRECISIONS, published_precision
-from tests.unit_tests.jobs import recipe_job_model
+from tests.unit_tests.repo_scripts import load_script
 
-#: The Qwen3-30B-A3B recipe's model as upstream's EP A/B ran it: BF16 (the recipe publishes
-#: MXFP8), the alltoall dispatcher (the recipe's is the flex dispatcher with HybridEP) and EP16.
-QWEN3_30B_A3B = recipe_job_model(
-    "qwen3_30b_a3b", moe_token_dispatcher_type="alltoall", expert_model_parallel_size=16
-)
+#: Upstream's two measured EP-overlap A/Bs and their jobs (benchmarks/ep_overlap_ab.py).
+AB = load_script("benchmarks/ep_overlap_ab.py")
 
-#: Upstream's measured A/B (Megatron-Bridge PR 3862, docs/training/communication-overlap.md):
-#: 16 x H100, BF16, TP1 PP1 CP1 EP16, alltoall, MBS 1, GBS 1024, seq 4096, CUDA graphs off,
-#: moe_permute_fusion off; steady step 41.25 s without EP overlap, 31.31 s with it. Nothing in
-#: the estimate is fitted on it: the check of the measured EP-overlap share on another
-#: dispatcher with four times the network bytes.
-MEASURED_RATIO = 41.25 / 31.31
+#: The Qwen3-30B-A3B recipe's model as upstream's EP A/Bs ran it, with PR 3862's alltoall
+#: dispatcher.
+QWEN3_30B_A3B = dataclasses.replace(AB.qwen3_30b_a3b(), **AB.ALLTOALL.dispatch)
 
+#: PR 3862's measured speed-up. Nothing in the estimate is fitted on it: the check of the
+#: measured EP-overlap share on another dispatcher with four times the network bytes.
+MEASURED_RATIO = AB.ALLTOALL.ratio
 
-#: Upstream's production A/B on the same shape (Megatron-Bridge PR 5094): HybridEP through the
-#: flex dispatcher, forced load balancing, CUDA graphs. The estimate's EP-overlap share is
-#: measured on it (efficiency.EP_OVERLAP), so it checks the schedule, not the share.
-MEASURED_HYBRIDEP_RATIO = efficiency.EP_OVERLAP.step_without / efficiency.EP_OVERLAP.step_with
+#: PR 5094's: the estimate's EP-overlap share is measured on it (efficiency.EP_OVERLAP), so it
+#: checks the schedule, not the share.
+MEASURED_HYBRIDEP_RATIO = AB.HYBRIDEP.ratio
 
 
 def _qwen_estimate(ep_overlap: bool, **dispatch: str):
-    job = JobDescription(
-        model=dataclasses.replace(QWEN3_30B_A3B, **dispatch),
-        world_size=16,
-        gpu="h100",
-        micro_batch_size=1,
-        global_batch_size=1024,
-        use_distributed_optimizer=True,
-    )
-    request = CommOverlapConfig(tp_comm_overlap=False, overlap_moe_expert_parallel_comm=ep_overlap)
-    return estimate_step(plan_comm_overlap(request, job))
+    ab = dataclasses.replace(AB.ALLTOALL, dispatch={**AB.ALLTOALL.dispatch, **dispatch})
+    return AB.estimate(ab, ep_overlap=ep_overlap)
 
 
 def _qwen_step(ep_overlap: bool, **dispatch: str) -> float:

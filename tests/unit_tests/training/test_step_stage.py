@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from megatron.bridge.recipes import recipe_spec
+from megatron.bridge.recipes import plan_recipe, recipe_spec
 from megatron.bridge.training import hardware
 from megatron.bridge.training.estimate import estimate_step
 from megatron.bridge.training.estimate.model_cost import ModelCost
@@ -66,3 +66,47 @@ def test_gpus_per_node_defaults_to_the_catalogue():
     default = estimate_step(plan)
     assert default == estimate_step(plan, gpus_per_node=hardware.gpu_spec("h100").gpus_per_node)
     assert default != estimate_step(plan, gpus_per_node=4)
+
+
+def test_the_estimate_describes_the_stage_that_takes_longest_not_the_one_with_most_flops():
+    # Kimi-K2 on 16 stages, 3 layers on the first and 2 on the last: the last stage has the most
+    # FLOPs (the logits over a 163840-token vocabulary) but half the MoE layers of a middle one,
+    # and each MoE layer's experts outside the fused grouped MLP cost their routed elements:
+    # a middle stage takes longest, and that is the one the estimate lays out.
+    plan = plan_recipe(
+        "kimi_k2",
+        changes={
+            "model.pipeline_model_parallel_size": 16,
+            "model.virtual_pipeline_model_parallel_size": None,
+            "model.pipeline_model_parallel_layout": None,
+            "model.num_layers_in_first_pipeline_stage": 3,
+            "model.num_layers_in_last_pipeline_stage": 2,
+            "model.expert_model_parallel_size": 16,
+            "micro_batch_size": 1,
+        },
+    )
+    job = plan.job
+    assert not job.model.use_transformer_engine_op_fuser
+    by_flops = busiest_stage(
+        job, ModelCost(job.model), micro_batch_size=1, micro_batches=job.micro_batches
+    )
+    assert by_flops.rank == 15 and by_flops.layers == 2
+    estimate = estimate_step(plan)
+    assert 0 < estimate.pipeline_rank < 15
+    # Without the unfused experts' cost the last stage is again the longest.
+    assert estimate_step(plan, unfused_bytes=0.0).pipeline_rank == 15
+
+
+def test_an_embedding_only_stage_is_never_the_busiest():
+    # Megatron-core's layout may give the first stage the embedding alone: it computes nothing
+    # priced, and the estimate lays out another stage.
+    plan = plan_recipe(
+        "llama3_8b",
+        changes={
+            "model.pipeline_model_parallel_size": 4,
+            "model.pipeline_model_parallel_layout": "E|t*11|t*11|t*10L",
+            "world_size": 8,
+            "global_batch_size": 16,
+        },
+    )
+    assert estimate_step(plan).pipeline_rank in (1, 2, 3)

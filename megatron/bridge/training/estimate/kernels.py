@@ -22,6 +22,14 @@ own kernels run differently, each priced here by one named function:
   reach a small share of the BF16 peak: one fitted constant per GPU generation
   (:data:`SSM_SCAN`), fitted on the named row of :data:`SSM_FIT_ROWS`.
 
+- **the routed experts outside the fused grouped MLP** (:func:`unfused_expert_bytes`): in
+  FP8 or FP4 without Transformer Engine's fused grouped MLP the experts run as a multi-stream
+  grouped GEMM with separate permutation, quantization, scaling-factor and activation kernels,
+  launched from the host after the dispatcher's device-host synchronization. Their time beyond
+  the priced GEMMs and memory-bound kernels grows with the routed token elements (top-k copies
+  of the dispatched token): one fitted constant per GPU generation (:data:`UNFUSED_EXPERTS`),
+  fitted on the named rows of :data:`UNFUSED_FIT_ROWS`.
+
 The EP all-to-alls run at a measured share of link peak (:mod:`.comm`,
 :data:`~.efficiency.ALLTOALL_ACHIEVED`).
 
@@ -44,17 +52,21 @@ __all__ = [
     "GEMM_ROW_TILE",
     "SSM_FIT_ROWS",
     "SSM_SCAN",
-    "SsmScan",
+    "UNFUSED_EXPERTS",
+    "UNFUSED_FIT_ROWS",
+    "FittedConstant",
     "cross_entropy_bytes_per_token",
     "gemm_roofline_efficiency",
     "generation",
     "grouped_gemm_efficiency",
     "padded_rows",
     "quantization_row_alignment",
+    "routed_elements_per_token",
     "rows_per_expert",
     "ssd_flops_per_token",
     "ssm_scan_rate",
     "tensor_core_format",
+    "unfused_expert_bytes",
 ]
 
 GEMM_ROW_TILE = 128
@@ -223,13 +235,39 @@ def ssd_flops_per_token(model: ModelDescription, *, chunk: int = 128) -> float:
 
 
 @dataclass(frozen=True)
-class SsmScan:
-    """The share of the BF16 peak the SSD scan kernels reach on one GPU generation."""
+class FittedConstant:
+    """One kernel class's constant on one GPU generation, and where it comes from."""
 
-    fraction: float
-    """Share of the peak dense BF16 tensor-core FLOP/s."""
+    value: float
+    """The constant (its unit is the kernel class's: a share of a peak, bytes per element)."""
     source: str
     """How it was chosen."""
+
+
+def _fitted(
+    values: Mapping[str, float], rows: Mapping[str, FitRow]
+) -> Mapping[str, FittedConstant]:
+    """Each generation's fitted ``values`` with the row it was fitted on as its source."""
+    return MappingProxyType(
+        {
+            gen: FittedConstant(value, f"fitted on {rows[gen].source}")
+            for gen, value in values.items()
+        }
+    )
+
+
+def _by_generation(
+    table: Mapping[str, FittedConstant], gpu: GpuSpec, *, fallback: str, override: float | None
+) -> tuple[float, str]:
+    """(constant, source) of ``gpu``'s generation in ``table``: ``override`` when given (the
+    fit's bisection), else the generation's, else the ``fallback`` generation's, saying so."""
+    if override is not None:
+        return override, "bisection"
+    gen = generation(gpu)
+    if gen in table:
+        return table[gen].value, table[gen].source
+    found = table[fallback]
+    return found.value, f"no fitted row for {gen}: the {fallback} figure ({found.source})"
 
 
 #: The rows the scan fractions are fitted on, one per GPU generation.
@@ -247,27 +285,96 @@ SSM_FIT_ROWS: Mapping[str, FitRow] = MappingProxyType(
     }
 )
 
-#: Fitted by bisection (``benchmarks/predict_published.py --fit``) on :data:`SSM_FIT_ROWS`.
-SSM_SCAN: Mapping[str, SsmScan] = MappingProxyType(
-    {
-        gen: SsmScan(fraction, f"fitted on {SSM_FIT_ROWS[gen].source}")
-        for gen, fraction in {"blackwell": 0.0099}.items()
-    }
-)
+#: The SSD scan kernels' share of the peak dense BF16 tensor-core FLOP/s, fitted by bisection
+#: (``benchmarks/predict_published.py --fit``) on :data:`SSM_FIT_ROWS`.
+SSM_SCAN: Mapping[str, FittedConstant] = _fitted({"blackwell": 0.0267}, SSM_FIT_ROWS)
 
 
 def ssm_scan_rate(gpu: GpuSpec, *, fraction: float | None = None) -> tuple[float, str]:
     """(FLOP/s the SSD scan kernels run at on ``gpu``, its source): the generation's fitted
     share of the BF16 peak; a generation without a fitted row takes Blackwell's, and says so.
     ``fraction`` replaces the fitted share (the fit's bisection)."""
-    gen = generation(gpu)
-    if fraction is not None:
-        return gpu.peak_bf16_tflops * 1e12 * fraction, "bisection"
-    if gen in SSM_SCAN:
-        found = SSM_SCAN[gen]
-        return gpu.peak_bf16_tflops * 1e12 * found.fraction, found.source
-    found = SSM_SCAN["blackwell"]
-    return (
-        gpu.peak_bf16_tflops * 1e12 * found.fraction,
-        f"no fitted row for {gen}: the blackwell share ({found.source})",
-    )
+    share, source = _by_generation(SSM_SCAN, gpu, fallback="blackwell", override=fraction)
+    return gpu.peak_bf16_tflops * 1e12 * share, source
+
+
+# --- the routed experts outside the fused grouped MLP ----------------------------------------
+#
+# Where the routed experts do not run Transformer Engine's fused grouped MLP (megatron-core's
+# TEGroupedMLP under use_transformer_engine_op_fuser, the cuteDSL kernel), each MoE layer runs
+# them as TE's GroupedLinear (a multi-stream cuBLAS grouped GEMM) between separate permutation,
+# MXFP8 quantization, scaling-factor swizzle and activation kernels, many of them small and
+# launched from the host after the dispatcher's device-host synchronization of the tokens per
+# expert, which keeps that part out of CUDA graphs. Megatron-LM's "Optimizing DeepSeek-V3
+# Training Performance on NVIDIA GB200 NVL72" (docs/discussions/deepseek-v3-gb200-optimization,
+# sections 2.1 to 2.3 and 3.1) measures these kernels and the host overhead of the routed
+# experts step by step; Megatron-LM PR 5728 measures the fused path against it on the same
+# layouts (Qwen3-30B-A3B on 8 GB200, MXFP8: 480.3 TFLOP/s/GPU with partial CUDA graphs, 598.1
+# with the fused grouped MLP, paged stash and full-iteration graphs), and the release tables show
+# the same step on unchanged layouts (Qwen3-30B-A3B GB200 MXFP8: 26,112 tokens/s/GPU in 26.04.01,
+# 40,706 in 26.06, the first release whose configuration turns the fused MLP on).
+#
+# It is the FP8/FP4 path's: the quantization, scaling-factor and swizzle kernels are most of the
+# kernels it adds (the guide's sections 2.1.2 and 2.1.3), and a BF16 run of the unfused path
+# leaves the GPU busy: Megatron-Bridge PR 5094's Nsight capture (Qwen3-30B-A3B, 16 x H100, BF16,
+# HybridEP) has the GPU idle 1.9 s of a 24.7 s step, and its compute kernels take 14.6 s, under
+# this estimate's compute. So BF16 experts carry no such term.
+#
+# What that path adds beyond the GEMMs and memory-bound kernels the estimate prices grows with
+# the routed token elements, the top-k copies of each dispatched token's width, not with the
+# GEMMs' FLOPs: on the rows of the last release without the fused MLP (26.04.01) it is 0.8 to
+# 1.3 x 10^-4 us per routed element per MoE layer across Qwen3-30B-A3B, Qwen3-235B-A22B,
+# DeepSeek-V3 and Kimi-K2 on GB200 and GB300, whose expert widths and counts differ. It is priced
+# as that many elements times a fitted number of bytes at the HBM peak, forward and backward
+# together: one constant per GPU generation, fitted on the named row of the model with the most
+# MoE work per token and neither Mamba layers nor MLA (:data:`UNFUSED_FIT_ROWS`).
+
+
+def routed_elements_per_token(model: ModelDescription) -> int:
+    """Routed token elements one MoE layer handles per token: top-k copies of the token as the
+    experts take it (moe_latent_size wide with a latent, else hidden_size)."""
+    if not model.num_moe_experts:
+        return 0
+    return model.moe_router_topk * (model.moe_latent_size or model.hidden_size)
+
+
+#: The rows the unfused-expert constants are fitted on, one per GPU generation: Qwen3-30B-A3B
+#: (48 MoE layers, no Mamba, no MLA) in 26.04.01, the last release whose runs all had the
+#: unfused experts, on the systems the release table publishes for both generations.
+UNFUSED_FIT_ROWS: Mapping[str, FitRow] = MappingProxyType(
+    {
+        "blackwell": FitRow(
+            model="qwen3_30b_a3b",
+            gpu="gb200",
+            precision="fp8_mx",
+            release="26.04.01",
+            tokens_per_s_per_gpu=26112.0,
+            source="Megatron-Bridge docs/performance-summary-archive.md, 26.04.01, DGX-GB200, "
+            "Qwen3_30B_a3B MXFP8",
+        ),
+        "hopper": FitRow(
+            model="qwen3_30b_a3b",
+            gpu="h100",
+            precision="fp8_cs",
+            release="26.04.01",
+            tokens_per_s_per_gpu=8960.0,
+            source="Megatron-Bridge docs/performance-summary-archive.md, 26.04.01, DGX-H100, "
+            "Qwen3_30B_a3B FP8",
+        ),
+    }
+)
+
+#: Bytes at the HBM peak per routed token element per MoE layer, forward and backward, fitted by
+#: bisection (``benchmarks/predict_published.py --fit``) on :data:`UNFUSED_FIT_ROWS`.
+UNFUSED_EXPERTS: Mapping[str, FittedConstant] = _fitted(
+    {"blackwell": 127.7, "hopper": 160.5}, UNFUSED_FIT_ROWS
+)
+
+
+def unfused_expert_bytes(
+    gpu: GpuSpec, *, bytes_per_element: float | None = None
+) -> tuple[float, str]:
+    """(bytes per routed token element the unfused experts add on ``gpu``, its source): the
+    generation's fitted figure; a generation without a fitted row takes Hopper's, and says so.
+    ``bytes_per_element`` replaces the fitted figure (the fit's bisection)."""
+    return _by_generation(UNFUSED_EXPERTS, gpu, fallback="hopper", override=bytes_per_element)

@@ -138,7 +138,7 @@ class Estimate:
     expert_params_per_gpu: int = 0
     """Expert parameters held by this GPU: what expert-DP reduces."""
     pipeline_rank: int = 0
-    """The busiest pipeline stage (most FLOPs; the later one on a tie)."""
+    """The busiest pipeline stage (the longest compute; the later one on a tie)."""
     knobs_off: tuple[str, ...] = ()
     """Overlap knobs that would hide an entry but the plan left off or refused."""
     prediction: Prediction | None = None

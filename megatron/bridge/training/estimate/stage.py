@@ -1,12 +1,13 @@
 """The pipeline stage a step estimate describes: its layers, FLOPs, bytes, recompute and parameters.
 
 megatron-core splits the transformer layers over the pipeline ranks; :func:`busiest_stage`
-picks the rank with the most model FLOPs and returns it as a :class:`Stage`, the one object the
-compute and communication terms read. :func:`stage_params` counts what one GPU of it holds.
+picks the rank that takes longest (or has the most model FLOPs) and returns it as a
+:class:`Stage`, the one object the compute and communication terms read. :func:`stage_params` counts what one GPU of it holds.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from megatron.bridge.training.estimate.model_cost import ModelCost
@@ -22,7 +23,7 @@ class Stage:
     """One GPU of one pipeline stage, as a step's cost terms see it."""
 
     rank: int
-    """Pipeline rank (the busiest: most FLOPs, the later one on a tie)."""
+    """Pipeline rank (the busiest: the longest compute, the later one on a tie)."""
     layers: int
     """Transformer layers on this rank (summed over its model chunks)."""
     moe_share: float
@@ -119,9 +120,16 @@ def _recomputed(job: JobDescription, stage_layers: int, vpp: int) -> tuple[float
 
 
 def busiest_stage(
-    job: JobDescription, dims: ModelCost, *, micro_batch_size: int, micro_batches: int
+    job: JobDescription,
+    dims: ModelCost,
+    *,
+    micro_batch_size: int,
+    micro_batches: int,
+    seconds: Callable[[Stage], float] | None = None,
 ) -> Stage:
-    """The pipeline stage with the most model FLOPs per token (the later one on a tie).
+    """The pipeline stage that takes longest: the most ``seconds`` (a stage's compute time as
+    the step estimate prices it, its kernel terms included) when given, else the most model
+    FLOPs per token; the later one on a tie.
 
     Each layer costs the model's mean decoder layer (:meth:`ModelCost.layer_flops_per_token`:
     attention and MLP for a transformer, the pattern's mixers and MLPs spread over its layers
@@ -140,6 +148,8 @@ def busiest_stage(
     moe_share = dims.num_moe_layers / job.model.num_layers
     per_layer = dims.layer_flops_per_token()
     mtp_stage = mtp_rank(job)
+    sp = job.sequence_parallel
+    layer_bytes = dims.elementwise_bytes_per_token(tp_size=tp, sequence_parallel=sp)
 
     def stage_flops(rank: int) -> float:
         return (
@@ -148,32 +158,40 @@ def busiest_stage(
             + (dims.mtp_flops_per_token(tp) if rank == mtp_stage else 0.0)
         )
 
-    rank = max(range(pp), key=lambda r: (stage_flops(r), r))
-    layers = per_rank[rank]
-    full, modules = _recomputed(job, layers, vpp)
-    sp = job.sequence_parallel
-    layer_bytes = dims.elementwise_bytes_per_token(tp_size=tp, sequence_parallel=sp)
-    selective_flops = sum(dims.recompute_flops_per_token(m) for m in modules)
-    selective_bytes = sum(
-        dims.recompute_elementwise_bytes_per_token(m, tp_size=tp, sequence_parallel=sp)
-        for m in modules
-    )
-    return Stage(
-        rank=rank,
-        layers=layers,
-        moe_share=moe_share,
-        first=rank == 0,
-        last=rank == pp - 1,
-        micro_batch_size=micro_batch_size,
-        micro_batches=micro_batches,
-        vpp=vpp,
-        recompute_full=full,
-        recompute_modules=modules,
-        flops_per_token=stage_flops(rank),
-        recompute_flops_per_token=layers * (full * per_layer / 3 + selective_flops),
-        elementwise_bytes_per_token=layers * layer_bytes,
-        recompute_elementwise_bytes_per_token=layers * (full * layer_bytes / 3 + selective_bytes),
-    )
+    def build(rank: int) -> Stage:
+        layers = per_rank[rank]
+        full, modules = _recomputed(job, layers, vpp)
+        selective_flops = sum(dims.recompute_flops_per_token(m) for m in modules)
+        selective_bytes = sum(
+            dims.recompute_elementwise_bytes_per_token(m, tp_size=tp, sequence_parallel=sp)
+            for m in modules
+        )
+        return Stage(
+            rank=rank,
+            layers=layers,
+            moe_share=moe_share,
+            first=rank == 0,
+            last=rank == pp - 1,
+            micro_batch_size=micro_batch_size,
+            micro_batches=micro_batches,
+            vpp=vpp,
+            recompute_full=full,
+            recompute_modules=modules,
+            flops_per_token=stage_flops(rank),
+            recompute_flops_per_token=layers * (full * per_layer / 3 + selective_flops),
+            elementwise_bytes_per_token=layers * layer_bytes,
+            recompute_elementwise_bytes_per_token=layers
+            * (full * layer_bytes / 3 + selective_bytes),
+        )
+
+    if seconds is None:
+        return build(max(range(pp), key=lambda r: (stage_flops(r), r)))
+    # Ranks alike in layers and in what they hold take the same time: one stage of each kind.
+    kinds: dict[tuple[int, bool, bool, bool], int] = {}
+    for rank in range(pp):
+        kinds[(per_rank[rank], rank == 0, rank == pp - 1, rank == mtp_stage)] = rank
+    timed = [build(rank) for rank in kinds.values()]
+    return max(timed, key=lambda stage: (seconds(stage), stage.rank))
 
 
 def stage_params(job: JobDescription, dims: ModelCost, stage: Stage) -> tuple[int, int]:

@@ -29,10 +29,12 @@ from megatron.bridge.training.estimate.efficiency import EP_OVERLAP, Achievable,
 from megatron.bridge.training.estimate.kernels import (
     cross_entropy_bytes_per_token,
     grouped_gemm_efficiency,
+    routed_elements_per_token,
     rows_per_expert,
     ssd_flops_per_token,
     ssm_scan_rate,
     tensor_core_format,
+    unfused_expert_bytes,
 )
 from megatron.bridge.training.estimate.model_cost import ModelCost
 from megatron.bridge.training.estimate.result import (
@@ -53,6 +55,7 @@ from megatron.bridge.training.estimate.schedule import (
 from megatron.bridge.training.estimate.stage import Stage, busiest_stage, mtp_rank, stage_params
 from megatron.bridge.training.hardware import GpuSpec, gpu_spec
 from megatron.bridge.training.job import JobDescription, check_micro_batch_chunks
+from megatron.bridge.training.model_rules import fused_grouped_mlp
 from megatron.bridge.training.validators import LIMITS, LimitError
 
 if TYPE_CHECKING:
@@ -68,6 +71,7 @@ def estimate_step(
     nvlink_domain: int | None = None,
     achievable: Achievable | None = None,
     ssm_scan_fraction: float | None = None,
+    unfused_bytes: float | None = None,
 ) -> Estimate:
     """The cost of one training step on one GPU of the busiest pipeline stage of ``plan``.
 
@@ -78,7 +82,9 @@ def estimate_step(
     catalogue's domain, e.g. 72 on GB200 NVL72, else ``gpus_per_node``, which defaults to the
     catalogue's GPUs per node). ``achievable`` replaces the fitted fraction of peak the compute
     runs at (:func:`~.efficiency.achievable_fraction`); ``ssm_scan_fraction`` the fitted share
-    of the BF16 peak the Mamba scan kernels run at (:func:`~.kernels.ssm_scan_rate`). Raises
+    of the BF16 peak the Mamba scan kernels run at (:func:`~.kernels.ssm_scan_rate`);
+    ``unfused_bytes`` the fitted bytes per routed token element of the experts outside the fused
+    grouped MLP (:func:`~.kernels.unfused_expert_bytes`). Raises
     ``ValueError``
     when the job lacks what the estimate needs (GPU, micro-batch size, the model's shape).
     """
@@ -97,7 +103,23 @@ def estimate_step(
     tokens = gbs * f.model.seq_length
     tokens_per_dp_rank = tokens // dp
     domain = nvlink_domain or gpu.nvlink_domain or gpus_per_node or gpu.gpus_per_node
-    stage = busiest_stage(f, dims, micro_batch_size=mbs, micro_batches=micro_batches)
+    achievable = achievable or achievable_fraction(gpu.name, f.compute_dtype)
+    stage = busiest_stage(
+        f,
+        dims,
+        micro_batch_size=mbs,
+        micro_batches=micro_batches,
+        seconds=lambda candidate: stage_seconds(
+            f,
+            gpu,
+            dims,
+            candidate,
+            tokens=tokens_per_dp_rank,
+            fraction=achievable.fraction,
+            ssm_scan_fraction=ssm_scan_fraction,
+            unfused_bytes=unfused_bytes,
+        ),
+    )
     seconds_per_flop, mixer_share, core_share = _seconds_per_flop(f, gpu, dims, stage)
 
     split = tp * cp  # a micro-batch's work is split over TP and its tokens over CP
@@ -126,7 +148,6 @@ def estimate_step(
         nvlink_domain=domain,
     )
 
-    achievable = achievable or achievable_fraction(gpu.name, f.compute_dtype)
     rate = achievable.fraction / seconds_per_flop
     segments = micro_batches * stage.vpp
     kernels = kernel_seconds(
@@ -137,6 +158,7 @@ def estimate_step(
         tokens=tokens_per_dp_rank / split,
         fraction=achievable.fraction,
         ssm_scan_fraction=ssm_scan_fraction,
+        unfused_bytes=unfused_bytes,
     )
     shape = _Shape(
         forward=(model_flops / 3 / rate + memory_forward + kernels.forward) / segments,
@@ -188,6 +210,42 @@ def estimate_step(
     )
 
 
+def stage_seconds(
+    job: JobDescription,
+    gpu: GpuSpec,
+    dims: ModelCost,
+    stage: Stage,
+    *,
+    tokens: float,
+    fraction: float,
+    ssm_scan_fraction: float | None = None,
+    unfused_bytes: float | None = None,
+) -> float:
+    """Seconds one GPU of ``stage`` computes per step for ``tokens`` tokens of its DP rank: its
+    executed FLOPs at the achievable ``fraction`` of peak, its memory-bound bytes at the HBM
+    peak and its kernel terms (:func:`kernel_seconds`), as :func:`estimate_step` prices them
+    before communication and the schedule; what :func:`~.stage.busiest_stage` ranks stages by.
+    A stage without layers or output heads (a layout's embedding-only stage) computes nothing
+    priced: 0."""
+    if not stage.flops_per_token:
+        return 0.0
+    seconds_per_flop, _, _ = _seconds_per_flop(job, gpu, dims, stage)
+    split = job.tp_size * job.cp_size
+    executed = tokens * (stage.flops_per_token + stage.recompute_flops_per_token) / split
+    _, memory = _memory_seconds(gpu, stage, tokens / job.cp_size)
+    kernels = kernel_seconds(
+        job,
+        gpu,
+        dims,
+        stage,
+        tokens=tokens / split,
+        fraction=fraction,
+        ssm_scan_fraction=ssm_scan_fraction,
+        unfused_bytes=unfused_bytes,
+    )
+    return executed * seconds_per_flop / fraction + memory + kernels.total
+
+
 @dataclasses.dataclass(frozen=True)
 class KernelSeconds:
     """Seconds per step the MoE and hybrid kernels add on one GPU of the stage (:mod:`.kernels`)."""
@@ -202,12 +260,16 @@ class KernelSeconds:
     """Where the scan's rate comes from (empty without Mamba layers)."""
     loss: float = 0.0
     """The cross-entropy over the vocabulary of the output heads on the stage."""
+    unfused_experts: float = 0.0
+    """The routed experts' path outside the fused grouped MLP (:mod:`.kernels`)."""
+    unfused_source: str = ""
+    """Where its bytes per routed element come from (empty when the experts run fused)."""
     forward_share: float = 1 / 3
     """Share of the added time in the forward passes."""
 
     @property
     def total(self) -> float:
-        return self.grouped_gemm + self.ssm_scan + self.loss
+        return self.grouped_gemm + self.ssm_scan + self.loss + self.unfused_experts
 
     @property
     def forward(self) -> float:
@@ -227,9 +289,10 @@ def kernel_seconds(
     tokens: float,
     fraction: float,
     ssm_scan_fraction: float | None,
+    unfused_bytes: float | None = None,
 ) -> KernelSeconds:
-    """What the stage's grouped GEMMs and Mamba scans cost beyond their FLOPs at the fitted
-    rate, for ``tokens`` tokens on one GPU (already split over TP and CP).
+    """What the stage's grouped GEMMs, unfused experts, Mamba scans and loss cost beyond their
+    FLOPs at the fitted rate, for ``tokens`` tokens on one GPU (already split over TP and CP).
 
     Grouped GEMMs: the routed experts' executed FLOPs (their recomputed forward included) at
     the GEMM rate, times 1 / :func:`~.kernels.grouped_gemm_efficiency` - 1, the rows per expert
@@ -238,7 +301,11 @@ def kernel_seconds(
     (:func:`~.kernels.ssd_flops_per_token`) at the generation's scan rate, less the scan FLOPs
     the compute already prices. The loss: each output head on the stage (the main one on the
     last, the MTP heads where they are built) moves :func:`~.kernels.cross_entropy_bytes_per_token`
-    at the HBM peak. The forward takes a third, as the FLOPs do.
+    at the HBM peak. The routed experts in FP8 or FP4 outside Transformer Engine's fused grouped
+    MLP (:func:`~megatron.bridge.training.model_rules.fused_grouped_mlp` false): the stage's MoE
+    layers' routed token elements (:func:`~.kernels.routed_elements_per_token`) times the
+    generation's fitted bytes (:func:`~.kernels.unfused_expert_bytes`) at the HBM peak. The
+    forward takes a third, as the FLOPs do.
     """
     m = job.model
     gemm_rate = gpu.peak_tflops(job.compute_dtype) * 1e12 * fraction
@@ -279,7 +346,14 @@ def kernel_seconds(
         * cross_entropy_bytes_per_token(dims.padded_vocab(job.tp_size), job.tp_size)
         / (gpu.hbm_gb_per_s * 1e9)
     )
-    return KernelSeconds(grouped, efficiency, scan, source, loss)
+    unfused = 0.0
+    unfused_source = ""
+    quantized = tensor_core_format(job.compute_dtype) != "bf16"
+    if stage.moe_layers and m.moe and quantized and not fused_grouped_mlp(m):
+        per_element, unfused_source = unfused_expert_bytes(gpu, bytes_per_element=unfused_bytes)
+        elements = routed_elements_per_token(m) * stage.moe_layers * tokens
+        unfused = elements * per_element / (gpu.hbm_gb_per_s * 1e9)
+    return KernelSeconds(grouped, efficiency, scan, source, loss, unfused, unfused_source)
 
 
 def _memory_seconds(gpu: GpuSpec, stage: Stage, tokens: float) -> tuple[float, float]:
@@ -392,6 +466,13 @@ def _assumptions(
         assumptions.append(
             f"cross-entropy over the vocabulary +{kernels.loss:.3g} s: megatron-core's "
             "vocab-parallel loss passes over fp32 logits (58 bytes per logit) at the HBM peak"
+        )
+    if kernels.unfused_experts:
+        assumptions.append(
+            f"routed experts outside Transformer Engine's fused grouped MLP "
+            f"+{kernels.unfused_experts:.3g} s: FP8/FP4 grouped GEMM, permutation, quantization "
+            "and activation kernels launched apart, priced per routed token element "
+            f"({kernels.unfused_source})"
         )
     if kernels.ssm_scan:
         assumptions.append(
