@@ -322,12 +322,12 @@ def ssm_scan_rate(gpu: GpuSpec, *, fraction: float | None = None) -> tuple[float
 #
 # What that path adds beyond the GEMMs and memory-bound kernels the estimate prices grows with
 # the routed token elements, the top-k copies of each dispatched token's width, not with the
-# GEMMs' FLOPs: on the rows of the last release without the fused MLP (26.04.01) it is 0.8 to
-# 1.3 x 10^-4 us per routed element per MoE layer across Qwen3-30B-A3B, Qwen3-235B-A22B,
+# GEMMs' FLOPs: on the rows of the last release without the fused MLP (26.04.01) it is 1.0 to
+# 1.6 x 10^-5 us per routed element per MoE layer across Qwen3-30B-A3B, Qwen3-235B-A22B,
 # DeepSeek-V3 and Kimi-K2 on GB200 and GB300, whose expert widths and counts differ. It is priced
 # as that many elements times a fitted number of bytes at the HBM peak, forward and backward
-# together: one constant per GPU generation, fitted on the named row of the model with the most
-# MoE work per token and neither Mamba layers nor MLA (:data:`UNFUSED_FIT_ROWS`).
+# together: one constant per GPU generation, fitted on the named row of a MoE model with neither
+# Mamba layers nor MLA whose 26.04.01 rows cover both generations (:data:`UNFUSED_FIT_ROWS`).
 
 
 def routed_elements_per_token(model: ModelDescription) -> int:
