@@ -243,6 +243,24 @@ def test_the_unfused_experts_cost_their_routed_elements_at_the_hbm_peak():
     assert zero.prediction.step_seconds == pytest.approx(fused.prediction.step_seconds)
 
 
+@pytest.mark.parametrize(
+    ("gpu", "precision", "fused"),
+    [
+        ("gb200", "fp8_mx", True),
+        ("gb200", "nvfp4", True),
+        # Transformer Engine fuses the grouped MLP only under MXFP8 or NVFP4, on Blackwell.
+        ("gb200", "fp8_cs", False),
+        ("h100", "fp8_cs", False),
+    ],
+)
+def test_the_op_fuser_runs_the_fused_kernel_only_where_te_fuses(gpu, precision, fused):
+    changes = {"model.use_transformer_engine_op_fuser": True}
+    plan = plan_recipe("qwen3_30b_a3b", gpu=gpu, precision=precision, changes=changes)
+    assert kernels.fused_expert_kernel(plan.job.model, gpu_spec(gpu)) is fused
+    estimate = estimate_step(plan)
+    assert any("outside Transformer Engine's fused" in a for a in estimate.assumptions) is not fused
+
+
 def test_bf16_experts_have_no_unfused_expert_term():
     # The unfused path's extra kernels are its quantization ones: a BF16 run has none.
     changes = {"model.use_transformer_engine_op_fuser": False}

@@ -46,6 +46,7 @@ from types import MappingProxyType
 from megatron.bridge.training.estimate.efficiency import FitRow
 from megatron.bridge.training.hardware import GpuSpec
 from megatron.bridge.training.job import ModelDescription
+from megatron.bridge.training.model_rules import fused_grouped_mlp
 from megatron.bridge.training.precisions import PRECISIONS
 
 __all__ = [
@@ -56,6 +57,7 @@ __all__ = [
     "UNFUSED_FIT_ROWS",
     "FittedConstant",
     "cross_entropy_bytes_per_token",
+    "fused_expert_kernel",
     "gemm_roofline_efficiency",
     "generation",
     "grouped_gemm_efficiency",
@@ -328,6 +330,19 @@ def ssm_scan_rate(gpu: GpuSpec, *, fraction: float | None = None) -> tuple[float
 # as that many elements times a fitted number of bytes at the HBM peak, forward and backward
 # together: one constant per GPU generation, fitted on the named row of a MoE model with neither
 # Mamba layers nor MLA whose 26.04.01 rows cover both generations (:data:`UNFUSED_FIT_ROWS`).
+
+
+def fused_expert_kernel(model: ModelDescription, gpu: GpuSpec) -> bool:
+    """Whether the routed experts run Transformer Engine's fused grouped MLP kernel: the op
+    fuser on grouped-GEMM experts (:func:`~megatron.bridge.training.model_rules.fused_grouped_mlp`),
+    an MXFP8 or NVFP4 recipe, and a Blackwell GPU. Transformer Engine's ``fuse_grouped_mlp_ops``
+    (``pytorch/ops/fused``) fuses the experts' fc1, activation and fc2 only under an MXFP8 or
+    NVFP4 recipe and where the fused op's ``is_supported()`` holds, its CuTe DSL kernels being
+    SM100 ones; elsewhere the op fuser runs the same operations unfused."""
+    block_scaled = (model.fp8 is not None and model.fp8_recipe == "mxfp8") or (
+        model.fp4 is not None and model.fp4_recipe == "nvfp4"
+    )
+    return fused_grouped_mlp(model) and block_scaled and generation(gpu) == "blackwell"
 
 
 def routed_elements_per_token(model: ModelDescription) -> int:

@@ -28,6 +28,7 @@ from megatron.bridge.training.estimate.comm import (
 from megatron.bridge.training.estimate.efficiency import EP_OVERLAP, Achievable, achievable_fraction
 from megatron.bridge.training.estimate.kernels import (
     cross_entropy_bytes_per_token,
+    fused_expert_kernel,
     grouped_gemm_efficiency,
     routed_elements_per_token,
     rows_per_expert,
@@ -55,7 +56,6 @@ from megatron.bridge.training.estimate.schedule import (
 from megatron.bridge.training.estimate.stage import Stage, busiest_stage, mtp_rank, stage_params
 from megatron.bridge.training.hardware import GpuSpec, gpu_spec
 from megatron.bridge.training.job import JobDescription, check_micro_batch_chunks
-from megatron.bridge.training.model_rules import fused_grouped_mlp
 from megatron.bridge.training.validators import LIMITS, LimitError
 
 if TYPE_CHECKING:
@@ -302,7 +302,7 @@ def kernel_seconds(
     the compute already prices. The loss: each output head on the stage (the main one on the
     last, the MTP heads where they are built) moves :func:`~.kernels.cross_entropy_bytes_per_token`
     at the HBM peak. The routed experts in FP8 or FP4 outside Transformer Engine's fused grouped
-    MLP (:func:`~megatron.bridge.training.model_rules.fused_grouped_mlp` false): the stage's MoE
+    MLP kernel (:func:`~.kernels.fused_expert_kernel` false): the stage's MoE
     layers' routed token elements (:func:`~.kernels.routed_elements_per_token`) times the
     generation's fitted bytes (:func:`~.kernels.unfused_expert_bytes`) at the HBM peak. The
     forward takes a third, as the FLOPs do.
@@ -349,7 +349,7 @@ def kernel_seconds(
     unfused = 0.0
     unfused_source = ""
     quantized = tensor_core_format(job.compute_dtype) != "bf16"
-    if stage.moe_layers and m.moe and quantized and not fused_grouped_mlp(m):
+    if stage.moe_layers and m.moe and quantized and not fused_expert_kernel(m, gpu):
         per_element, unfused_source = unfused_expert_bytes(gpu, bytes_per_element=unfused_bytes)
         elements = routed_elements_per_token(m) * stage.moe_layers * tokens
         unfused = elements * per_element / (gpu.hbm_gb_per_s * 1e9)
