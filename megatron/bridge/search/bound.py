@@ -10,7 +10,7 @@ hides at most its ``hideable`` share of its seconds. Hence, summed over the segm
     step >= compute x (1 + (PP - 1) / segments) + TP x (1 / TP) + EP x (1 - EP share)
 
 - compute: the busiest stage's compute as the estimate prices it and picks the stage by
-  (``step.stage_seconds``): the executed FLOPs (model FLOPs plus the recomputed forwards) at the
+  (``step.stage_compute``): the executed FLOPs (model FLOPs plus the recomputed forwards) at the
   achievable fraction of the peaks they run at, plus the memory-bound kernels' bytes at the HBM
   peak, plus the estimate's kernel terms (grouped GEMMs, unfused experts, Mamba scans, loss);
 - TP: its collectives' seconds at link peak (``comm.tp_transfers`` priced by ``comm.price``);
@@ -36,7 +36,7 @@ from megatron.bridge.training.estimate.stage import Stage, busiest_stage
 
 # The estimate's compute itself, not a copy of it: the bound must count exactly what the step
 # counts, on the stage the step picks.
-from megatron.bridge.training.estimate.step import stage_seconds
+from megatron.bridge.training.estimate.step import stage_compute
 from megatron.bridge.training.hardware import gpu_spec
 from megatron.bridge.training.job import ModelDescription
 
@@ -72,7 +72,7 @@ def throughput_ceiling(
         # The stage's executed FLOPs at the fitted rate, its memory-bound bytes at the HBM peak
         # and its kernel terms, on one GPU's tokens: the estimate's own compute, and the
         # stage the estimate picks by it.
-        return stage_seconds(job, gpu, cost, stage, tokens=tokens / dp, fraction=fraction)
+        return stage_compute(job, gpu, cost, stage, tokens=tokens / dp, fraction=fraction).seconds
 
     stage = busiest_stage(
         job, cost, micro_batch_size=mbs, micro_batches=micro_batches, seconds=seconds

@@ -96,7 +96,7 @@ def estimate_step(
         raise ValueError("estimate_step needs JobDescription.micro_batch_size.")
     check_micro_batch_chunks(f)
     gpu = gpu_spec(f.gpu)
-    tp, cp, dp = f.tp_size, f.cp_size, f.dp_size
+    dp = f.dp_size
     mbs = f.micro_batch_size
     micro_batches = f.micro_batches
     gbs = micro_batches * mbs * dp
@@ -104,12 +104,11 @@ def estimate_step(
     tokens_per_dp_rank = tokens // dp
     domain = nvlink_domain or gpu.nvlink_domain or gpus_per_node or gpu.gpus_per_node
     achievable = achievable or achievable_fraction(gpu.name, f.compute_dtype)
-    stage = busiest_stage(
-        f,
-        dims,
-        micro_batch_size=mbs,
-        micro_batches=micro_batches,
-        seconds=lambda candidate: stage_seconds(
+    # Each candidate stage's compute, priced once: the busiest stage's is the step's.
+    computed: dict[int, StageCompute] = {}
+
+    def seconds(candidate: Stage) -> float:
+        found = stage_compute(
             f,
             gpu,
             dims,
@@ -118,15 +117,20 @@ def estimate_step(
             fraction=achievable.fraction,
             ssm_scan_fraction=ssm_scan_fraction,
             unfused_bytes=unfused_bytes,
-        ),
-    )
-    seconds_per_flop, mixer_share, core_share = _seconds_per_flop(f, gpu, dims, stage)
+        )
+        computed[candidate.rank] = found
+        return found.seconds
 
-    split = tp * cp  # a micro-batch's work is split over TP and its tokens over CP
-    model_flops = tokens_per_dp_rank * stage.flops_per_token / split
-    executed = model_flops + tokens_per_dp_rank * stage.recompute_flops_per_token / split
-    # The stage's memory-bound bytes are per TP rank already: the tokens split over CP.
-    memory_forward, memory = _memory_seconds(gpu, stage, tokens_per_dp_rank / cp)
+    stage = busiest_stage(
+        f, dims, micro_batch_size=mbs, micro_batches=micro_batches, seconds=seconds
+    )
+    compute = computed[stage.rank]
+    seconds_per_flop, model_flops, executed = (
+        compute.seconds_per_flop,
+        compute.model_flops,
+        compute.executed,
+    )
+    memory_forward, memory, kernels = compute.memory_forward, compute.memory, compute.kernels
     step = StepCost(
         tokens=tokens,
         flops_per_gpu=model_flops,
@@ -150,22 +154,12 @@ def estimate_step(
 
     rate = achievable.fraction / seconds_per_flop
     segments = micro_batches * stage.vpp
-    kernels = kernel_seconds(
-        f,
-        gpu,
-        dims,
-        stage,
-        tokens=tokens_per_dp_rank / split,
-        fraction=achievable.fraction,
-        ssm_scan_fraction=ssm_scan_fraction,
-        unfused_bytes=unfused_bytes,
-    )
     shape = _Shape(
         forward=(model_flops / 3 / rate + memory_forward + kernels.forward) / segments,
         backward=((executed - model_flops / 3) / rate + memory - memory_forward + kernels.backward)
         / segments,
-        attention_share=mixer_share,
-        core_attention_share=core_share,
+        attention_share=compute.mixer_share,
+        core_attention_share=compute.core_share,
     )
     with_plan = _predict(
         plan, entries, stage, shape, achievable, tokens, dense_params, expert_params, overlap=True
@@ -184,7 +178,7 @@ def estimate_step(
         for i, c in enumerate(entries)
     ]
 
-    flops_per_token = dims.flops_per_token(tp)
+    flops_per_token = dims.flops_per_token(f.tp_size)
     return Estimate(
         model_flops_per_token=flops_per_token,
         step=step,
@@ -210,7 +204,39 @@ def estimate_step(
     )
 
 
-def stage_seconds(
+@dataclasses.dataclass(frozen=True)
+class StageCompute:
+    """One GPU of a stage's compute per step, as :func:`estimate_step` prices it before
+    communication and the schedule (:func:`stage_compute`)."""
+
+    seconds_per_flop: float
+    """Seconds per executed FLOP at peak (:func:`_seconds_per_flop`)."""
+    mixer_share: float
+    """Share of the time at peak in the token mixers."""
+    core_share: float
+    """Share of the time at peak in core attention."""
+    model_flops: float
+    """The stage's model FLOPs on this GPU."""
+    executed: float
+    """Model FLOPs plus the recomputed forwards'."""
+    memory_forward: float
+    """Seconds of the forward's memory-bound kernels at the HBM peak."""
+    memory: float
+    """Seconds of every memory-bound kernel at the HBM peak (recompute included)."""
+    kernels: KernelSeconds
+    """The kernel terms (:func:`kernel_seconds`)."""
+    fraction: float
+    """The achievable fraction of peak the FLOPs run at."""
+
+    @property
+    def seconds(self) -> float:
+        """The executed FLOPs at the achievable rate, the memory-bound kernels and the kernel
+        terms."""
+        flops = self.executed * self.seconds_per_flop / self.fraction
+        return flops + self.memory + self.kernels.total
+
+
+def stage_compute(
     job: JobDescription,
     gpu: GpuSpec,
     dims: ModelCost,
@@ -220,19 +246,19 @@ def stage_seconds(
     fraction: float,
     ssm_scan_fraction: float | None = None,
     unfused_bytes: float | None = None,
-) -> float:
-    """Seconds one GPU of ``stage`` computes per step for ``tokens`` tokens of its DP rank: its
-    executed FLOPs at the achievable ``fraction`` of peak, its memory-bound bytes at the HBM
-    peak and its kernel terms (:func:`kernel_seconds`), as :func:`estimate_step` prices them
-    before communication and the schedule; what :func:`~.stage.busiest_stage` ranks stages by.
-    A stage without layers or output heads (a layout's embedding-only stage) computes nothing
-    priced: 0."""
+) -> StageCompute:
+    """One GPU of ``stage``'s compute per step for ``tokens`` tokens of its DP rank (split over
+    TP and CP here): its executed FLOPs at the achievable ``fraction`` of peak, its memory-bound
+    bytes at the HBM peak and its kernel terms. A stage without layers or output heads (a
+    layout's embedding-only stage) computes nothing priced: all zero."""
     if not stage.flops_per_token:
-        return 0.0
-    seconds_per_flop, _, _ = _seconds_per_flop(job, gpu, dims, stage)
-    split = job.tp_size * job.cp_size
-    executed = tokens * (stage.flops_per_token + stage.recompute_flops_per_token) / split
-    _, memory = _memory_seconds(gpu, stage, tokens / job.cp_size)
+        return StageCompute(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, KernelSeconds(), fraction)
+    seconds_per_flop, mixer_share, core_share = _seconds_per_flop(job, gpu, dims, stage)
+    split = job.tp_size * job.cp_size  # a micro-batch's work over TP, its tokens over CP
+    model_flops = tokens * stage.flops_per_token / split
+    executed = model_flops + tokens * stage.recompute_flops_per_token / split
+    # The stage's memory-bound bytes are per TP rank already: the tokens split over CP.
+    memory_forward, memory = _memory_seconds(gpu, stage, tokens / job.cp_size)
     kernels = kernel_seconds(
         job,
         gpu,
@@ -243,7 +269,17 @@ def stage_seconds(
         ssm_scan_fraction=ssm_scan_fraction,
         unfused_bytes=unfused_bytes,
     )
-    return executed * seconds_per_flop / fraction + memory + kernels.total
+    return StageCompute(
+        seconds_per_flop,
+        mixer_share,
+        core_share,
+        model_flops,
+        executed,
+        memory_forward,
+        memory,
+        kernels,
+        fraction,
+    )
 
 
 @dataclasses.dataclass(frozen=True)
