@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+
+from megatron.bridge.utils.records import record
 
 __all__ = ["Layout", "check_overrides_fit", "fit_layout"]
 
@@ -17,7 +18,7 @@ __all__ = ["Layout", "check_overrides_fit", "fit_layout"]
 _TINY_ORDER = ("tp", "pp", "cp")
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class Layout:
     """The parallel sizes one check runs with."""
 

@@ -45,6 +45,7 @@ from megatron.bridge.search.space import (
 )
 from megatron.bridge.training.estimate import estimate_step
 from megatron.bridge.training.hardware import gpu_spec
+from megatron.bridge.utils.records import record
 
 if TYPE_CHECKING:
     from megatron.bridge.recipes.spec import RecipeSpec
@@ -72,7 +73,7 @@ Progress = Callable[[int, int], None]
 """Called with (done, total) as the search goes."""
 
 
-@dataclasses.dataclass(frozen=True)
+@record(frozen=True)
 class Candidate:
     """One costed layout."""
 
@@ -101,7 +102,7 @@ class Candidate:
         return _job_key(self.spec)
 
 
-@dataclasses.dataclass(frozen=True)
+@record(frozen=True)
 class SearchResult:
     """The ranked candidates of a search and what it counted on the way."""
 
@@ -155,7 +156,7 @@ def _job_key(spec: RecipeSpec) -> tuple:
     )
 
 
-@dataclasses.dataclass(frozen=True)
+@record(frozen=True)
 class _Planned:
     """A layout planned, with its throughput bound; its memory not yet estimated."""
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from megatron.bridge.training.parallel_layout import data_parallel_size, micro_batches_per_step
@@ -34,6 +33,7 @@ from megatron.bridge.training.precisions import (
     compute_dtype_of,
 )
 from megatron.bridge.training.validators import LIMITS, LimitError, check_limit
+from megatron.bridge.utils.records import record
 
 __all__ = [
     "OUTER_DP_SHARDING_STRATEGIES",
@@ -61,7 +61,7 @@ PrecisionName = PresetFamily
 """Training precision as the userbuffers presets name it (bf16, fp16, fp8)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class ModelDescription:
     """The model fields the plan, the checks and the estimate read.
 
@@ -400,7 +400,7 @@ OUTER_DP_SHARDING_STRATEGIES = ("no_shard", "optim")
 ``--outer-dp-sharding-strategy`` choices)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class JobDescription:
     """One training job: the model, the world it runs on, batches, optimizer sharding, TE.
 

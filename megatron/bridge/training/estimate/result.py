@@ -7,11 +7,12 @@ one line per overlap knob, and the communication time left exposed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from typing import Any, Literal
 
 from megatron.bridge.training.estimate.accuracy import MeasuredAccuracy
 from megatron.bridge.training.estimate.efficiency import EP_OVERLAP
+from megatron.bridge.utils.records import record
 
 __all__ = ["CP_RING", "FSDP_PREFETCH", "CommEntry", "Estimate", "Link", "Prediction", "StepCost"]
 
@@ -24,7 +25,7 @@ def _fields_dict(result: Any, *, leave_out: tuple[str, ...] = ()) -> dict[str, A
     return {f.name: getattr(result, f.name) for f in fields(result) if f.name not in leave_out}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class StepCost:
     """The compute side of one step on one GPU of the busiest pipeline stage."""
 
@@ -42,7 +43,7 @@ class StepCost:
     over the GPU's peak HBM bandwidth (:meth:`ModelCost.elementwise_bytes_per_token`)."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CommEntry:
     """One communication stream of a step, per GPU."""
 
@@ -77,7 +78,7 @@ class CommEntry:
         return _fields_dict(self, leave_out=("formula",))
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Prediction:
     """The predicted step of the busiest stage: compute, bubble, what stays exposed."""
 
@@ -117,7 +118,7 @@ the next layer's parameters while the current one computes and reduce-scatters g
 asynchronously, turning ``overlap_param_gather`` and ``overlap_grad_reduce`` on itself."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Estimate:
     """One training step's cost on one GPU of the busiest pipeline stage."""
 

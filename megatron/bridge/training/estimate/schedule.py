@@ -38,7 +38,9 @@ from __future__ import annotations
 
 import bisect
 import math
-from dataclasses import dataclass, field
+from dataclasses import field
+
+from megatron.bridge.utils.records import record
 
 __all__ = [
     "GradStream",
@@ -51,7 +53,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class LayerStream:
     """A stream that travels with each forward and backward segment (TP, CP, PP, EP)."""
 
@@ -70,7 +72,7 @@ class LayerStream:
     """What it hides under: gemm, core (core attention), all (the segment), a2a (EP slots)."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class GradStream:
     """A gradient reduction (reduce-scatter or all-reduce) of one DP group."""
 
@@ -83,7 +85,7 @@ class GradStream:
     """overlap_grad_reduce."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ParamStream:
     """The distributed optimizer's parameter all-gather of one DP group."""
 
@@ -99,7 +101,7 @@ class ParamStream:
     """overlap_param_gather_with_optimizer_step."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ScheduleInput:
     """The stage's compute per segment and the schedule's shape."""
 
@@ -122,7 +124,7 @@ class ScheduleInput:
     param_streams: tuple[ParamStream, ...] = ()
 
 
-@dataclass
+@record
 class StreamTime:
     """Where one stream's time went."""
 
@@ -133,7 +135,7 @@ class StreamTime:
     """(start, seconds) it occupies its link, for the picture."""
 
 
-@dataclass
+@record
 class Timeline:
     """The simulated step."""
 
@@ -148,7 +150,7 @@ class Timeline:
     streams: dict[int, StreamTime]
 
 
-@dataclass
+@record
 class _Segment:
     kind: str
     start: float

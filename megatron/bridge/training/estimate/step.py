@@ -57,6 +57,7 @@ from megatron.bridge.training.estimate.stage import Stage, busiest_stage, mtp_ra
 from megatron.bridge.training.hardware import GpuSpec, gpu_spec
 from megatron.bridge.training.job import JobDescription, check_micro_batch_chunks
 from megatron.bridge.training.validators import LIMITS, LimitError
+from megatron.bridge.utils.records import record
 
 if TYPE_CHECKING:
     from megatron.bridge.training.comm_overlap import OverlapPlan
@@ -204,7 +205,7 @@ def estimate_step(
     )
 
 
-@dataclasses.dataclass(frozen=True)
+@record(frozen=True)
 class StageCompute:
     """One GPU of a stage's compute per step, as :func:`estimate_step` prices it before
     communication and the schedule (:func:`stage_compute`)."""
@@ -282,7 +283,7 @@ def stage_compute(
     )
 
 
-@dataclasses.dataclass(frozen=True)
+@record(frozen=True)
 class KernelSeconds:
     """Seconds per step the MoE and hybrid kernels add on one GPU of the stage (:mod:`.kernels`)."""
 
@@ -535,7 +536,7 @@ def _assumptions(
     return tuple(assumptions)
 
 
-@dataclasses.dataclass(frozen=True)
+@record(frozen=True)
 class _Shape:
     """One micro-batch of one chunk on the busiest stage, in seconds at the achievable rate."""
 

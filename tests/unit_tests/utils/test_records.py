@@ -1,0 +1,169 @@
+"""``record`` against the standard library: the same class body made a dataclass both ways must
+compare, hash and print alike, for any field options, class options and values."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import math
+import pkgutil
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import megatron.bridge
+from megatron.bridge.utils.records import record
+
+_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 3),
+    st.sampled_from([1.0, -0.0, 0.0, math.nan, math.inf]),
+    st.text(max_size=3),
+    st.tuples(st.integers(0, 2), st.sampled_from([1, 1.0, True])),
+    st.lists(st.integers(0, 2), max_size=2),
+)
+
+_FIELD = st.fixed_dictionaries(
+    {
+        "compare": st.booleans(),
+        "hash": st.sampled_from([None, True, False]),
+        "repr": st.booleans(),
+    }
+)
+
+
+def _twins(options, field_options, body):
+    """The same class made by ``dataclasses.dataclass`` and by ``record``."""
+    made = []
+    for decorate in (dataclasses.dataclass, record):
+        namespace = dict(body)
+        namespace["__annotations__"] = {f"f{i}": "object" for i in range(len(field_options))}
+        for i, opts in enumerate(field_options):
+            namespace[f"f{i}"] = dataclasses.field(**opts)
+        made.append(decorate(type("Shape", (), namespace), **options))
+    return made
+
+
+def _body_methods(draw_eq: bool, draw_hash: str, draw_repr: bool) -> dict:
+    body: dict = {}
+    if draw_eq:
+        body["__eq__"] = lambda self, other: isinstance(other, type(self))
+    if draw_hash == "defined":
+        body["__hash__"] = lambda self: 7
+    elif draw_hash == "none":
+        body["__hash__"] = None
+    if draw_repr:
+        body["__repr__"] = lambda self: "mine"
+    return body
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    frozen=st.booleans(),
+    kw_only=st.booleans(),
+    eq=st.booleans(),
+    show=st.booleans(),
+    fields=st.lists(_FIELD, max_size=4),
+    body_eq=st.booleans(),
+    body_hash=st.sampled_from(["absent", "defined", "none"]),
+    body_repr=st.booleans(),
+    data=st.data(),
+)
+def test_record_compares_hashes_and_prints_as_dataclass_does(
+    frozen, kw_only, eq, show, fields, body_eq, body_hash, body_repr, data
+):
+    options = {"frozen": frozen, "kw_only": kw_only, "eq": eq, "repr": show}
+    body = _body_methods(body_eq, body_hash, body_repr)
+    ours_std, ours_rec = _twins(options, fields, body)
+    n = len(fields)
+    left = data.draw(st.lists(_VALUES, min_size=n, max_size=n))
+    right = data.draw(st.one_of(st.just(list(left)), st.lists(_VALUES, min_size=n, max_size=n)))
+    kwargs = {f"f{i}": v for i, v in enumerate(left)}
+    other = {f"f{i}": v for i, v in enumerate(right)}
+    a_std, b_std = ours_std(**kwargs), ours_std(**other)
+    a_rec, b_rec = ours_rec(**kwargs), ours_rec(**other)
+
+    assert (a_rec == b_rec) == (a_std == b_std)
+    assert (a_rec != b_rec) == (a_std != b_std)
+    assert (a_rec == a_rec) == (a_std == a_std)
+    assert a_rec.__eq__(object()) is a_std.__eq__(object())
+    if show or body_repr:
+        assert repr(a_rec) == repr(a_std)
+    else:
+        assert ours_rec.__repr__ is ours_std.__repr__ is object.__repr__
+    assert (ours_rec.__hash__ is None) == (ours_std.__hash__ is None)
+    if ours_std.__hash__ is not None and ours_std.__hash__ is not object.__hash__:
+        try:
+            expected = hash(a_std)
+        except TypeError:  # a list among the hashed values
+            with pytest.raises(TypeError):
+                hash(a_rec)
+        else:
+            assert hash(a_rec) == expected
+    assert (ours_rec.__hash__ is object.__hash__) == (ours_std.__hash__ is object.__hash__)
+    if frozen:
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            a_rec.f0 = 1
+
+
+def test_record_prints_a_recursive_object_once():
+    @record
+    class Node:
+        name: str
+        children: list
+
+    @dataclasses.dataclass
+    class Twin:
+        name: str
+        children: list
+
+    node, twin = Node("a", []), Twin("a", [])
+    node.children.append(node)
+    twin.children.append(twin)
+    assert repr(node) == repr(twin).replace("Twin", "Node")
+    assert repr(node).endswith("<locals>.Node(name='a', children=[...])")
+
+
+def test_record_subclass_adds_its_fields_to_the_comparison():
+    @record(frozen=True)
+    class Base:
+        x: int
+
+    @record(frozen=True)
+    class Child(Base):
+        y: int = 0
+
+    assert Child(1, 2) != Child(1, 3)
+    assert Child(1, 2) == Child(1, 2)
+    assert hash(Child(1, 2)) == hash((1, 2))
+    assert Child(1) != Base(1)  # different classes: NotImplemented both ways, then identity
+    assert repr(Child(1, 2)).endswith("<locals>.Child(x=1, y=2)")
+
+
+def _package_modules():
+    for info in pkgutil.walk_packages(megatron.bridge.__path__, "megatron.bridge."):
+        if not info.name.endswith(".__main__"):
+            yield info.name
+
+
+def test_every_record_class_is_a_dataclass_with_its_methods_named_after_it():
+    found = 0
+    for name in _package_modules():
+        try:
+            module = importlib.import_module(name)
+        except ImportError:  # a module of an optional extra (Transformer Engine, NeMo-Run)
+            continue
+        for value in vars(module).values():
+            if not (isinstance(value, type) and dataclasses.is_dataclass(value)):
+                continue
+            if value.__module__ != name or value.__dataclass_params__.eq:
+                continue  # the standard library's own dataclasses
+            found += 1
+            assert dataclasses.fields(value) is not None
+            for method in ("__eq__", "__repr__"):
+                fn = value.__dict__.get(method)
+                if fn is not None and hasattr(fn, "__qualname__"):
+                    assert fn.__qualname__.startswith(value.__qualname__), (value, method)
+    assert found >= 50
