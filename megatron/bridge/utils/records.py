@@ -1,9 +1,9 @@
 """``record``: the standard library's ``dataclasses.dataclass`` with shared comparison methods.
 
 ``dataclasses.dataclass`` compiles every method it adds from generated source text, class by
-class, each time the module is imported: on Python 3.12 about 0.2 ms per method, six methods for a
-frozen class. The package defines dozens of dataclasses on the command line's import path, where
-this compiling was about a third of ``bridge-overlap explain``'s run. :func:`record` lets the
+class, each time the module is imported: on Python 3.12 some 0.3 ms per method, six methods for a
+frozen class. Built by the standard library alone, the 52 dataclasses on ``bridge-overlap
+explain``'s import path spend about 90 ms compiling, some 40 % of its run. :func:`record` lets the
 standard library build ``__init__`` (and a frozen class's ``__setattr__`` / ``__delattr__``) and
 adds ``__eq__``, ``__hash__`` and ``__repr__`` as closures over the field names, which need no
 compiling. They return exactly what the generated methods return:
