@@ -53,14 +53,18 @@ def record[T](
         )
         fields = dataclasses.fields(cls)
         if repr and "__repr__" not in cls.__dict__:
-            shown = _repr(tuple(f.name for f in fields if f.repr))
-            shown.__qualname__ = f"{cls.__qualname__}.__repr__"
-            cls.__repr__ = shown
+            _install(cls, _repr(tuple(f.name for f in fields if f.repr)))
         if eq:
             _add_eq_and_hash(cls, fields, frozen=frozen)
         return cls
 
     return wrap if cls is None else wrap(cls)
+
+
+def _install(cls: type, method: Callable[..., Any]) -> None:
+    # Set the method on the class under its own name, qualified by the class as dataclass does.
+    method.__qualname__ = f"{cls.__qualname__}.{method.__name__}"
+    setattr(cls, method.__name__, method)
 
 
 def _values(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
@@ -90,8 +94,7 @@ def _add_eq_and_hash(cls: type, fields: tuple[dataclasses.Field, ...], *, frozen
                 return key(self) == key(other)
             return NotImplemented
 
-        __eq__.__qualname__ = f"{cls.__qualname__}.__eq__"
-        cls.__eq__ = __eq__
+        _install(cls, __eq__)
     if explicit_hash:
         return
     if not frozen:
@@ -102,8 +105,7 @@ def _add_eq_and_hash(cls: type, fields: tuple[dataclasses.Field, ...], *, frozen
     def __hash__(self: Any) -> int:
         return hash(hashed(self))
 
-    __hash__.__qualname__ = f"{cls.__qualname__}.__hash__"
-    cls.__hash__ = __hash__
+    _install(cls, __hash__)
 
 
 def _repr(names: tuple[str, ...]) -> Callable[[Any], str]:
