@@ -18,14 +18,15 @@ from megatron.bridge.cli.errors import (
     _fail,
     _fail_with,
 )
-from megatron.bridge.cli.parser import build_parser
+from megatron.bridge.cli.parser import SUBCOMMANDS, build_parser
 from megatron.bridge.cli.planning import explain
 from megatron.bridge.cli.recipes import _render_recipes, list_recipes
 from megatron.bridge.cli.render import _render
 
 
 def _run(argv: list[str], *, as_json: bool) -> int:
-    parser = build_parser()
+    # The parser of the subcommand the command line names; anything else gets the whole parser.
+    parser = build_parser(argv[0] if argv and argv[0] in SUBCOMMANDS else None)
     try:
         args = parser.parse_args(argv)
     except UsageError as exc:

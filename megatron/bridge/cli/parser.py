@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import re
 from collections.abc import Callable
-from typing import get_args
+from typing import Any, get_args
 
 from megatron.bridge.cli.errors import UsageError
 from megatron.bridge.cli.flags import FLAG_FIELDS
@@ -31,9 +31,26 @@ _DESCRIPTION = "``bridge-overlap``: read the overlap plan of a layout before lau
 
 
 class _Parser(argparse.ArgumentParser):
+    _checking_argument = False
+
     def error(self, message: str) -> None:
         # Raised rather than printed, so that --json can answer with a JSON error document.
         raise UsageError(f"{self.prog}: error: {message}")
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
+        self._checking_argument = True
+        try:
+            return super().add_argument(*args, **kwargs)
+        finally:
+            self._checking_argument = False
+
+    def _get_formatter(self) -> argparse.HelpFormatter:
+        # add_argument formats each new argument once, only to check its metavar against nargs;
+        # that formatter's width is never used, so the terminal is not asked for it (HelpFormatter
+        # imports shutil and reads the terminal size each time). Help and usage get the default.
+        if self._checking_argument:
+            return self.formatter_class(prog=self.prog, width=80)
+        return super()._get_formatter()
 
 
 def _add_switch(parser: argparse.ArgumentParser, flag: str, help: str) -> None:
@@ -728,17 +745,13 @@ def world_sizes_argument(text: str) -> tuple[int, ...]:
     return tuple(sorted(set(sizes)))
 
 
-def _add_search(sub: argparse._SubParsersAction) -> None:
+def _add_search(se: argparse.ArgumentParser) -> None:
     """``bridge-overlap search``: the job flags without the layout, the world sizes, the output."""
-    se = sub.add_parser(
-        "search",
-        help="rank the layouts that fit a GPU by predicted tokens/s/GPU",
-        description=(
-            "Search every layout megatron-core accepts for a model (a recipe, or the model flags "
-            "explain takes) on a GPU, precision, world size(s) and global batch: keep those that "
-            "fit by the memory estimate, plan their overlap as explain does, and rank them by "
-            "predicted tokens/s/GPU. Exit code 0: printed; 2: invalid input, or no layout fits."
-        ),
+    se.description = (
+        "Search every layout megatron-core accepts for a model (a recipe, or the model flags "
+        "explain takes) on a GPU, precision, world size(s) and global batch: keep those that "
+        "fit by the memory estimate, plan their overlap as explain does, and rank them by "
+        "predicted tokens/s/GPU. Exit code 0: printed; 2: invalid input, or no layout fits."
     )
     se.add_argument(
         "--recipe",
@@ -775,20 +788,41 @@ def _add_search(sub: argparse._SubParsersAction) -> None:
     _bound_numeric_flags(se)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of ``bridge-overlap``."""
+#: The subcommands of ``bridge-overlap``, in the order ``--help`` lists them, with their help.
+SUBCOMMANDS: dict[str, str] = {
+    "explain": "show every overlap decision for a layout, with reasons",
+    "search": "rank the layouts that fit a GPU by predicted tokens/s/GPU",
+    "recipes": "list the recipes available here, with each one's layout",
+}
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser of ``bridge-overlap``.
+
+    With ``command`` (one of :data:`SUBCOMMANDS`), only that subcommand gets its flags: the parser
+    of a command line whose first word is ``command`` (the others are listed, with their help).
+    """
     parser = _Parser(prog="bridge-overlap", description=_DESCRIPTION)
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    ex = sub.add_parser(
-        "explain",
-        help="show every overlap decision for a layout, with reasons",
-        description=(
-            "Explain the communication-overlap plan of a layout. With no arguments: the "
-            "reference layout (TP4 + SP, PP4 with VPP2, distributed optimizer, 128 H100 GPUs, "
-            "bf16, GPT-3 175B's shape: 96 layers, hidden 12288, 96 heads, seq 2048, mbs 1)."
-        ),
-        epilog=_limits_epilog(),
+    # prog given: what argparse would format from the usage (a formatter asks the terminal).
+    sub = parser.add_subparsers(
+        dest="command", required=True, parser_class=_Parser, prog="bridge-overlap"
     )
+    fill = {"explain": _add_explain, "search": _add_search, "recipes": _add_recipes}
+    for name, help in SUBCOMMANDS.items():
+        subparser = sub.add_parser(name, help=help)
+        if command is None or command == name:
+            fill[name](subparser)
+    return parser
+
+
+def _add_explain(ex: argparse.ArgumentParser) -> None:
+    """``bridge-overlap explain``: a recipe or the reference, the job flags, the output."""
+    ex.description = (
+        "Explain the communication-overlap plan of a layout. With no arguments: the "
+        "reference layout (TP4 + SP, PP4 with VPP2, distributed optimizer, 128 H100 GPUs, "
+        "bf16, GPT-3 175B's shape: 96 layers, hidden 12288, 96 heads, seq 2048, mbs 1)."
+    )
+    ex.epilog = _limits_epilog()
     ex.add_argument(
         "--recipe",
         help=(
@@ -820,14 +854,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ex.add_argument("--json", action="store_true", help="print the plan as one JSON object")
     _bound_numeric_flags(ex)
-    _add_search(sub)
-    ls = sub.add_parser(
-        "recipes",
-        help="list the recipes available here, with each one's layout",
-        description=(
-            "List the shipped recipes and those registered under the "
-            "'megatron_bridge.recipes' entry-point group, with each one's published layout."
-        ),
+
+
+def _add_recipes(ls: argparse.ArgumentParser) -> None:
+    """``bridge-overlap recipes``: the output."""
+    ls.description = (
+        "List the shipped recipes and those registered under the "
+        "'megatron_bridge.recipes' entry-point group, with each one's published layout."
     )
     ls.add_argument("--json", action="store_true", help="print the list as one JSON object")
-    return parser

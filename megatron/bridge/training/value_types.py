@@ -45,6 +45,7 @@ import enum
 import functools
 import importlib
 import inspect
+import sys
 import types
 import typing
 from collections.abc import Mapping
@@ -61,6 +62,7 @@ __all__ = [
     "describe_type",
     "field_types",
     "import_object",
+    "type_hints",
 ]
 
 
@@ -109,19 +111,58 @@ def import_object(path: str, where: str) -> Any:
 
 @functools.cache
 def field_types(cls: type) -> Mapping[str, Any]:
-    """Resolved annotations of the dataclass ``cls``'s fields (``typing.get_type_hints``).
+    """Resolved annotations of the dataclass ``cls``'s fields (``typing.get_type_hints``, through
+    :func:`type_hints`).
 
     When the class's annotations do not all resolve (a forward reference to a name its module
     imports only for type checkers), each field is resolved on its own and one that does not
     resolve maps to ``Any``: it is not checked.
     """
     try:
-        return types.MappingProxyType(typing.get_type_hints(cls))
+        return types.MappingProxyType(type_hints(cls))
     except Exception:
         pass
     return types.MappingProxyType(
         {f.name: _resolve_one(cls, f.name, f.type) for f in dataclasses.fields(cls)}
     )
+
+
+def type_hints(cls: type) -> dict[str, Any]:
+    """``typing.get_type_hints(cls)``, each distinct annotation text of a class evaluated once.
+
+    ``get_type_hints`` compiles every annotation text on its own, the same text again for each
+    field that repeats it (about 0.2 ms each; a description of a hundred fields repeats a dozen
+    texts). Here the annotations of each class of the MRO go to ``get_type_hints`` once, as a
+    stand-in class holding each distinct text, with the namespaces ``get_type_hints`` uses for
+    that class: its module's, then its own body's.
+    """
+    hints: dict[str, Any] = {}
+    for base in reversed(cls.__mro__):
+        annotations = inspect.get_annotations(base)
+        if not annotations:
+            continue
+        stand_in: dict[str, Any] = {}
+        slot_of_text: dict[str, str] = {}
+        slots: dict[str, str] = {}
+        for name, value in annotations.items():
+            slot = slot_of_text.get(value) if isinstance(value, str) else None
+            if slot is None:
+                slot = f"a{len(stand_in)}"
+                stand_in[slot] = value
+                if isinstance(value, str):
+                    slot_of_text[value] = slot
+            slots[name] = slot
+        module = sys.modules.get(base.__module__)
+        resolved = typing.get_type_hints(
+            type("_Annotations", (), {"__annotations__": stand_in}),
+            # get_type_hints' order for a class without explicit namespaces: names are looked up
+            # in the module first, then in the class body.
+            globalns=dict(vars(base)),
+            localns=getattr(module, "__dict__", {}),
+        )
+        for name, slot in slots.items():
+            hints[name] = resolved[slot]
+    return hints
 
 
 def _resolve_one(cls: type, name: str, annotation: Any) -> Any:

@@ -9,14 +9,22 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import importlib
 import os
+import pkgutil
+import typing
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
 import torch
 import yaml
+from megatron.core import ModelParallelConfig
+from megatron.core.distributed import DistributedDataParallelConfig
+from megatron.core.optimizer import OptimizerConfig
+from megatron.core.transformer import TransformerConfig
 
+import megatron.bridge
 from megatron.bridge.recipes import get_recipe, recipe_spec
 from megatron.bridge.training.config import ConfigContainer, check_env_vars
 from megatron.bridge.training.overrides import OverrideError, apply_overrides
@@ -27,6 +35,7 @@ from megatron.bridge.training.value_types import (
     check_field,
     check_value,
     field_types,
+    type_hints,
 )
 
 if TYPE_CHECKING:
@@ -354,3 +363,50 @@ def test_a_field_defaulting_to_none_takes_none_and_an_unresolved_annotation_is_n
     assert field_types(_MegatronStyle)["flag"] is bool
     assert field_types(_MegatronStyle)["hook"] is Any
     assert check_field(_MegatronStyle, "hook", _ANYTHING, "s.hook") is _ANYTHING
+
+
+def _dataclasses_to_resolve():
+    found = [ModelParallelConfig, DistributedDataParallelConfig, OptimizerConfig, TransformerConfig]
+    for info in pkgutil.walk_packages(megatron.bridge.__path__, "megatron.bridge."):
+        if info.name.endswith(".__main__"):
+            continue
+        try:
+            module = importlib.import_module(info.name)
+        except ImportError:  # a module of an optional extra (Transformer Engine, NeMo-Run)
+            continue
+        found += [
+            v
+            for v in vars(module).values()
+            if isinstance(v, type) and dataclasses.is_dataclass(v) and v.__module__ == info.name
+        ]
+    return found
+
+
+def test_type_hints_equal_typing_get_type_hints_on_every_config_and_description():
+    resolved = 0
+    for cls in _dataclasses_to_resolve():
+        try:
+            expected = typing.get_type_hints(cls)
+        except Exception as exc:
+            with pytest.raises(type(exc)):
+                type_hints(cls)
+            continue
+        got = type_hints(cls)
+        assert got == expected, cls
+        assert list(got) == list(expected), cls
+        resolved += 1
+    assert resolved >= 60
+
+
+class _Shadowing:
+    """A class attribute named like a type: get_type_hints looks in the module first."""
+
+    Any: int = 0
+    x: Any = 1
+    y: list[Any] = dataclasses.field(default_factory=list)
+    z: Any = 2
+
+
+def test_type_hints_look_in_the_module_before_the_class_body():
+    assert type_hints(_Shadowing) == typing.get_type_hints(_Shadowing)
+    assert type_hints(_Shadowing)["x"] is Any
