@@ -306,6 +306,9 @@ def simulate(inp: ScheduleInput) -> Timeline:
         )
         return d, rows, duration, free
 
+    # Each placed segment's kind (whether it runs a forward and a backward) and start.
+    placed: list[tuple[tuple[bool, bool], float]] = []
+
     def place(kind: str, fwd_chunk: int | None, has_bwd: bool) -> None:
         nonlocal t
         stall = 0.0
@@ -317,17 +320,12 @@ def simulate(inp: ScheduleInput) -> Timeline:
             if stall > 0:
                 drawn.append(("stall", t, stall))
                 t += stall
-        has_fwd = fwd_chunk is not None
-        key = (has_fwd, has_bwd)
-        if key not in layer_effects:
-            layer_effects[key] = _layer_effects(has_fwd, has_bwd)
-        d, rows, duration, free = layer_effects[key]
-        for stream_key, secs, hid, w in rows:
-            st = streams[stream_key]
-            st.hidden += hid
-            st.exposed += secs - hid
-            st.window += w
-            st.intervals.append((t, secs))
+        key = (fwd_chunk is not None, has_bwd)
+        effects = layer_effects.get(key)
+        if effects is None:
+            effects = layer_effects[key] = _layer_effects(*key)
+        d, _rows, duration, free = effects
+        placed.append((key, t))
         segments.append(_Segment(kind, t, d, duration, free))
         drawn.append((kind, t, d))
         if duration > d:
@@ -346,6 +344,7 @@ def simulate(inp: ScheduleInput) -> Timeline:
             place("backward", None, True)
     for _ in range(total - warmup, total):
         place("backward", None, True)
+    _add_layer_time(streams, layer_effects, placed)
     compute_end = t
     compute = sum(s.compute for s in segments)
 
@@ -402,6 +401,35 @@ def simulate(inp: ScheduleInput) -> Timeline:
         segments=drawn,
         streams=streams,
     )
+
+
+def _add_layer_time(
+    streams: dict[int, StreamTime],
+    effects: dict[
+        tuple[bool, bool],
+        tuple[float, list[tuple[int, float, float, float]], float, dict[str, float]],
+    ],
+    placed: list[tuple[tuple[bool, bool], float]],
+) -> None:
+    """Add each in-layer stream's hidden, exposed and window time and its link intervals, segment
+    by segment in schedule order (``effects``: what a kind of segment adds; ``placed``: each
+    segment's kind and start)."""
+    by_stream: dict[int, dict[tuple[bool, bool], tuple[float, float, float, float]]] = {}
+    for key, (_d, rows, _duration, _free) in effects.items():
+        for stream_key, secs, hid, w in rows:
+            by_stream.setdefault(stream_key, {})[key] = (secs, hid, secs - hid, w)
+    for stream_key, by_kind in by_stream.items():
+        st = streams[stream_key]
+        hidden, exposed, window, intervals = st.hidden, st.exposed, st.window, st.intervals
+        for key, start in placed:
+            row = by_kind.get(key)
+            if row is not None:
+                secs, hid, exp, w = row
+                hidden += hid
+                exposed += exp
+                window += w
+                intervals.append((start, secs))
+        st.hidden, st.exposed, st.window = hidden, exposed, window
 
 
 def _run_on(
