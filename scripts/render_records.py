@@ -44,8 +44,9 @@ FACTORIES: dict[str, Callable[..., Any]] = {}
 
 
 def package_sources() -> dict[str, str]:
-    """``module:QualName`` -> ``__init__`` source text, for every record class of the package
-    (each module imported; one of an optional extra that is not installed is skipped)."""
+    """``module:QualName`` -> ``__init__`` source text, for every record class a module of the
+    package defines (each module imported; one of an optional extra that is not installed is
+    skipped)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # megatron-core's import-time notes about TE and Apex
         for info in pkgutil.walk_packages(megatron.bridge.__path__, "megatron.bridge."):
@@ -55,7 +56,12 @@ def package_sources() -> dict[str, str]:
                 importlib.import_module(info.name)
             except ImportError:
                 continue
-    return {name: text for name, text in INIT_SOURCES.items() if name.startswith("megatron.")}
+    # A class defined inside a function exists only once the function runs: it compiles its own.
+    return {
+        name: text
+        for name, text in INIT_SOURCES.items()
+        if name.startswith("megatron.") and "<locals>" not in name
+    }
 
 
 def render(sources: dict[str, str]) -> str:
