@@ -19,6 +19,7 @@ import pkgutil
 import sys
 import warnings
 from pathlib import Path
+from types import ModuleType
 
 import megatron.bridge
 from megatron.bridge.utils.records import INIT_SOURCES
@@ -43,19 +44,26 @@ FACTORIES: dict[str, Callable[..., Any]] = {}
 '''
 
 
-def package_sources() -> dict[str, str]:
-    """``module:QualName`` -> ``__init__`` source text, for every record class a module of the
-    package defines (each module imported; one of an optional extra that is not installed is
-    skipped)."""
+def package_modules() -> list[ModuleType]:
+    """Every module of the package, imported (but ``__main__`` modules, which run a command line,
+    and a module of an optional extra that is not installed)."""
+    modules = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # megatron-core's import-time notes about TE and Apex
         for info in pkgutil.walk_packages(megatron.bridge.__path__, "megatron.bridge."):
             if info.name.endswith(".__main__"):
                 continue
             try:
-                importlib.import_module(info.name)
+                modules.append(importlib.import_module(info.name))
             except ImportError:
                 continue
+    return modules
+
+
+def package_sources() -> dict[str, str]:
+    """``module:QualName`` -> ``__init__`` source text, for every record class a module of the
+    package defines (:func:`package_modules` imports them)."""
+    package_modules()
     # A class defined inside a function exists only once the function runs: it compiles its own.
     return {
         name: text

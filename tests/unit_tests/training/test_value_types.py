@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import importlib
 import os
-import pkgutil
 import typing
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
@@ -24,7 +22,6 @@ from megatron.core.distributed import DistributedDataParallelConfig
 from megatron.core.optimizer import OptimizerConfig
 from megatron.core.transformer import TransformerConfig
 
-import megatron.bridge
 from megatron.bridge.recipes import get_recipe, recipe_spec
 from megatron.bridge.training.config import ConfigContainer, check_env_vars
 from megatron.bridge.training.overrides import OverrideError, apply_overrides
@@ -37,6 +34,7 @@ from megatron.bridge.training.value_types import (
     field_types,
     type_hints,
 )
+from tests.unit_tests.repo_scripts import load_script
 
 if TYPE_CHECKING:
     from _not_a_module import NotImported
@@ -367,17 +365,13 @@ def test_a_field_defaulting_to_none_takes_none_and_an_unresolved_annotation_is_n
 
 def _dataclasses_to_resolve():
     found = [ModelParallelConfig, DistributedDataParallelConfig, OptimizerConfig, TransformerConfig]
-    for info in pkgutil.walk_packages(megatron.bridge.__path__, "megatron.bridge."):
-        if info.name.endswith(".__main__"):
-            continue
-        try:
-            module = importlib.import_module(info.name)
-        except ImportError:  # a module of an optional extra (Transformer Engine, NeMo-Run)
-            continue
+    for module in load_script("scripts/render_records.py").package_modules():
         found += [
             v
             for v in vars(module).values()
-            if isinstance(v, type) and dataclasses.is_dataclass(v) and v.__module__ == info.name
+            if isinstance(v, type)
+            and dataclasses.is_dataclass(v)
+            and v.__module__ == module.__name__
         ]
     return found
 

@@ -5,19 +5,18 @@ and every record class of the package takes its ``__init__`` ready-made from ``r
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import inspect
 import math
-import pkgutil
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import megatron.bridge
 from megatron.bridge.utils import record_code
 from megatron.bridge.utils.records import INIT_SOURCES, record
 from tests.unit_tests.repo_scripts import load_script
+
+render_records = load_script("scripts/render_records.py")
 
 _VALUES = st.one_of(
     st.none(),
@@ -235,7 +234,6 @@ def test_record_keeps_a_body_init_and_refuses_what_dataclass_refuses():
 
 
 def test_every_record_class_of_the_package_takes_its_init_ready_made():
-    render_records = load_script("scripts/render_records.py")
     sources = render_records.package_sources()
     assert len(sources) >= 50
     missing = sorted(name for name, text in sources.items() if text not in record_code.FACTORIES)
@@ -280,19 +278,10 @@ def test_record_subclass_adds_its_fields_to_the_comparison():
     assert repr(Child(1, 2)).endswith("<locals>.Child(x=1, y=2)")
 
 
-def _package_modules():
-    for info in pkgutil.walk_packages(megatron.bridge.__path__, "megatron.bridge."):
-        if not info.name.endswith(".__main__"):
-            yield info.name
-
-
 def test_every_record_class_is_a_dataclass_with_its_methods_named_after_it():
     found = 0
-    for name in _package_modules():
-        try:
-            module = importlib.import_module(name)
-        except ImportError:  # a module of an optional extra (Transformer Engine, NeMo-Run)
-            continue
+    for module in render_records.package_modules():
+        name = module.__name__
         for value in vars(module).values():
             if not (isinstance(value, type) and dataclasses.is_dataclass(value)):
                 continue

@@ -257,7 +257,7 @@ def simulate(inp: ScheduleInput) -> Timeline:
 
     # What the in-layer streams hide and expose under one segment depends only on whether it runs
     # a forward and a backward: computed once per kind of segment.
-    layer_effects: dict[tuple[bool, bool], tuple[float, list, float, dict[str, float]]] = {}
+    layer_effects: dict[str, tuple[float, list, float, dict[str, float]]] = {}
 
     def _layer_effects(
         has_fwd: bool, has_bwd: bool
@@ -306,9 +306,6 @@ def simulate(inp: ScheduleInput) -> Timeline:
         )
         return d, rows, duration, free
 
-    # Each placed segment's kind (whether it runs a forward and a backward) and start.
-    placed: list[tuple[tuple[bool, bool], float]] = []
-
     def place(kind: str, fwd_chunk: int | None, has_bwd: bool) -> None:
         nonlocal t
         stall = 0.0
@@ -320,12 +317,10 @@ def simulate(inp: ScheduleInput) -> Timeline:
             if stall > 0:
                 drawn.append(("stall", t, stall))
                 t += stall
-        key = (fwd_chunk is not None, has_bwd)
-        effects = layer_effects.get(key)
+        effects = layer_effects.get(kind)
         if effects is None:
-            effects = layer_effects[key] = _layer_effects(*key)
+            effects = layer_effects[kind] = _layer_effects(fwd_chunk is not None, has_bwd)
         d, _rows, duration, free = effects
-        placed.append((key, t))
         segments.append(_Segment(kind, t, d, duration, free))
         drawn.append((kind, t, d))
         if duration > d:
@@ -344,7 +339,7 @@ def simulate(inp: ScheduleInput) -> Timeline:
             place("backward", None, True)
     for _ in range(total - warmup, total):
         place("backward", None, True)
-    _add_layer_time(streams, layer_effects, placed)
+    _add_layer_time(streams, layer_effects, segments)
     compute_end = t
     compute = sum(s.compute for s in segments)
 
@@ -406,29 +401,27 @@ def simulate(inp: ScheduleInput) -> Timeline:
 def _add_layer_time(
     streams: dict[int, StreamTime],
     effects: dict[
-        tuple[bool, bool],
-        tuple[float, list[tuple[int, float, float, float]], float, dict[str, float]],
+        str, tuple[float, list[tuple[int, float, float, float]], float, dict[str, float]]
     ],
-    placed: list[tuple[tuple[bool, bool], float]],
+    segments: list[_Segment],
 ) -> None:
     """Add each in-layer stream's hidden, exposed and window time and its link intervals, segment
-    by segment in schedule order (``effects``: what a kind of segment adds; ``placed``: each
-    segment's kind and start)."""
-    by_stream: dict[int, dict[tuple[bool, bool], tuple[float, float, float, float]]] = {}
+    by segment in schedule order (``effects``: what each kind of segment adds)."""
+    by_stream: dict[int, dict[str, tuple[float, float, float, float]]] = {}
     for key, (_d, rows, _duration, _free) in effects.items():
         for stream_key, secs, hid, w in rows:
             by_stream.setdefault(stream_key, {})[key] = (secs, hid, secs - hid, w)
     for stream_key, by_kind in by_stream.items():
         st = streams[stream_key]
         hidden, exposed, window, intervals = st.hidden, st.exposed, st.window, st.intervals
-        for key, start in placed:
-            row = by_kind.get(key)
+        for seg in segments:
+            row = by_kind.get(seg.kind)
             if row is not None:
                 secs, hid, exp, w = row
                 hidden += hid
                 exposed += exp
                 window += w
-                intervals.append((start, secs))
+                intervals.append((seg.start, secs))
         st.hidden, st.exposed, st.window = hidden, exposed, window
 
 
