@@ -7,7 +7,9 @@ written by ``scripts/published_rows.py`` from Megatron-Bridge's current and arch
 tables). Each row is planned through its model's recipe at the row's GPU and precision with the
 row's own layout (GPU count, batch sizes, sequence length, TP/PP/VP/CP/EP/ETP, Megatron-FSDP,
 pipeline layout) given as job changes, the route ``bridge-overlap explain --recipe`` takes for
-flags; everything the tables leave out (recompute, dispatcher, overlap) stays the recipe's. The
+flags, with the two settings the data file reads from each release's perf configuration (the
+experts' fused grouped MLP, EP overlap); everything else the tables leave out (recompute,
+dispatcher) stays the recipe's. The
 step estimate then predicts its tokens/s/GPU. A row is predicted or carries the reason it is not
 (no recipe for its model, a setting the tables do not publish, a layout the plan refuses).
 
@@ -39,7 +41,7 @@ from typing import Any
 
 import yaml
 
-from megatron.bridge.recipes import RECIPES, plan_recipe
+from megatron.bridge.recipes import RECIPES, plan_recipe, recipe_spec
 from megatron.bridge.recipes.published import offload_fields, recompute_fields, run
 from megatron.bridge.training import hardware
 from megatron.bridge.training.estimate import estimate_step
@@ -134,7 +136,10 @@ def row_changes(row: dict) -> dict[str, Any]:
     The sizes, batch sizes and Megatron-FSDP are a published run's (:func:`run`), and so is
     whether its experts ran the fused grouped MLP (the row's ``fused_grouped_mlp``, read from
     the perf configuration of the row's release); the recompute and activation offloading of the
-    recipe's run on the row's GPU stay, since the tables publish neither. ``mtp: false`` (a run without MTP) drops the MTP layers.
+    recipe's run on the row's GPU stay, since the tables publish neither. ``mtp: false`` (a run
+    without MTP) drops the MTP layers. A row's ``ep_overlap`` (from the same configuration) sets
+    ``overlap_moe_expert_parallel_comm`` beside the recipe's own overlap fields; a row without it
+    keeps the recipe's.
     """
     published = run(
         row["system"],
@@ -161,6 +166,11 @@ def row_changes(row: dict) -> dict[str, Any]:
     changes["model.seq_length"] = row["seq_length"]
     if row.get("mtp") is False:
         changes["model.mtp_num_layers"] = None
+    if "ep_overlap" in row:
+        spec = recipe_spec(row["model"]) if row["model"] in RECIPES else None
+        overlap = dict(spec.overlap) if spec is not None else {}
+        overlap["overlap_moe_expert_parallel_comm"] = row["ep_overlap"]
+        changes["overlap"] = tuple(overlap.items())
     return changes
 
 

@@ -12,10 +12,11 @@ Beside the published columns each row holds layout facts the tables leave out, f
 recipes (each rule below names its source): ``etp`` for MoE models, the pipeline layout of the
 models that set one, ``mtp: false`` for a run published without MTP and ``reason`` for a run
 whose setting the tables do not say; and for each MoE row ``fused_grouped_mlp``, whether its run
-had Transformer Engine's fused grouped MLP, read from the perf configuration of the
-Megatron-Bridge version its release ships (``docs/versions1.json`` at ``REV`` names it, ``DIR``
-must hold its tag ``v<version>``). ``--check`` changes nothing and exits 1 when the file differs
-from what the tables give.
+had Transformer Engine's fused grouped MLP, and ``ep_overlap``, whether it overlapped its EP
+all-to-alls, read from the perf configuration of the Megatron-Bridge version its release ships
+(``docs/versions1.json`` at ``REV`` names it; ``DIR`` holds its tag ``v<version>``, and a
+version without a tag leaves ``ep_overlap`` out). ``--check`` changes nothing and exits 1 when
+the file differs from what the tables give.
 """
 
 from __future__ import annotations
@@ -352,6 +353,16 @@ class Upstream:
             self._texts[tag, path] = _git_show(self.repository, tag, path)
         return self._texts[tag, path]
 
+    def has(self, tag: str) -> bool:
+        """Whether the repository holds ``tag``."""
+        return (
+            subprocess.run(
+                ["git", "-C", self.repository, "rev-parse", "--verify", "-q", f"{tag}^{{commit}}"],
+                capture_output=True,
+            ).returncode
+            == 0
+        )
+
     def files(self, tag: str, under: str) -> tuple[str, ...]:
         """The files under the folder ``under`` at ``tag``."""
         if (tag, under) not in self._listings:
@@ -413,9 +424,11 @@ def class_defaults(text: str, name: str) -> dict[str, object]:
     raise ValueError(f"no class {name}")
 
 
-def _fused_in_function(upstream: Upstream, tag: str, function: str) -> bool | None:
-    """Whether upstream's perf function ``function`` at ``tag`` sets the fused grouped MLP's
-    variable; None when no perf recipe defines it."""
+def _perf_function(
+    upstream: Upstream, tag: str, function: str
+) -> tuple[str, ast.FunctionDef] | None:
+    """(path, definition) of upstream's perf function ``function`` at ``tag``; None when no perf
+    recipe defines it."""
     for path in upstream.files(tag, _PERF_RECIPES):
         if not path.endswith(".py"):
             continue
@@ -424,29 +437,33 @@ def _fused_in_function(upstream: Upstream, tag: str, function: str) -> bool | No
             continue
         for node in ast.parse(text).body:
             if isinstance(node, ast.FunctionDef) and node.name == function:
-                return bool(_FUSED_ENV.search(ast.get_source_segment(text, node) or ""))
+                return path, node
     return None
 
 
-def _fused_in_workload_configs(upstream: Upstream, tag: str, row: dict, precision: str) -> bool:
-    """The row's cutedsl_fused_grouped_mlp among the workload configs of ``tag``."""
+def _workload_flag(upstream: Upstream, tag: str, row: dict, precision: str, field: str) -> bool:
+    """The row's boolean ``field`` among the workload configs of ``tag``: the config named for
+    the row's model, GPU and precision whose GPU count, global and micro batch are the row's
+    (all such configs when none is), which must agree. False when no workload config of ``tag``
+    names the field, or none of the model's configs on this GPU sets it."""
     paths = [
         p for p in upstream.files(tag, _WORKLOAD_CONFIGS) if p.endswith("workload_base_configs.py")
     ]
-    if not any(_FUSED_FIELD in upstream.show(tag, p) for p in paths):
+    if not any(field in upstream.show(tag, p) for p in paths):
         return False
     defaults = class_defaults(
         upstream.show(tag, "scripts/performance/utils/utils.py"), "WorkloadBaseConfig"
     )
-    gpu = row["system"].removeprefix("DGX-")
-    prefix = f"{row['model'].upper()}_PRETRAIN_CONFIG_{gpu}_"
-    pattern = re.compile(re.escape(f"{prefix}{precision}_") + r"V\d+$")
+    model, gpu = row["model"].upper(), row["system"].removeprefix("DGX-")
     candidates = {}
+    named = {}
     for path in paths:
         for name, fields in workload_configs(upstream.show(tag, path), defaults).items():
-            if name.startswith(prefix):
+            parts = _CONFIG_NAME.match(name)
+            if parts and (parts["model"], parts["gpu"]) == (model, gpu):
                 candidates[name] = fields
-    named = {n: f for n, f in candidates.items() if pattern.match(n)}
+                if parts["precision"] == precision:
+                    named[name] = fields
     matching = [
         f
         for f in named.values()
@@ -454,51 +471,198 @@ def _fused_in_workload_configs(upstream: Upstream, tag: str, row: dict, precisio
         == (row["gpus"], row["gbs"], row["mbs"])
     ]
     chosen = matching or list(named.values())
-    flags = {bool(f.get(_FUSED_FIELD)) for f in chosen}
+    flags = {bool(f.get(field)) for f in chosen}
     if len(flags) == 1:
         return flags.pop()
-    if not chosen and not any(f.get(_FUSED_FIELD) for f in candidates.values()):
-        return False  # no config of the model on this GPU has the fused MLP
+    if not chosen and not any(f.get(field) for f in candidates.values()):
+        return False  # no config of the model on this GPU sets the field
     raise ValueError(
         f"{tag}: {row['model']} {row['system']} {row['precision']} GBS {row['gbs']}: the "
-        f"workload configs {sorted(named) or sorted(candidates)} do not say one "
-        f"{_FUSED_FIELD}."
+        f"workload configs {sorted(named) or sorted(candidates)} do not say one {field}."
     )
+
+
+def _perf_names(row: dict) -> tuple[str, str]:
+    """(the row's perf function name, its precision in workload config names)."""
+    if row["precision"] not in _PRECISION_NAMES:
+        raise ValueError(f"precision {row['precision']!r} has no entry in _PRECISION_NAMES.")
+    config_precision, function_precision = _PRECISION_NAMES[row["precision"]]
+    gpu = row["system"].removeprefix("DGX-").lower()
+    function = f"{row['model']}_pretrain_{row['gpus']}gpu_{gpu}_{function_precision}_config"
+    return function, config_precision
 
 
 def fused_grouped_mlp(upstream: Upstream, tag: str, row: dict) -> bool:
     """Whether the run of ``row`` had the experts' fused grouped MLP, from version ``tag``."""
-    if row["precision"] not in _PRECISION_NAMES:
-        raise ValueError(f"{tag}: precision {row['precision']!r} has no entry in _PRECISION_NAMES.")
-    config_precision, function_precision = _PRECISION_NAMES[row["precision"]]
-    gpu = row["system"].removeprefix("DGX-").lower()
-    function = f"{row['model']}_pretrain_{row['gpus']}gpu_{gpu}_{function_precision}_config"
-    in_function = _fused_in_function(upstream, tag, function)
-    if in_function is not None:
-        return in_function
+    function, config_precision = _perf_names(row)
+    found = _perf_function(upstream, tag, function)
+    if found is not None:
+        path, node = found
+        return bool(_FUSED_ENV.search(ast.get_source_segment(upstream.show(tag, path), node) or ""))
     if upstream.files(tag, _PERF_RECIPES) and not upstream.files(tag, _WORKLOAD_CONFIGS):
         raise ValueError(f"{tag}: no perf function {function} for {row['release']}.")
-    return _fused_in_workload_configs(upstream, tag, row, config_precision)
+    return _workload_flag(upstream, tag, row, config_precision, _FUSED_FIELD)
 
 
-def add_fused_grouped_mlp(rows: list[dict], upstream: Upstream, versions: dict[str, str]) -> None:
-    """Set ``fused_grouped_mlp`` on every MoE row (before its throughput columns)."""
+# --- which runs overlapped the EP all-to-alls ---------------------------------------------------
+#
+# A MoE row's ``ep_overlap`` says whether its run set CommOverlapConfig's
+# overlap_moe_expert_parallel_comm, read from the same version's perf configuration:
+# - perf functions (0.6.0 on): the last value the function gives the knob, following the calls it
+#   makes to functions of upstream's package (the recipe it starts from, the helpers that apply a
+#   configuration) in the order they run: ``cfg.comm_overlap.overlap_moe_expert_parallel_comm = X``,
+#   or ``cfg.comm_overlap = CommOverlapConfig(...)``, which sets the keyword's value or, without it,
+#   the field's default (off). A value set under a condition or a loop is refused, not guessed;
+# - earlier versions: the row's WorkloadBaseConfig's moe_a2a_overlap field, which
+#   scripts/performance/utils/overrides.py ``_set_moe_a2a_overlap_overrides`` (helpers.py
+#   ``set_moe_a2a_overlap_overrides`` in 0.2.0) turns into overlap_moe_expert_parallel_comm = True
+#   and delay_wgrad_compute = True.
+# A release whose version has no tag in the repository (25.09's 0.1.0) keeps no ``ep_overlap``:
+# its rows are predicted with the recipe's own setting.
+
+_EP_FIELD = "moe_a2a_overlap"
+_EP_KNOB = "overlap_moe_expert_parallel_comm"
+_PACKAGE = "src/megatron/bridge/"
+_CONTROL_FLOW = (ast.If, ast.For, ast.While, ast.Try, ast.With, ast.Match)
+
+#: Workload config names: ``<MODEL>_PRETRAIN_CONFIG_<GPU>_<PRECISION>_V<n>`` (0.3.0 on) and
+#: ``<MODEL>_<GPU>_<PRECISION>_BASE_CONFIG`` (0.2.0).
+_CONFIG_NAME = re.compile(
+    r"^(?P<model>[A-Z0-9_]+?)_(?:PRETRAIN_CONFIG_)?(?P<gpu>GB300|GB200|B300|B200|H100)_"
+    r"(?P<precision>BF16|FP8_CS|FP8_MX|FP8_SC|NVFP4)(?:_V\d+|_BASE_CONFIG)$"
+)
+
+
+def _module_path(upstream: Upstream, tag: str, module: str) -> str | None:
+    """The file of upstream's module ``module`` (``megatron.bridge....``) at ``tag``."""
+    if not module.startswith("megatron.bridge."):
+        return None
+    stem = "src/" + module.replace(".", "/")
+    listed = set(upstream.files(tag, _PACKAGE))
+    for path in (f"{stem}.py", f"{stem}/__init__.py"):
+        if path in listed:
+            return path
+    return None
+
+
+def _definition(
+    upstream: Upstream, tag: str, path: str, name: str
+) -> tuple[str, ast.FunctionDef] | None:
+    """(path, definition) of the function ``name`` as module ``path`` sees it: defined there or
+    imported from another module of upstream's package (followed through re-exports)."""
+    for node in ast.parse(upstream.show(tag, path)).body:
+        if isinstance(node, ast.FunctionDef) and node.name == name:
+            return path, node
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                if (alias.asname or alias.name) == name:
+                    source = _module_path(upstream, tag, node.module)
+                    return _definition(upstream, tag, source, alias.name) if source else None
+    return None
+
+
+def _keyword(call: ast.Call, name: str) -> ast.expr | None:
+    return next((k.value for k in call.keywords if k.arg == name), None)
+
+
+def _knob_value(
+    upstream: Upstream,
+    tag: str,
+    path: str,
+    function: ast.FunctionDef,
+    knob: str,
+    calling: tuple[tuple[str, str], ...] = (),
+) -> bool | None:
+    """The last value ``function`` (module ``path``) gives CommOverlapConfig's ``knob``, through
+    the functions of upstream's package it calls, in the order they run; None when it sets none.
+    ``calling``: the functions whose calls led here (a recursive call is refused)."""
+    calling = (*calling, (path, function.name))
+    value: bool | None = None
+
+    def set_to(node: ast.expr, statement: ast.AST, under_condition: bool) -> None:
+        nonlocal value
+        if under_condition:
+            raise ValueError(
+                f"{tag} {path}: {function.name} sets {knob} under a condition "
+                f"(line {statement.lineno}); the run's value cannot be read."
+            )
+        literal = _literal(node)
+        if not isinstance(literal, bool):
+            raise ValueError(f"{tag} {path}:{statement.lineno}: {knob} = {ast.unparse(node)}.")
+        value = literal
+
+    def visit(node: ast.AST, under_condition: bool) -> None:
+        nonlocal value
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            return
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Attribute) and target.attr == knob:
+                    set_to(node.value, node, under_condition)
+                elif (
+                    isinstance(target, ast.Attribute)
+                    and target.attr == "comm_overlap"
+                    and isinstance(node.value, ast.Call)
+                    and isinstance(node.value.func, ast.Name)
+                    and node.value.func.id == "CommOverlapConfig"
+                ):
+                    given = _keyword(node.value, knob)
+                    set_to(
+                        given if given is not None else ast.Constant(False), node, under_condition
+                    )
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            found = _definition(upstream, tag, path, node.func.id)
+            if found is not None:
+                if (found[0], found[1].name) in calling:
+                    raise ValueError(f"{tag} {found[0]}: {found[1].name} calls itself.")
+                inner = _knob_value(upstream, tag, *found, knob, calling)
+                if inner is not None:
+                    if under_condition:
+                        raise ValueError(
+                            f"{tag} {path}: {function.name} calls {node.func.id}, which sets "
+                            f"{knob}, under a condition (line {node.lineno})."
+                        )
+                    value = inner
+        nested = under_condition or isinstance(node, _CONTROL_FLOW)
+        for child in ast.iter_child_nodes(node):
+            visit(child, nested)
+
+    for statement in function.body:
+        visit(statement, False)
+    return value
+
+
+def ep_overlap(upstream: Upstream, tag: str, row: dict) -> bool:
+    """Whether the run of ``row`` overlapped its EP all-to-alls, from version ``tag``."""
+    function, config_precision = _perf_names(row)
+    found = _perf_function(upstream, tag, function)
+    if found is not None:
+        return bool(_knob_value(upstream, tag, *found, _EP_KNOB))
+    if upstream.files(tag, _PERF_RECIPES) and not upstream.files(tag, _WORKLOAD_CONFIGS):
+        raise ValueError(f"{tag}: no perf function {function} for {row['release']}.")
+    return _workload_flag(upstream, tag, row, config_precision, _EP_FIELD)
+
+
+def add_run_settings(rows: list[dict], upstream: Upstream, versions: dict[str, str]) -> None:
+    """Set ``fused_grouped_mlp`` and ``ep_overlap`` on every MoE row (before its throughput
+    columns)."""
     for i, row in enumerate(rows):
         if row["model"] not in MOE_MODELS or row.get("reason"):
             continue
         if row["release"] not in versions:
             raise ValueError(f"release {row['release']} has no version in docs/versions1.json.")
         version = versions[row["release"]]
-        fused = tuple(
-            int(part) for part in version.split(".")
-        ) >= FIRST_FUSED_VERSION and fused_grouped_mlp(upstream, f"v{version}", row)
+        tag = f"v{version}"
+        numbers = tuple(int(part) for part in version.split("."))
+        settings: dict[str, bool] = {
+            "fused_grouped_mlp": numbers >= FIRST_FUSED_VERSION
+            and fused_grouped_mlp(upstream, tag, row)
+        }
+        if upstream.has(tag):
+            settings["ep_overlap"] = ep_overlap(upstream, tag, row)
         keys = list(row)
         at = keys.index("tokens_per_s_per_gpu")
-        rows[i] = {
-            **{k: row[k] for k in keys[:at]},
-            "fused_grouped_mlp": fused,
-            **{k: row[k] for k in keys[at:]},
-        }
+        rows[i] = {**{k: row[k] for k in keys[:at]}, **settings, **{k: row[k] for k in keys[at:]}}
 
 
 def _scalar(value) -> str:
@@ -543,8 +707,9 @@ HEADER = """\
 # and the DDP config's field; Nemotron 3 Ultra's recipes), mtp: false (a
 # run published without MTP), reason (a run whose setting the tables leave out),
 # fused_grouped_mlp (MoE rows: the run computed the routed experts in Transformer Engine's fused
-# grouped MLP, read from the perf configuration of the Megatron-Bridge version of the row's
-# release, docs/versions1.json and its tag).
+# grouped MLP) and ep_overlap (MoE rows: the run set overlap_moe_expert_parallel_comm), both read
+# from the perf configuration of the Megatron-Bridge version of the row's release,
+# docs/versions1.json and its tag (ep_overlap left out for a version without a tag).
 """
 
 
@@ -582,7 +747,7 @@ def main(argv: list[str] | None = None) -> int:
         archive = _git_show(args.upstream, args.rev, ARCHIVE)
         versions = release_versions(_git_show(args.upstream, args.rev, VERSIONS))
         rows = collect(current, archive)
-        add_fused_grouped_mlp(rows, Upstream(args.upstream), versions)
+        add_run_settings(rows, Upstream(args.upstream), versions)
         text = render(rows, commit)
     except subprocess.CalledProcessError as exc:
         print(

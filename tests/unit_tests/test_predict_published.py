@@ -64,11 +64,16 @@ def test_the_data_file_parses_with_every_column_typed_and_each_row_once():
         for column, kind in _COLUMNS.items():
             assert isinstance(row[column], kind), (_id(row), column)
         added = {"etp", "pipeline_layout", "mtp", "reason", "hsdp_groups", "fused_grouped_mlp"}
-        assert set(row) - set(_COLUMNS) <= added | {"outer_dp_sharding_strategy"}, _id(row)
-        # Every MoE row says whether its run had the fused grouped MLP, and only MoE rows do.
+        added |= {"ep_overlap", "outer_dp_sharding_strategy"}
+        assert set(row) - set(_COLUMNS) <= added, _id(row)
+        # Every MoE row says whether its run had the fused grouped MLP and, but for a release
+        # whose version has no tag (25.09), whether it overlapped its EP all-to-alls; only MoE
+        # rows do.
         moe = row["model"] in published_rows.MOE_MODELS and not row.get("reason")
         assert ("fused_grouped_mlp" in row) == moe, _id(row)
-        assert isinstance(row.get("fused_grouped_mlp", False), bool), _id(row)
+        assert ("ep_overlap" in row) == (moe and row["release"] != "25.09"), _id(row)
+        for setting in ("fused_grouped_mlp", "ep_overlap"):
+            assert isinstance(row.get(setting, False), bool), _id(row)
         if "hsdp_groups" in row:
             assert row["fsdp"] and row["gpus"] % row["hsdp_groups"] == 0, _id(row)
             assert row["outer_dp_sharding_strategy"] in OUTER_DP_SHARDING_STRATEGIES, _id(row)
@@ -189,6 +194,7 @@ class WorkloadBaseConfig:
     global_batch_size: int = 1
     micro_batch_size: int = 1
     cutedsl_fused_grouped_mlp: Optional[bool] = False
+    moe_a2a_overlap: Optional[bool] = False
 """
 
 _WORKLOADS = """
@@ -203,6 +209,20 @@ QWEN3_30B_A3B_PRETRAIN_CONFIG_GB200_FP8_MX_V1 = replace(
     QWEN3_30B_A3B_PRETRAIN_CONFIG_GB200_BF16_V1, cutedsl_fused_grouped_mlp=True
 )
 QWEN3_30B_A3B_PRETRAIN_CONFIG_GB200_NVFP4_V1 = QWEN3_30B_A3B_PRETRAIN_CONFIG_GB200_BF16_V1
+QWEN3_30B_A3B_PRETRAIN_CONFIG_GB200_BF16_V2 = replace(
+    QWEN3_30B_A3B_PRETRAIN_CONFIG_GB200_BF16_V1, global_batch_size=1024, moe_a2a_overlap=True
+)
+"""
+
+#: 0.2.0's names: <MODEL>_<GPU>_<PRECISION>_BASE_CONFIG, one per GPU and precision.
+_WORKLOADS_020 = """
+from dataclasses import replace
+from utils.utils import WorkloadBaseConfig
+
+QWEN3_30B_A3B_GB200_BF16_BASE_CONFIG = WorkloadBaseConfig(num_gpus=8, global_batch_size=512)
+QWEN3_30B_A3B_GB200_FP8_MX_BASE_CONFIG = replace(
+    QWEN3_30B_A3B_GB200_BF16_BASE_CONFIG, micro_batch_size=4, moe_a2a_overlap=True
+)
 """
 
 _FUNCTIONS = """
@@ -215,6 +235,41 @@ def qwen3_30b_a3b_pretrain_8gpu_gb200_fp8mx_config():
 def qwen3_30b_a3b_pretrain_8gpu_gb200_bf16_config():
     cfg = qwen3_30b_a3b_pretrain_config()
     cfg.env_vars = {"CUDA_DEVICE_MAX_CONNECTIONS": 32}
+    return cfg
+
+
+def qwen3_30b_a3b_pretrain_8gpu_gb200_fp8cs_config():
+    cfg = qwen3_30b_a3b_pretrain_config()
+    _enable_full_iteration(cfg)
+    cfg.comm_overlap = CommOverlapConfig(tp_comm_overlap=False)
+    return cfg
+
+
+def qwen3_30b_a3b_pretrain_16gpu_gb200_bf16_config():
+    cfg = qwen3_30b_a3b_pretrain_config()
+    if cfg.model.expert_model_parallel_size > 1:
+        cfg.comm_overlap.overlap_moe_expert_parallel_comm = True
+    return cfg
+"""
+
+#: The helpers the functions above call, imported through a re-export as upstream's perf recipes
+#: do (perf_recipes/<model>/common.py re-exports the recipe functions).
+_COMMON = """
+from megatron.bridge.recipes.qwen.qwen3_moe import qwen3_30b_a3b_pretrain_config
+from megatron.bridge.training.comm_overlap import CommOverlapConfig
+
+
+def _enable_full_iteration(cfg):
+    cfg.model.cuda_graph_impl = "full_iteration"
+    cfg.comm_overlap = CommOverlapConfig(
+        tp_comm_overlap=False, overlap_moe_expert_parallel_comm=True
+    )
+"""
+
+_RECIPE = """
+def qwen3_30b_a3b_pretrain_config():
+    cfg = _base()
+    cfg.comm_overlap.overlap_moe_expert_parallel_comm = True
     return cfg
 """
 
@@ -229,6 +284,9 @@ class _Tag(published_rows.Upstream):
     def show(self, tag: str, path: str) -> str:
         return self._files[tag][path]
 
+    def has(self, tag: str) -> bool:
+        return tag in self._files
+
     def files(self, tag: str, under: str) -> tuple[str, ...]:
         return tuple(p for p in self._files[tag] if p.startswith(under))
 
@@ -239,7 +297,19 @@ _UPSTREAM = _Tag(
             "scripts/performance/utils/utils.py": _UTILS,
             "scripts/performance/configs/qwen/qwen3_workload_base_configs.py": _WORKLOADS,
         },
-        "v0.6.0": {"src/megatron/bridge/perf_recipes/qwen/gb200/qwen3_moe.py": _FUNCTIONS},
+        "v0.6.0": {
+            "src/megatron/bridge/perf_recipes/qwen/gb200/qwen3_moe.py": (
+                "from megatron.bridge.perf_recipes.qwen.common import (\n"
+                "    CommOverlapConfig, _enable_full_iteration, qwen3_30b_a3b_pretrain_config\n"
+                ")\n" + _FUNCTIONS
+            ),
+            "src/megatron/bridge/perf_recipes/qwen/common.py": _COMMON,
+            "src/megatron/bridge/recipes/qwen/qwen3_moe.py": _RECIPE,
+        },
+        "v0.2.0": {
+            "scripts/performance/utils/utils.py": _UTILS,
+            "scripts/performance/configs/qwen3/workload_base_configs.py": _WORKLOADS_020,
+        },
     }
 )
 
@@ -267,6 +337,7 @@ def test_workload_configs_are_evaluated_through_replace_and_aliases():
         "global_batch_size": 1,
         "micro_batch_size": 1,
         "cutedsl_fused_grouped_mlp": False,
+        "moe_a2a_overlap": False,
     }
     configs = published_rows.workload_configs(_WORKLOADS, defaults)
     fp8 = configs["QWEN3_30B_A3B_PRETRAIN_CONFIG_GB200_FP8_MX_V1"]
@@ -301,12 +372,96 @@ def test_a_row_without_its_configuration_is_refused():
 
 def test_rows_of_versions_before_the_field_are_without_the_fused_mlp():
     rows = [_row("MXFP8", release="26.04.01", tokens_per_s_per_gpu=1.0)]
-    # No tag is read for a version before the field: this upstream has no v0.4.2.
-    published_rows.add_fused_grouped_mlp(rows, _UPSTREAM, {"26.04.01": "0.4.2"})
+    # No tag is read for a version before the field, and a version without a tag keeps no
+    # ep_overlap: this upstream has no v0.4.2.
+    published_rows.add_run_settings(rows, _UPSTREAM, {"26.04.01": "0.4.2"})
     assert rows[0]["fused_grouped_mlp"] is False
+    assert "ep_overlap" not in rows[0]
     assert list(rows[0])[-2:] == ["fused_grouped_mlp", "tokens_per_s_per_gpu"]
     with pytest.raises(ValueError, match="no version"):
-        published_rows.add_fused_grouped_mlp(rows, _UPSTREAM, {})
+        published_rows.add_run_settings(rows, _UPSTREAM, {})
+
+
+def test_a_tagged_rows_settings_sit_before_its_throughput():
+    rows = [_row("MXFP8", release="26.06.01", tokens_per_s_per_gpu=1.0, source="x")]
+    published_rows.add_run_settings(rows, _UPSTREAM, {"26.06.01": "0.5.1"})
+    assert list(rows[0])[-4:] == [
+        "fused_grouped_mlp",
+        "ep_overlap",
+        "tokens_per_s_per_gpu",
+        "source",
+    ]
+    assert (rows[0]["fused_grouped_mlp"], rows[0]["ep_overlap"]) == (True, False)
+
+
+# --- which runs overlapped their EP all-to-alls -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("tag", "row", "overlap"),
+    [
+        # Workload configs: the variant whose GPU count and batches are the row's.
+        ("v0.5.1", _row("BF16"), False),
+        ("v0.5.1", _row("BF16", gbs=1024), True),
+        # 0.2.0's config names.
+        ("v0.2.0", _row("MXFP8"), True),
+        ("v0.2.0", _row("BF16"), False),
+        # Perf functions: the recipe the function starts from sets it (through a re-export).
+        ("v0.6.0", _row("BF16"), True),
+        # ... and a helper's CommOverlapConfig with the keyword, then the function's own
+        # CommOverlapConfig without it, which resets it to the field's default: the last wins.
+        ("v0.6.0", _row("FP8-CS"), False),
+    ],
+)
+def test_a_rows_ep_overlap_is_its_releases_configuration(tag, row, overlap):
+    assert published_rows.ep_overlap(_UPSTREAM, tag, row) is overlap
+
+
+def test_an_ep_overlap_set_under_a_condition_is_refused():
+    with pytest.raises(ValueError, match="under a condition"):
+        published_rows.ep_overlap(_UPSTREAM, "v0.6.0", _row("BF16", gpus=16))
+
+
+def test_a_perf_function_that_calls_itself_is_refused():
+    looping = "def qwen3_30b_a3b_pretrain_8gpu_gb200_bf16_config():\n" + (
+        "    return qwen3_30b_a3b_pretrain_8gpu_gb200_bf16_config()\n"
+    )
+    upstream = _Tag({"v0.6.0": {"src/megatron/bridge/perf_recipes/qwen/x.py": looping}})
+    with pytest.raises(ValueError, match="calls itself"):
+        published_rows.ep_overlap(upstream, "v0.6.0", _row("BF16"))
+
+
+def test_the_data_file_reads_ep_overlap_where_upstream_turns_it_on():
+    # Spot checks against upstream as read by hand: 26.08 (0.6.0) GB300 MXFP8 Qwen3-30B-A3B runs
+    # perf_recipes/qwen/common.py _enable_hybridep_full_iteration_mxfp8 (on); 26.04 (0.4.0)
+    # GPT-OSS GB200 BF16 at GBS 1280 is the V2 workload config with moe_a2a_overlap=True, GB300
+    # BF16 the V2 without it.
+    def overlap(model, system, precision, release):
+        (row,) = [
+            r
+            for r in ROWS
+            if (r["model"], r["system"], r["precision"], r["release"])
+            == (model, system, precision, release)
+        ]
+        return row["ep_overlap"]
+
+    assert overlap("qwen3_30b_a3b", "DGX-GB300", "MXFP8", "26.08") is True
+    assert overlap("gpt_oss_120b", "DGX-GB200", "BF16", "26.04") is True
+    assert overlap("gpt_oss_120b", "DGX-GB300", "BF16", "26.04") is False
+
+
+def test_a_rows_ep_overlap_reaches_its_plan():
+    def plan(row):
+        return plan_recipe(
+            row["model"],
+            gpu=predict_published.gpu_of(row),
+            precision=published_precision(row["precision"]),
+            changes=predict_published.row_changes(row),
+        )
+
+    row = next(r for r in ROWS if r.get("ep_overlap"))
+    assert plan(row).a2a_overlap is True
+    assert plan({**row, "ep_overlap": False}).a2a_overlap is False
 
 
 # --- the predictions ----------------------------------------------------------------------------
