@@ -421,8 +421,8 @@ def fit(row: FitRow) -> float:
     )
 
 
-def published_plan(row: FitRow):
-    """The plan of the published row ``row`` names, as it ran (:func:`row_changes`)."""
+def data_row(row: FitRow) -> dict:
+    """The data file's row that the fitted row ``row`` names."""
     (found,) = [
         r
         for r in load_rows()
@@ -430,7 +430,13 @@ def published_plan(row: FitRow):
         == (row.model, row.gpu, row.precision, row.release)
         and r["tokens_per_s_per_gpu"] == row.tokens_per_s_per_gpu
     ]
-    return plan_recipe(row.model, gpu=row.gpu, precision=row.precision, changes=row_changes(found))
+    return found
+
+
+def published_plan(row: FitRow):
+    """The plan of the published row ``row`` names, as it ran (:func:`row_changes`)."""
+    changes = row_changes(data_row(row))
+    return plan_recipe(row.model, gpu=row.gpu, precision=row.precision, changes=changes)
 
 
 def _bisect(row: FitRow, low: float, high: float, predict_at: Callable[[float], float]) -> float:

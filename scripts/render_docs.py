@@ -40,6 +40,13 @@ from megatron.bridge.search import SearchResult
 from megatron.bridge.search.plot import plot_search, search_picture
 from megatron.bridge.training.estimate import Estimate
 from megatron.bridge.training.estimate.accuracy import ACCURACY_FILE, FAMILIES
+from megatron.bridge.training.estimate.efficiency import ACHIEVABLE, FIT_ROWS, QUOTED_BF16
+from megatron.bridge.training.estimate.kernels import (
+    SSM_FIT_ROWS,
+    SSM_SCAN,
+    UNFUSED_EXPERTS,
+    UNFUSED_FIT_ROWS,
+)
 from megatron.bridge.training.estimate_plot import picture_digest, plot_step, step_picture
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -270,6 +277,80 @@ def published_accuracy() -> str:
     return "\n".join(lines) + "\n"
 
 
+def _fit_row(row: Any) -> str:
+    """A fitted row as the constant tables name it: the published model, release, system and
+    precision, layout, and, for a MoE row, how its experts ran."""
+    r = _benchmark("predict_published").data_row(row)
+    layout = f"{r['gpus']} GPUs TP{r['tp']} PP{r['pp']}"
+    layout += f" VP{r['vp']}" if r["vp"] else ""
+    layout += f" EP{r['ep']}" if r["ep"] > 1 else ""
+    text = f"{r['published_model']}, {r['release']}, {r['system']} {r['precision']}, {layout}"
+    if "fused_grouped_mlp" in r:
+        text += ", fused grouped MLP" if r["fused_grouped_mlp"] else ", unfused experts"
+        text += ", EP overlap on" if r.get("ep_overlap") else ", EP overlap off"
+    return f"{text}, {r['tokens_per_s_per_gpu']:.0f} tokens/s/GPU"
+
+
+def _precision_label(precision: str) -> str:
+    return {"fp8_cs": "FP8 (current scaling)", "fp8_mx": "MXFP8"}.get(precision, precision.upper())
+
+
+def achievable_fractions() -> str:
+    """The fitted achievable fractions per GPU and compute dtype, and the quoted H100 BF16 one
+    (``estimate/efficiency.py``)."""
+    lines = ["| GPU, dtype | Fraction | Fitted on (Megatron-Bridge performance summary) |"]
+    lines.append("|---|---|---|")
+    for (gpu, precision), achievable in ACHIEVABLE.items():
+        label = f"{gpu.upper()} {_precision_label(precision)}"
+        row = _fit_row(FIT_ROWS[gpu, precision])
+        lines.append(f"| {label} | {achievable.fraction:.3f} | {row} |")
+    lines.append(
+        f"| H100 BF16 | {QUOTED_BF16.fraction:.2f} | not fitted: Megatron-LM's README quotes "
+        "up to 47 % MFU on H100 |"
+    )
+    return "\n".join(lines) + "\n"
+
+
+def fitted_constants() -> str:
+    """Every constant fitted on a published row, by kernel class and GPU (generation), its value
+    and its row (``estimate/efficiency.py``, ``estimate/kernels.py``)."""
+    lines = ["| Kernel class | GPU | Value | Fitted on (Megatron-Bridge performance summary) |"]
+    lines.append("|---|---|---|---|")
+    classes = [
+        (
+            "GEMMs: achievable fraction of peak",
+            [
+                (
+                    f"{gpu.upper()} {_precision_label(dtype)}",
+                    f"{a.fraction:.3f}",
+                    FIT_ROWS[gpu, dtype],
+                )
+                for (gpu, dtype), a in ACHIEVABLE.items()
+            ],
+        ),
+        (
+            "Routed experts outside the fused grouped MLP: bytes per routed token element",
+            [
+                (f"{gen.capitalize()}", f"{c.value:.1f}", UNFUSED_FIT_ROWS[gen])
+                for gen, c in UNFUSED_EXPERTS.items()
+            ],
+        ),
+        (
+            "Mamba SSD scan: share of the BF16 peak",
+            [
+                (f"{gen.capitalize()}", f"{c.value:.4f}", SSM_FIT_ROWS[gen])
+                for gen, c in SSM_SCAN.items()
+            ],
+        ),
+    ]
+    for kernel_class, rows in classes:
+        for i, (gpu, value, row) in enumerate(rows):
+            lines.append(
+                f"| {kernel_class if i == 0 else ''} | {gpu} | {value} | {_fit_row(row)} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
 def ep_overlap_ab() -> str:
     """Upstream's two measured EP-overlap A/Bs beside the estimate's prediction of each
     (``benchmarks/ep_overlap_ab.py``)."""
@@ -280,6 +361,8 @@ def ep_overlap_ab() -> str:
 BLOCKS: dict[str, Callable[[], str]] = {
     "recipe-step-table": recipe_step_table,
     "published-accuracy": published_accuracy,
+    "achievable-fractions": achievable_fractions,
+    "fitted-constants": fitted_constants,
     "ep-overlap-ab": ep_overlap_ab,
     "published-memory-table": published_memory_table,
     "reference-memory": reference_memory,

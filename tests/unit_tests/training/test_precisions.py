@@ -272,6 +272,18 @@ def test_blackwell_fp8_recipes_find_the_fp8_preset(capsys):
     assert "nvfp4 (fp8 presets)" in capsys.readouterr().out
 
 
+def _busiest(plan):
+    # The plan's model costs and its busiest pipeline stage, as the estimate picks it by FLOPs.
+    dims = ModelCost(plan.job.model)
+    stage = busiest_stage(
+        plan.job,
+        dims,
+        micro_batch_size=plan.job.micro_batch_size,
+        micro_batches=plan.job.micro_batches,
+    )
+    return dims, stage
+
+
 def _seconds_at_peak(
     gpu: str, precision: str, *, recipe="llama3_70b", fp8_attention=False
 ) -> float:
@@ -284,25 +296,56 @@ def _seconds_at_peak(
 
 @pytest.mark.parametrize("recipe", ["llama3_70b", "nemotron_3_nano"])
 @pytest.mark.parametrize("gpu", ["b200", "gb200", "b300", "gb300"])
-def test_the_gemms_run_at_each_precisions_peak_and_attention_and_scans_at_16_bits(gpu, recipe):
+def test_the_gemms_run_at_each_precisions_peak_and_attention_scans_and_heads_at_16_bits(
+    gpu, recipe
+):
     spec = GPUS[gpu]
     s16, s8, s4 = (_seconds_at_peak(gpu, p, recipe=recipe) for p in ("bf16", "fp8_mx", "nvfp4"))
-    # Seconds = GEMM FLOPs / the precision's peak + core-attention and Mamba-scan FLOPs / the
-    # BF16 peak: the FP8 and FP4 runs give the GEMM FLOPs, the BF16 run the rest.
+    # Seconds = GEMM FLOPs / the precision's peak + core-attention, Mamba-scan and output-head
+    # FLOPs / the BF16 peak: the FP8 and FP4 runs give the GEMM FLOPs, the BF16 run the rest.
     gemm = (s8 - s4) / (1 / spec.peak_fp8_tflops - 1 / spec.peak_fp4_tflops)
     rest = s16 * spec.peak_bf16_tflops - gemm
     assert s8 == pytest.approx(gemm / spec.peak_fp8_tflops + rest / spec.peak_bf16_tflops)
     plan = recipe_spec(recipe).changed(gpu=gpu, precision="bf16").plan()
-    dims = ModelCost(plan.job.model)
-    stage = busiest_stage(
-        plan.job,
-        dims,
-        micro_batch_size=plan.job.micro_batch_size,
-        micro_batches=plan.job.micro_batches,
-    )
+    dims, stage = _busiest(plan)
     per_layer = dims.core_attention_flops_per_token() + dims.scan_flops_per_token()
-    assert rest / (gemm + rest) == pytest.approx(stage.layers * per_layer / stage.flops_per_token)
+    # The busiest stage here is the last one: it holds the main output head (and, in these
+    # recipes without MTP, no other).
+    assert stage.last and dims.mtp_layers == 0
+    heads = dims.logit_flops_per_token(plan.job.tp_size)
+    assert rest / (gemm + rest) == pytest.approx(
+        (stage.layers * per_layer + heads) / stage.flops_per_token
+    )
     assert (dims.scan_flops_per_token() > 0) == (recipe == "nemotron_3_nano")
+
+
+def test_the_mtp_heads_run_at_16_bits_on_the_stage_that_builds_them():
+    # DeepSeek-V3 with one MTP layer at PP1: the one stage holds the main head and the MTP head,
+    # and both run at the BF16 peak in an MXFP8 run; FP8 output projection is not a job field.
+    spec = recipe_spec("deepseek_v3").changed(gpu="gb300", precision="fp8_mx")
+    spec = spec.changed(
+        **{
+            "model.pipeline_model_parallel_size": 1,
+            "model.virtual_pipeline_model_parallel_size": None,
+            "model.pipeline_model_parallel_layout": None,
+        }
+    )
+    plan = spec.plan()
+    dims, stage = _busiest(plan)
+    assert dims.mtp_layers == 1 and stage.last
+    gpu = GPUS["gb300"]
+    fp8, bf16 = gpu.peak_fp8_tflops * 1e12, gpu.peak_bf16_tflops * 1e12
+    core = stage.layers * dims.core_attention_flops_per_token()
+    heads = 2 * dims.logit_flops_per_token(plan.job.tp_size)
+    executed = stage.flops_per_token + stage.recompute_flops_per_token
+    # Worked: the GEMM FLOPs at the FP8 peak, core attention and both heads at the BF16 peak,
+    # over every executed FLOP (the recomputed ones at the same mix).
+    mix = ((stage.flops_per_token - core - heads) / fp8 + (core + heads) / bf16) / (
+        stage.flops_per_token
+    )
+    tokens = plan.job.global_batch_size * plan.job.model.seq_length / plan.job.dp_size
+    expected = executed * tokens * mix
+    assert estimate_step(plan).step.compute_seconds_at_peak == pytest.approx(expected)
 
 
 @pytest.mark.parametrize("gpu", ["b200", "gb200", "b300", "gb300"])
@@ -310,7 +353,13 @@ def test_fp8_dot_product_attention_runs_core_attention_at_the_fp8_peak(gpu):
     spec = GPUS[gpu]
     s16 = _seconds_at_peak(gpu, "bf16", fp8_attention=True)
     s8 = _seconds_at_peak(gpu, "fp8_mx", fp8_attention=True)
-    assert s16 / s8 == pytest.approx(spec.peak_fp8_tflops / spec.peak_bf16_tflops)
+    # Everything but the output head (the busiest, last stage's) at the FP8 peak: the BF16 run's
+    # seconds split into the head's share and the rest.
+    plan = recipe_spec("llama3_70b").changed(gpu=gpu, precision="bf16").plan()
+    dims, stage = _busiest(plan)
+    head = dims.logit_flops_per_token(plan.job.tp_size) / stage.flops_per_token
+    expected = s16 * ((1 - head) * spec.peak_bf16_tflops / spec.peak_fp8_tflops + head)
+    assert stage.last and s8 == pytest.approx(expected)
     assert s8 < _seconds_at_peak(gpu, "fp8_mx")
 
 

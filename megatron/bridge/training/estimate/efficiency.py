@@ -148,12 +148,12 @@ ACHIEVABLE: Mapping[tuple[str, str], Achievable] = MappingProxyType(
     {
         key: Achievable(fraction, f"fitted on {FIT_ROWS[key].source}")
         for key, fraction in {
-            ("gb300", "fp8_mx"): 0.549,
-            ("gb300", "nvfp4"): 0.361,
-            ("gb200", "fp8_mx"): 0.415,
-            ("gb200", "nvfp4"): 0.316,
-            ("h100", "fp8_cs"): 0.506,
-            ("b200", "fp8_cs"): 0.441,
+            ("gb300", "fp8_mx"): 0.577,
+            ("gb300", "nvfp4"): 0.434,
+            ("gb200", "fp8_mx"): 0.436,
+            ("gb200", "nvfp4"): 0.359,
+            ("h100", "fp8_cs"): 0.555,
+            ("b200", "fp8_cs"): 0.465,
         }.items()
     }
 )

@@ -289,7 +289,7 @@ SSM_FIT_ROWS: Mapping[str, FitRow] = MappingProxyType(
 
 #: The SSD scan kernels' share of the peak dense BF16 tensor-core FLOP/s, fitted by bisection
 #: (``benchmarks/predict_published.py --fit``) on :data:`SSM_FIT_ROWS`.
-SSM_SCAN: Mapping[str, FittedConstant] = _fitted({"blackwell": 0.0267}, SSM_FIT_ROWS)
+SSM_SCAN: Mapping[str, FittedConstant] = _fitted({"blackwell": 0.0285}, SSM_FIT_ROWS)
 
 
 def ssm_scan_rate(gpu: GpuSpec, *, fraction: float | None = None) -> tuple[float, str]:
@@ -382,7 +382,7 @@ UNFUSED_FIT_ROWS: Mapping[str, FitRow] = MappingProxyType(
 #: Bytes at the HBM peak per routed token element per MoE layer, forward and backward, fitted by
 #: bisection (``benchmarks/predict_published.py --fit``) on :data:`UNFUSED_FIT_ROWS`.
 UNFUSED_EXPERTS: Mapping[str, FittedConstant] = _fitted(
-    {"blackwell": 127.7, "hopper": 160.5}, UNFUSED_FIT_ROWS
+    {"blackwell": 125.6, "hopper": 163.7}, UNFUSED_FIT_ROWS
 )
 
 

@@ -420,22 +420,32 @@ def _seconds_per_flop(
     The GEMMs run at the peak of the compute dtype's tensor cores. Core attention runs at the
     16-bit peak, or at the FP8 peak (never above the GEMMs') with ``fp8_dot_product_attention``:
     megatron-core quantizes the linear layers through TE's FP8/FP4 recipes, and core attention
-    only with ``TransformerConfig.fp8_dot_product_attention``. A hybrid model's Mamba scans run
-    in the SSM kernels, unquantized: at the 16-bit peak.
+    only with ``TransformerConfig.fp8_dot_product_attention``. The output heads (the logits of
+    the main head on the last stage, of the MTP heads where they are built) run at the 16-bit
+    peak: megatron-core's ``GPTModel`` builds its output layer as
+    ``tensor_parallel.ColumnParallelLinear``, outside TE's recipes, unless ``fp8_output_proj``
+    under MXFP8 (``fp8_utils.is_mxfp8_output_proj_active``), which a job here does not set. A
+    hybrid model's Mamba scans run in the SSM kernels, unquantized: at the 16-bit peak.
     """
     gemm = gpu.peak_tflops(job.compute_dtype) * 1e12
+    sixteen_bit = min(gemm, gpu.peak_tflops("bf16") * 1e12)
     attention_dtype = "fp8_cs" if job.model.fp8_dot_product_attention else "bf16"
     core_peak = min(gemm, gpu.peak_tflops(attention_dtype) * 1e12)
-    scan_peak = min(gemm, gpu.peak_tflops("bf16") * 1e12)
     # Shares of the stage's model FLOPs: core attention and the scans are parts of the mixers'.
     core = min(1.0, stage.layers * dims.core_attention_flops_per_token() / stage.flops_per_token)
     scan = min(1.0 - core, stage.layers * dims.scan_flops_per_token() / stage.flops_per_token)
+    heads = float(stage.last) + (dims.mtp_layers if stage.rank == mtp_rank(job) else 0)
+    head = min(
+        1.0 - core - scan, heads * dims.logit_flops_per_token(job.tp_size) / stage.flops_per_token
+    )
     mixers = min(
         1.0,
         max(stage.layers * dims.attention_flops_per_token() / stage.flops_per_token, core + scan),
     )
-    per_flop = (1 - core - scan) / gemm + core / core_peak + scan / scan_peak
-    mixer_time = (mixers - core - scan) / gemm + core / core_peak + scan / scan_peak
+    per_flop = (
+        (1 - core - scan - head) / gemm + core / core_peak + scan / sixteen_bit + head / sixteen_bit
+    )
+    mixer_time = (mixers - core - scan) / gemm + core / core_peak + scan / sixteen_bit
     return per_flop, mixer_time / per_flop, core / core_peak / per_flop
 
 
@@ -464,6 +474,14 @@ def _assumptions(
                 f"core attention at the BF16 peak ({gpu.peak_bf16_tflops:.0f} TFLOP/s): its dot "
                 f"products stay 16-bit unless fp8_dot_product_attention; the GEMMs at the {peak} "
                 "peak"
+            ]
+        ),
+        *(
+            []
+            if peak == "BF16"
+            else [
+                f"output heads (logits) at the BF16 peak: megatron-core's output layer is not a "
+                f"Transformer Engine module, so the {peak} recipe leaves it 16-bit"
             ]
         ),
         f"ring collectives: each GPU sends (n-1)/n of the tensor; NVLink domain of {nvlink_domain} "
