@@ -9,9 +9,9 @@ row's own layout (GPU count, batch sizes, sequence length, TP/PP/VP/CP/EP/ETP, M
 pipeline layout) given as job changes, the route ``bridge-overlap explain --recipe`` takes for
 flags, with the two settings the data file reads from each release's perf configuration (the
 experts' fused grouped MLP, EP overlap); everything else the tables leave out (recompute,
-dispatcher) stays the recipe's. The
-step estimate then predicts its tokens/s/GPU. A row is predicted or carries the reason it is not
-(no recipe for its model, a setting the tables do not publish, a layout the plan refuses).
+dispatcher) stays the recipe's. The step estimate then predicts its tokens/s/GPU. A row is
+predicted or carries the reason it is not (no recipe for its model, a setting the tables do not
+publish, a layout the plan refuses).
 
 The report: one line per row; the median error per group (model, GPU, precision, release), per
 model, per model family (:func:`~megatron.bridge.training.estimate.accuracy.model_family`) and per release

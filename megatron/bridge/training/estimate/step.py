@@ -480,7 +480,7 @@ def _assumptions(
             []
             if peak == "BF16"
             else [
-                f"output heads (logits) at the BF16 peak: megatron-core's output layer is not a "
+                "output heads (logits) at the BF16 peak: megatron-core's output layer is not a "
                 f"Transformer Engine module, so the {peak} recipe leaves it 16-bit"
             ]
         ),
