@@ -340,12 +340,15 @@ def release_versions(versions_json: str) -> dict[str, str]:
 
 
 class Upstream:
-    """Reads files of the upstream repository at a tag, each file once."""
+    """Reads files of the upstream repository at a tag, each file once, and parses each once."""
 
     def __init__(self, repository: str) -> None:
         self.repository = repository
         self._texts: dict[tuple[str, str], str] = {}
+        self._trees: dict[tuple[str, str], ast.Module] = {}
         self._listings: dict[tuple[str, str], tuple[str, ...]] = {}
+        self._tags: dict[str, bool] = {}
+        self._configs: dict[str, dict[str, dict[str, object]]] = {}
 
     def show(self, tag: str, path: str) -> str:
         """The text of ``path`` at ``tag``."""
@@ -353,15 +356,41 @@ class Upstream:
             self._texts[tag, path] = _git_show(self.repository, tag, path)
         return self._texts[tag, path]
 
+    def tree(self, tag: str, path: str) -> ast.Module:
+        """The Python module ``path`` at ``tag``, parsed."""
+        if (tag, path) not in self._trees:
+            self._trees[tag, path] = ast.parse(self.show(tag, path))
+        return self._trees[tag, path]
+
     def has(self, tag: str) -> bool:
         """Whether the repository holds ``tag``."""
-        return (
-            subprocess.run(
+        if tag not in self._tags:
+            found = subprocess.run(
                 ["git", "-C", self.repository, "rev-parse", "--verify", "-q", f"{tag}^{{commit}}"],
                 capture_output=True,
-            ).returncode
-            == 0
-        )
+            )
+            self._tags[tag] = found.returncode == 0
+        return self._tags[tag]
+
+    def workload_paths(self, tag: str) -> list[str]:
+        """The workload_base_configs modules under scripts/performance/configs at ``tag``."""
+        return [
+            p for p in self.files(tag, _WORKLOAD_CONFIGS) if p.endswith("workload_base_configs.py")
+        ]
+
+    def configs(self, tag: str) -> dict[str, dict[str, object]]:
+        """Every WorkloadBaseConfig of the workload modules at ``tag`` as its fields
+        (:func:`workload_configs` over the class's defaults in scripts/performance/utils)."""
+        if tag not in self._configs:
+            defaults = class_defaults(
+                self.show(tag, "scripts/performance/utils/utils.py"), "WorkloadBaseConfig"
+            )
+            self._configs[tag] = {
+                name: fields
+                for path in self.workload_paths(tag)
+                for name, fields in workload_configs(self.show(tag, path), defaults).items()
+            }
+        return self._configs[tag]
 
     def files(self, tag: str, under: str) -> tuple[str, ...]:
         """The files under the folder ``under`` at ``tag``."""
@@ -432,10 +461,9 @@ def _perf_function(
     for path in upstream.files(tag, _PERF_RECIPES):
         if not path.endswith(".py"):
             continue
-        text = upstream.show(tag, path)
-        if f"def {function}(" not in text:
+        if f"def {function}(" not in upstream.show(tag, path):
             continue
-        for node in ast.parse(text).body:
+        for node in upstream.tree(tag, path).body:
             if isinstance(node, ast.FunctionDef) and node.name == function:
                 return path, node
     return None
@@ -446,24 +474,17 @@ def _workload_flag(upstream: Upstream, tag: str, row: dict, precision: str, fiel
     the row's model, GPU and precision whose GPU count, global and micro batch are the row's
     (all such configs when none is), which must agree. False when no workload config of ``tag``
     names the field, or none of the model's configs on this GPU sets it."""
-    paths = [
-        p for p in upstream.files(tag, _WORKLOAD_CONFIGS) if p.endswith("workload_base_configs.py")
-    ]
-    if not any(field in upstream.show(tag, p) for p in paths):
+    if not any(field in upstream.show(tag, p) for p in upstream.workload_paths(tag)):
         return False
-    defaults = class_defaults(
-        upstream.show(tag, "scripts/performance/utils/utils.py"), "WorkloadBaseConfig"
-    )
     model, gpu = row["model"].upper(), row["system"].removeprefix("DGX-")
     candidates = {}
     named = {}
-    for path in paths:
-        for name, fields in workload_configs(upstream.show(tag, path), defaults).items():
-            parts = _CONFIG_NAME.match(name)
-            if parts and (parts["model"], parts["gpu"]) == (model, gpu):
-                candidates[name] = fields
-                if parts["precision"] == precision:
-                    named[name] = fields
+    for name, fields in upstream.configs(tag).items():
+        parts = _CONFIG_NAME.match(name)
+        if parts and (parts["model"], parts["gpu"]) == (model, gpu):
+            candidates[name] = fields
+            if parts["precision"] == precision:
+                named[name] = fields
     matching = [
         f
         for f in named.values()
@@ -550,7 +571,7 @@ def _definition(
 ) -> tuple[str, ast.FunctionDef] | None:
     """(path, definition) of the function ``name`` as module ``path`` sees it: defined there or
     imported from another module of upstream's package (followed through re-exports)."""
-    for node in ast.parse(upstream.show(tag, path)).body:
+    for node in upstream.tree(tag, path).body:
         if isinstance(node, ast.FunctionDef) and node.name == name:
             return path, node
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
