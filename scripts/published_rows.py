@@ -476,12 +476,17 @@ def _workload_flag(upstream: Upstream, tag: str, row: dict, precision: str, fiel
     names the field, or none of the model's configs on this GPU sets it."""
     if not any(field in upstream.show(tag, p) for p in upstream.workload_paths(tag)):
         return False
-    model, gpu = row["model"].upper(), row["system"].removeprefix("DGX-")
+    # The row's model and GPU in the configs' names: <MODEL>_PRETRAIN_CONFIG_<GPU>_<PRECISION>_V<n>
+    # (0.3.0 on) and <MODEL>_<GPU>_<PRECISION>_BASE_CONFIG (0.2.0).
+    model, gpu = re.escape(row["model"].upper()), re.escape(row["system"].removeprefix("DGX-"))
+    pattern = re.compile(
+        rf"^{model}_(?:PRETRAIN_CONFIG_)?{gpu}_(?P<precision>[A-Z0-9_]+?)(?:_V\d+|_BASE_CONFIG)$"
+    )
     candidates = {}
     named = {}
     for name, fields in upstream.configs(tag).items():
-        parts = _CONFIG_NAME.match(name)
-        if parts and (parts["model"], parts["gpu"]) == (model, gpu):
+        parts = pattern.match(name)
+        if parts:
             candidates[name] = fields
             if parts["precision"] == precision:
                 named[name] = fields
@@ -545,13 +550,6 @@ _EP_FIELD = "moe_a2a_overlap"
 _EP_KNOB = "overlap_moe_expert_parallel_comm"
 _PACKAGE = "src/megatron/bridge/"
 _CONTROL_FLOW = (ast.If, ast.For, ast.While, ast.Try, ast.With, ast.Match)
-
-#: Workload config names: ``<MODEL>_PRETRAIN_CONFIG_<GPU>_<PRECISION>_V<n>`` (0.3.0 on) and
-#: ``<MODEL>_<GPU>_<PRECISION>_BASE_CONFIG`` (0.2.0).
-_CONFIG_NAME = re.compile(
-    r"^(?P<model>[A-Z0-9_]+?)_(?:PRETRAIN_CONFIG_)?(?P<gpu>GB300|GB200|B300|B200|H100)_"
-    r"(?P<precision>BF16|FP8_CS|FP8_MX|FP8_SC|NVFP4)(?:_V\d+|_BASE_CONFIG)$"
-)
 
 
 def _module_path(upstream: Upstream, tag: str, module: str) -> str | None:
