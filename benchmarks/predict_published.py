@@ -421,11 +421,12 @@ def fit(row: FitRow) -> float:
     )
 
 
-def data_row(row: FitRow) -> dict:
-    """The data file's row that the fitted row ``row`` names."""
+def data_row(row: FitRow, rows: list[dict] | None = None) -> dict:
+    """The data file's row that the fitted row ``row`` names, among ``rows`` (default: the data
+    file's, read now)."""
     (found,) = [
         r
-        for r in load_rows()
+        for r in (load_rows() if rows is None else rows)
         if (r["model"], gpu_of(r), published_precision(r["precision"]), r["release"])
         == (row.model, row.gpu, row.precision, row.release)
         and r["tokens_per_s_per_gpu"] == row.tokens_per_s_per_gpu

@@ -48,6 +48,7 @@ from megatron.bridge.training.estimate.kernels import (
     UNFUSED_FIT_ROWS,
 )
 from megatron.bridge.training.estimate_plot import picture_digest, plot_step, step_picture
+from megatron.bridge.training.precisions import PRECISIONS
 
 ROOT = Path(__file__).resolve().parents[1]
 IMG = ROOT / "docs" / "training" / "img"
@@ -277,10 +278,17 @@ def published_accuracy() -> str:
     return "\n".join(lines) + "\n"
 
 
+@functools.cache
+def _published_rows() -> list[dict[str, Any]]:
+    """The published rows (``benchmarks/predict_published.py``'s data file), read once."""
+    return _benchmark("predict_published").load_rows()
+
+
 def _fit_row(row: Any) -> str:
     """A fitted row as the constant tables name it: the published model, release, system and
     precision, layout, and, for a MoE row, how its experts ran."""
-    r = _benchmark("predict_published").data_row(row)
+    bench = _benchmark("predict_published")
+    r = bench.data_row(row, _published_rows())
     layout = f"{r['gpus']} GPUs TP{r['tp']} PP{r['pp']}"
     layout += f" VP{r['vp']}" if r["vp"] else ""
     layout += f" EP{r['ep']}" if r["ep"] > 1 else ""
@@ -291,8 +299,12 @@ def _fit_row(row: Any) -> str:
     return f"{text}, {r['tokens_per_s_per_gpu']:.0f} tokens/s/GPU"
 
 
-def _precision_label(precision: str) -> str:
-    return {"fp8_cs": "FP8 (current scaling)", "fp8_mx": "MXFP8"}.get(precision, precision.upper())
+def _fractions() -> list[tuple[str, str, Any]]:
+    """Each fitted achievable fraction as (GPU and dtype, value, the row it is fitted on)."""
+    return [
+        (f"{gpu.upper()} {PRECISIONS[dtype].title}", f"{a.fraction:.3f}", FIT_ROWS[gpu, dtype])
+        for (gpu, dtype), a in ACHIEVABLE.items()
+    ]
 
 
 def achievable_fractions() -> str:
@@ -300,10 +312,8 @@ def achievable_fractions() -> str:
     (``estimate/efficiency.py``)."""
     lines = ["| GPU, dtype | Fraction | Fitted on (Megatron-Bridge performance summary) |"]
     lines.append("|---|---|---|")
-    for (gpu, precision), achievable in ACHIEVABLE.items():
-        label = f"{gpu.upper()} {_precision_label(precision)}"
-        row = _fit_row(FIT_ROWS[gpu, precision])
-        lines.append(f"| {label} | {achievable.fraction:.3f} | {row} |")
+    for label, value, row in _fractions():
+        lines.append(f"| {label} | {value} | {_fit_row(row)} |")
     lines.append(
         f"| H100 BF16 | {QUOTED_BF16.fraction:.2f} | not fitted: Megatron-LM's README quotes "
         "up to 47 % MFU on H100 |"
@@ -317,28 +327,18 @@ def fitted_constants() -> str:
     lines = ["| Kernel class | GPU | Value | Fitted on (Megatron-Bridge performance summary) |"]
     lines.append("|---|---|---|---|")
     classes = [
-        (
-            "GEMMs: achievable fraction of peak",
-            [
-                (
-                    f"{gpu.upper()} {_precision_label(dtype)}",
-                    f"{a.fraction:.3f}",
-                    FIT_ROWS[gpu, dtype],
-                )
-                for (gpu, dtype), a in ACHIEVABLE.items()
-            ],
-        ),
+        ("GEMMs: achievable fraction of peak", _fractions()),
         (
             "Routed experts outside the fused grouped MLP: bytes per routed token element",
             [
-                (f"{gen.capitalize()}", f"{c.value:.1f}", UNFUSED_FIT_ROWS[gen])
+                (gen.capitalize(), f"{c.value:.1f}", UNFUSED_FIT_ROWS[gen])
                 for gen, c in UNFUSED_EXPERTS.items()
             ],
         ),
         (
             "Mamba SSD scan: share of the BF16 peak",
             [
-                (f"{gen.capitalize()}", f"{c.value:.4f}", SSM_FIT_ROWS[gen])
+                (gen.capitalize(), f"{c.value:.4f}", SSM_FIT_ROWS[gen])
                 for gen, c in SSM_SCAN.items()
             ],
         ),
