@@ -104,6 +104,9 @@ FLAG_FIELDS: dict[str, str] = {
     "num_residual_streams": "model.num_residual_streams",
     "make_vocab_size_divisible_by": "model.make_vocab_size_divisible_by",
     "fp8_dot_product_attention": "model.fp8_dot_product_attention",
+    "first_last_layers_bf16": "model.first_last_layers_bf16",
+    "num_layers_at_start_in_bf16": "model.num_layers_at_start_in_bf16",
+    "num_layers_at_end_in_bf16": "model.num_layers_at_end_in_bf16",
     "pipeline_model_parallel_layout": "model.pipeline_model_parallel_layout",
     "use_megatron_fsdp": "use_megatron_fsdp",
     "num_distributed_optimizer_instances": "num_distributed_optimizer_instances",
@@ -274,6 +277,18 @@ _READ_ONLY_WITH: tuple[
         lambda m: m.moe,
         "the model has no routed experts (num_moe_experts is unset)",
         "add --num-moe-experts",
+    ),
+    (
+        ("num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16"),
+        lambda m: m.first_last_layers_bf16,
+        "they are read only with first_last_layers_bf16",
+        "add --first-last-layers-bf16",
+    ),
+    (
+        ("first_last_layers_bf16",),
+        lambda m: bool(m.fp8 or m.fp4),
+        "the precision has no FP8/FP4 recipe to keep layers out of",
+        "choose an FP8 or NVFP4 --precision",
     ),
     (
         ("num_residual_streams",),

@@ -571,6 +571,20 @@ def _add_job_flags(ex: argparse.ArgumentParser, *, layout: bool) -> None:
         "run core attention's dot products in FP8 (the estimate prices them at the FP8 peak; "
         "default off: 16-bit)",
     )
+    _add_switch(
+        ex,
+        "--first-last-layers-bf16",
+        "keep the first --num-layers-at-start-in-bf16 and the last --num-layers-at-end-in-bf16 "
+        "decoder layers out of the FP8/FP4 recipe (the estimate prices their GEMMs at the BF16 "
+        "peak; default off, or the recipe's precision's)",
+    )
+    for end, default in (("start", 1), ("end", 1)):
+        ex.add_argument(
+            f"--num-layers-at-{end}-in-bf16",
+            type=nonnegative_int_argument,
+            help=f"decoder layers at the {end} --first-last-layers-bf16 keeps in BF16 "
+            f"(default {default}, megatron-core's)",
+        )
     sizes = {
         "--seq-length": "sequence length (default 2048)",
         "--micro-batch-size": "micro-batch size (default 1)",

@@ -25,7 +25,16 @@ from megatron.bridge.recipes.spec import published_spec, recipe_functions
 
 __all__ = ["SPEC", "nemotron_3_super", "spec"]
 
-SPEC = published_spec("nemotron_3_super", provider=MODEL_PROVIDER)
-"""The recipe in plain values: 64 GB300 GPUs, MXFP8, TP1 x EP64 -> DP 64."""
+SPEC = published_spec(
+    "nemotron_3_super",
+    provider=MODEL_PROVIDER,
+    # NVFP4 keeps the last 14 layers in BF16: Megatron-Bridge training/mixed_precision.py
+    # nemotron_3_super_bf16_with_nvfp4_mixed (first_last_layers_bf16, num_layers_at_end_in_bf16
+    # 14, none at the start), the precision perf_recipes/nemotronh/common.py gives every NVFP4
+    # run (scripts/performance/configs/nemotronh/nemotron_3_llm_pretrain.py in 26.04-26.06.01).
+    bf16_layers=(("nvfp4", 0, 14),),
+)
+"""The recipe in plain values: 64 GB300 GPUs, MXFP8, TP1 x EP64 -> DP 64; in NVFP4 the last 14
+layers stay in BF16."""
 
 spec, nemotron_3_super = recipe_functions(SPEC, "Nemotron 3 Super", __name__)

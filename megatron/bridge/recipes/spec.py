@@ -142,6 +142,12 @@ class RecipeSpec:
     published: tuple[PublishedRun, ...] = ()
     """The recipe's published runs, one per (GPU, precision): asking for a GPU or a precision
     starts from that pair's run (:meth:`with_overrides`)."""
+    bf16_layers: tuple[tuple[str, int, int], ...] = ()
+    """(precision, start, end): the precisions in which the recipe keeps its first ``start`` and
+    last ``end`` decoder layers out of the FP8/FP4 recipe (megatron-core's
+    ``first_last_layers_bf16``), as upstream's recipe for the model does. A change of
+    precision (:meth:`changed`) sets the three model fields from it; the other precisions keep
+    every layer in the precision."""
 
     def __post_init__(self) -> None:
         precision = canonical_precision(self.precision)
@@ -200,12 +206,31 @@ class RecipeSpec:
         tp = changes.get("model.tensor_model_parallel_size")
         if tp is not None and "model.sequence_parallel" not in changes:
             changes["model.sequence_parallel"] = isinstance(tp, int) and tp > 1
+        if "precision" in changes:
+            for key, value in self._bf16_layer_fields(changes["precision"]).items():
+                changes.setdefault(key, value)
         own = {k: v for k, v in changes.items() if k in spec_fields}
         job = {k: v for k, v in changes.items() if k not in spec_fields}
         new = dataclasses.replace(self, job=self.job.replace(**job) if job else self.job, **own)
         if "preset" not in changes:
             _check_named_preset_follows(self, new)
         return new
+
+    def _bf16_layer_fields(self, precision: object) -> dict[str, Any]:
+        """The BF16-layer model fields of ``precision`` (:attr:`bf16_layers`): megatron-core's
+        defaults, off, for a precision the recipe keeps whole; a name that is not a precision
+        gets none (the precision check names it)."""
+        try:
+            name = canonical_precision(precision)
+        except (TypeError, ValueError):
+            return {}
+        start, end = next(((a, b) for p, a, b in self.bf16_layers if p == name), (None, None))
+        return {
+            "model.first_last_layers_bf16": start is not None,
+            # megatron-core's TransformerConfig defaults when off.
+            "model.num_layers_at_start_in_bf16": 1 if start is None else start,
+            "model.num_layers_at_end_in_bf16": 1 if end is None else end,
+        }
 
     def published_run(self, gpu: str | None, precision: str | None) -> PublishedRun | None:
         """The published run for ``gpu`` and ``precision`` (None: this spec's own), or None.
@@ -393,11 +418,16 @@ class RecipeSpec:
         return cfg
 
     def _mixed_precision(self) -> Any:
-        """The precision's mixed-precision preset, reducing gradients as the job says."""
+        """The precision's mixed-precision preset, reducing gradients and keeping layers in BF16
+        as the job says (its setup writes those onto the model config)."""
         from megatron.bridge.training.mixed_precision import get_mixed_precision_config
 
         mixed = get_mixed_precision_config(PRECISIONS[self.precision].mixed_precision)
         mixed.grad_reduce_in_fp32 = self.job.grad_reduce_in_fp32
+        model = self.job.model
+        mixed.first_last_layers_bf16 = model.first_last_layers_bf16
+        mixed.num_layers_at_start_in_bf16 = model.num_layers_at_start_in_bf16
+        mixed.num_layers_at_end_in_bf16 = model.num_layers_at_end_in_bf16
         return mixed
 
     def _env_vars(self) -> dict[str, str]:
@@ -538,7 +568,7 @@ def published_spec(
         published=runs,
         **spec_fields,
     )
-    return spec.changed(**first.changes)
+    return spec.changed(precision=first.precision, **first.changes)
 
 
 class RecipeFunctions(NamedTuple):

@@ -215,6 +215,15 @@ class ModelDescription:
     fp8_dot_product_attention: bool = False
     """Core attention's dot products in FP8 too; without it they stay in BF16/FP16 whatever the
     GEMMs' precision (megatron-core hands attention to TE's fused or flash kernels unquantized)."""
+    first_last_layers_bf16: bool = False
+    """Keep the first num_layers_at_start_in_bf16 and the last num_layers_at_end_in_bf16 decoder
+    layers out of the FP8/FP4 recipe: their GEMMs run in 16 bits (megatron-core's
+    ``fp8_utils.get_fp8_context`` and ``fp4_utils.get_fp4_context`` by global layer index; the
+    MTP layers stay quantized)."""
+    num_layers_at_start_in_bf16: int = 1
+    """Decoder layers at the start kept in 16 bits with first_last_layers_bf16."""
+    num_layers_at_end_in_bf16: int = 1
+    """Decoder layers at the end kept in 16 bits with first_last_layers_bf16."""
 
     # --- mixture of experts ----------------------------------------------------------------------
     num_moe_experts: int | None = None

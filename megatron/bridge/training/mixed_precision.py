@@ -85,6 +85,17 @@ _MODEL_FIELDS = (
 )
 
 
+#: The fields that keep layers out of the FP8/FP4 recipe, with megatron-core's TransformerConfig
+#: defaults.
+_BF16_LAYER_DEFAULTS = MappingProxyType(
+    {
+        "first_last_layers_bf16": False,
+        "num_layers_at_start_in_bf16": 1,
+        "num_layers_at_end_in_bf16": 1,
+    }
+)
+
+
 def _check_positive_number(name: str, value: object, *, optional: bool = False) -> None:
     if optional and value is None:
         return
@@ -141,11 +152,14 @@ class MixedPrecisionConfig:
     fp4_param_gather: bool = False
     """Keep parameters in FP4 and all-gather them in FP4 (distributed optimizer); needs fp4."""
     first_last_layers_bf16: bool = False
-    """Keep the first and last transformer layers out of FP8 (not with delayed scaling)."""
-    num_layers_at_start_in_bf16: int = 1
-    """Layers at the start kept in bf16 when first_last_layers_bf16 is on."""
-    num_layers_at_end_in_bf16: int = 1
-    """Layers at the end kept in bf16 when first_last_layers_bf16 is on."""
+    """Keep the first and last transformer layers out of FP8/FP4 (not with delayed scaling)."""
+    num_layers_at_start_in_bf16: int = 0
+    """Layers at the start kept in bf16 when first_last_layers_bf16 is on. The default is
+    Megatron-Bridge's (``training/mixed_precision.py``), written onto the model config over
+    megatron-core's 1."""
+    num_layers_at_end_in_bf16: int = 0
+    """Layers at the end kept in bf16 when first_last_layers_bf16 is on (default 0, as
+    Megatron-Bridge's)."""
     loss_scale: float | None = None
     """Static loss scale for fp16; None means dynamic loss scaling."""
     initial_loss_scale: float = 2.0**32
@@ -291,6 +305,20 @@ class MixedPrecisionConfig:
         model_config.autocast_dtype = (
             self.autocast_dtype if self.autocast_dtype is not None else params_dtype
         )
+        for name, default in _BF16_LAYER_DEFAULTS.items():
+            # megatron-core's defaults: a value about to be replaced that is not one was set
+            # straight on cfg.model by the user (or a recipe), so say so rather than drop it.
+            found = getattr(model_config, name, default)
+            if found != default and found != getattr(self, name):
+                logger.warning(
+                    "cfg.model.%s=%r is replaced by cfg.mixed_precision.%s=%r: precision knobs "
+                    "belong to mixed precision; set cfg.mixed_precision.%s to keep it.",
+                    name,
+                    found,
+                    name,
+                    getattr(self, name),
+                    name,
+                )
         for name in _MODEL_FIELDS:
             setattr(model_config, name, getattr(self, name))
         # Megatron-LM maps --fp8-param-gather onto TransformerConfig.fp8_param (FP8 weights),
@@ -385,8 +413,11 @@ def _fp8_current(base: MixedPrecisionConfig) -> MixedPrecisionConfig:
     base.fp8 = "hybrid"
     base.fp8_recipe = "tensorwise"
     base.fp8_param_gather = True
-    # Current scaling tolerates the sensitive first/last layers better in bf16.
+    # Current scaling tolerates the sensitive first/last layers better in bf16: one at each end
+    # (Megatron-Bridge training/mixed_precision.py bf16_with_fp8_current_scaling_mixed).
     base.first_last_layers_bf16 = True
+    base.num_layers_at_start_in_bf16 = 1
+    base.num_layers_at_end_in_bf16 = 1
     return base
 
 

@@ -338,6 +338,30 @@ def _check_fp8_recipe(*, fp8: str | None, fp8_recipe: str) -> None:
         )
 
 
+def _check_bf16_layers(m: ModelDescription) -> None:
+    # Mirrors transformer_config.py TransformerConfig.__post_init__ (under fp8 only): delayed
+    # scaling cannot keep layers in BF16, and each count is 0 to num_layers // PP.
+    if not (m.fp8 and m.first_last_layers_bf16):
+        return
+    if m.fp8_recipe == "delayed":
+        raise ValueError(
+            "first_last_layers_bf16=True with fp8_recipe='delayed': megatron-core cannot keep "
+            "layers in BF16 under delayed scaling. Use fp8_recipe='tensorwise' (current "
+            "scaling) or set first_last_layers_bf16=False."
+        )
+    if m.num_layers is None:
+        return
+    most = m.num_layers // m.pipeline_model_parallel_size
+    for name in ("num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16"):
+        count = getattr(m, name)
+        if not 0 <= count <= most:
+            raise ValueError(
+                f"{name}={count}: megatron-core keeps 0 to num_layers // "
+                f"pipeline_model_parallel_size = {most} layers in BF16 at each end; set {name} "
+                f"to at most {most} or first_last_layers_bf16=False."
+            )
+
+
 def _check_fp4(*, fp8: str | None, fp4: str | None, fp4_recipe: str) -> None:
     # Mirrors transformer_config.py TransformerConfig.__post_init__ ("FP4 validation"): FP4 and
     # FP8 GEMMs exclude each other, and fp4_recipe='custom' needs fp4_quantizer_factory.
@@ -992,6 +1016,7 @@ def check_model(model: ModelDescription, *, te_version: str | None = None) -> No
     )
     _check_fp8_recipe(fp8=m.fp8, fp8_recipe=m.fp8_recipe)
     _check_fp4(fp8=m.fp8, fp4=m.fp4, fp4_recipe=m.fp4_recipe)
+    _check_bf16_layers(m)
     _check_moe_fp8_te(num_moe_experts=m.num_moe_experts, fp8=m.fp8, te_version=te_version)
 
     _check_mla_output_gate(

@@ -242,6 +242,8 @@ LIMITS: Mapping[str, Limit] = MappingProxyType(
         "model.recompute_num_layers": Limit(1, _LAYERS, _DEEP),
         "model.mtp_num_layers": Limit(0, _LAYERS, _DEEP),
         "model.cpu_offloading_num_layers": Limit(0, _LAYERS, _DEEP),
+        "model.num_layers_at_start_in_bf16": Limit(0, _LAYERS, _DEEP),
+        "model.num_layers_at_end_in_bf16": Limit(0, _LAYERS, _DEEP),
         "model.fine_grained_offloading_max_inflight_offloads": Limit(
             0, _LAYERS, "offloads of one module in flight; a step has one per layer"
         ),

@@ -106,6 +106,23 @@ def test_fp8_presets_details():
     assert delayed.fp8_param_gather is True and delayed.first_last_layers_bf16 is False
     current = get_mixed_precision_config("bf16_with_fp8_current_scaling_mixed")
     assert current.first_last_layers_bf16 is True and current.fp8_param_gather is True
+    # One layer at each end, as Megatron-Bridge's preset sets them.
+    assert (current.num_layers_at_start_in_bf16, current.num_layers_at_end_in_bf16) == (1, 1)
+
+
+def test_bf16_layer_counts_default_to_megatron_bridges_zero_over_megatron_cores_one():
+    # Megatron-Bridge's MixedPrecisionConfig defaults both counts to 0 and writes them onto the
+    # model config, whose megatron-core default is 1: upstream code that sets only the end count
+    # (its nemotron_3_super_bf16_with_nvfp4_mixed: first_last_layers_bf16, 14 at the end) keeps
+    # no layer at the start.
+    assert TransformerConfig.__dataclass_fields__["num_layers_at_start_in_bf16"].default == 1
+    mixed = get_mixed_precision_config("bf16_with_nvfp4_mixed")
+    mixed.first_last_layers_bf16 = True
+    mixed.num_layers_at_end_in_bf16 = 14
+    model = GPTModelProvider(num_layers=88, hidden_size=64, num_attention_heads=4)
+    mixed.setup(model)
+    assert model.first_last_layers_bf16 is True
+    assert (model.num_layers_at_start_in_bf16, model.num_layers_at_end_in_bf16) == (0, 14)
 
 
 def test_recipe_values_follow_megatron_core():

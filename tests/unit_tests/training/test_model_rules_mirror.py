@@ -312,6 +312,10 @@ def model_settings(draw, moe: bool) -> dict:
         "fp16": fp16,
         "fp8": draw(st.sampled_from([None, "e4m3", "hybrid"])),
         "fp8_recipe": draw(mostly(["delayed", "tensorwise", "mxfp8", "blockwise"], ["custom"], 3)),
+        # The BF16 layer counts around the per-stage bound (layers drawn are 4 to 16 a stage).
+        "first_last_layers_bf16": draw(st.booleans()),
+        "num_layers_at_start_in_bf16": draw(mostly([0, 1, 2], [17, 64], 3)),
+        "num_layers_at_end_in_bf16": draw(mostly([0, 1, 4], [17, 64], 3)),
         "moe_router_topk": draw(mostly([2, 4, 8], [1], 8)),
         "moe_ffn_hidden_size": draw(
             st.sampled_from([None, 512]) if moe else mostly([None], [512], 6)
@@ -577,6 +581,22 @@ REJECTED = [
     ),
     _case("fp16-bf16", r"fp16=True and bf16=True", bf16=True, fp16=True),
     _case("fp8-custom", r"fp8_quantizer_factory", fp8="hybrid", fp8_recipe="custom"),
+    _case(
+        "bf16-layers-delayed",
+        r"first_last_layers_bf16=True with fp8_recipe='delayed'",
+        fp8="hybrid",
+        fp8_recipe="delayed",
+        first_last_layers_bf16=True,
+    ),
+    _case(
+        "bf16-layers-over-a-stage",
+        r"num_layers_at_end_in_bf16=3: .* = 2 layers",
+        fp8="hybrid",
+        fp8_recipe="tensorwise",
+        first_last_layers_bf16=True,
+        num_layers_at_end_in_bf16=3,
+        pipeline_model_parallel_size=2,
+    ),
     _case(
         "moe-fp8-old-te",
         r"num_moe_experts=8 with fp8='hybrid' needs Transformer Engine >= 1\.7",
@@ -942,6 +962,18 @@ ACCEPTED = [
         window_attn_skip_freq=2,
     ),
     _case("mtp", mtp_num_layers=2, gradient_accumulation_fusion=True),
+    # megatron-core bounds the BF16 layer counts under FP8 only: NVFP4 keeps any count.
+    _case(
+        "bf16-layers-nvfp4", fp4="e2m1", first_last_layers_bf16=True, num_layers_at_end_in_bf16=9
+    ),
+    _case(
+        "bf16-layers-current-scaling",
+        fp8="hybrid",
+        fp8_recipe="tensorwise",
+        first_last_layers_bf16=True,
+        num_layers_at_start_in_bf16=0,
+        num_layers_at_end_in_bf16=4,
+    ),
 ]
 
 

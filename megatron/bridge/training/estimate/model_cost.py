@@ -283,6 +283,26 @@ class ModelCost:
             for i in range(self.model.num_layers)
         )
 
+    def layer_gemm_flops_per_token(self, index: int) -> float:
+        """Training FLOPs per token of decoder layer ``index`` (0-based) that its linear layers
+        run: the layer's FLOPs less its core attention and Mamba scan (the kernels
+        :meth:`core_attention_flops_per_token` and :meth:`scan_flops_per_token` count)."""
+        self._check_attention_variant()
+        if self.model.hybrid_layer_pattern is not None:
+            symbol = parse_hybrid_pattern(self.model.hybrid_layer_pattern).main[index]
+            flops = self._hybrid_layer_flops(symbol, index + 1)
+            if symbol == _ATTENTION:
+                return flops - self._core_flops(index)
+            if symbol == _MAMBA:
+                return flops - self._scan_flops()
+            return flops
+        moe = bool(self.model.moe_layer_pattern[index])
+        return (
+            self._attention_layer_flops(index)
+            + self._mlp_layer_flops(moe)
+            - self._core_flops(index)
+        )
+
     def layer_flops_per_token(self) -> float:
         """Training FLOPs per token of the mean decoder layer (:meth:`decoder_flops_per_token`
         over num_layers)."""
@@ -420,6 +440,33 @@ class ModelCost:
             indexer = 2 * h * 2 * dim + m.q_lora_rank * heads * dim + h * heads
             return q + kv + out + 2 * h * 2 * v + indexer
         return q + kv + out
+
+    def _dsv4_unquantized_weights(self, index: int) -> float:
+        """Forward multiply-adds per token of the part of :meth:`_dsv4_projection_weights` that
+        runs in 16 bits whatever the FP8/FP4 recipe: the grouped output projection's first half
+        (heads x v_head_dim -> o_lora_rank per group, a ``torch.einsum`` over a plain parameter:
+        megatron-core ``deepseek_v4_hybrid_attention.py``), the compressors' projections
+        (``csa.py`` ``Compressor._forward_sbhd``, under ``get_fp8_disabled_context``) and the
+        DSA indexer's head-weight projection (``CSAIndexer``'s ``linear_weights_proj``, the
+        same)."""
+        m = self.model
+        h, v = m.hidden_size, m.v_head_dim
+        grouped_out = m.num_attention_heads * v * m.o_lora_rank
+        ratio = self._dsv4_ratio(index)
+        if ratio == _HCA:
+            return grouped_out + 2 * h * v
+        if ratio == _CSA:
+            indexer = 2 * h * 2 * m.dsa_indexer_head_dim + h * m.dsa_indexer_n_heads
+            return grouped_out + 2 * h * 2 * v + indexer
+        return grouped_out
+
+    def unquantized_gemm_flops_per_token(self, index: int) -> float:
+        """Training FLOPs per token of layer ``index``'s linear layers (decoder then MTP layers,
+        0-based) that megatron-core runs in 16 bits under any FP8/FP4 recipe: DeepSeek-V4's
+        (:meth:`_dsv4_unquantized_weights`); 0 for every other model."""
+        if not self._dsv4_hybrid:
+            return 0.0
+        return 6 * self._dsv4_unquantized_weights(index)
 
     def _dsv4_core_flops(self, index: int | None) -> float:
         """Training FLOPs per token of layer ``index``'s sparse attention: the sliding window,

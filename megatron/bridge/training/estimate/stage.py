@@ -15,7 +15,14 @@ from megatron.bridge.training.model_rules import recomputed_modules
 from megatron.bridge.training.pipeline_layout import parse_layout, stage_layers
 from megatron.bridge.utils.records import record
 
-__all__ = ["Stage", "busiest_stage", "mtp_rank", "stage_params"]
+__all__ = [
+    "Stage",
+    "bf16_layer_indices",
+    "busiest_stage",
+    "mtp_rank",
+    "rank_layer_indices",
+    "stage_params",
+]
 
 
 @record(frozen=True)
@@ -57,6 +64,13 @@ class Stage:
     """HBM bytes per token the recomputed forwards move again on one TP rank: the forward's
     third of the recomputed layers' bytes (full), or the recomputed modules' forward bytes
     (selective, :meth:`ModelCost.recompute_elementwise_bytes_per_token`)."""
+    bf16_layers: int = 0
+    """Decoder layers of this stage that megatron-core keeps out of the FP8/FP4 recipe
+    (``first_last_layers_bf16``, :func:`bf16_layer_indices`)."""
+    bf16_gemm_flops_per_token: float = 0.0
+    """Model FLOPs per token of the linear layers that run at the 16-bit peak in an FP8/FP4
+    job: those of the layers kept out of the recipe and those megatron-core never quantizes
+    (:func:`_sixteen_bit_gemm_flops`)."""
 
     @property
     def moe_layers(self) -> float:
@@ -88,11 +102,58 @@ class Stage:
         return self.recompute_full + float("moe" in self.recompute_modules)
 
 
-def _stage_layers(job: JobDescription) -> list[int]:
-    """Decoder layers on each pipeline rank (summed over its model chunks), as megatron-core
-    splits them (:func:`~megatron.bridge.training.pipeline_layout.stage_layers`: a custom
-    layout, uneven first/last stages, the embedding and loss counted or not)."""
-    return [sum(chunks) for chunks in stage_layers(job.model)]
+def rank_layer_indices(chunks: list[list[int]], rank: int) -> list[int]:
+    """Global indices (0-based) of the decoder layers on pipeline ``rank``. ``chunks`` is
+    :func:`~megatron.bridge.training.pipeline_layout.stage_layers`' split: virtual stage ``v``
+    of rank ``r`` is the model's ``v x PP + r``-th run of layers."""
+    pp = len(chunks)
+    sizes = {
+        v * pp + r: n for r, rank_chunks in enumerate(chunks) for v, n in enumerate(rank_chunks)
+    }
+    start = 0
+    indices: list[int] = []
+    for stage in sorted(sizes):
+        if stage % pp == rank:
+            indices.extend(range(start, start + sizes[stage]))
+        start += sizes[stage]
+    return indices
+
+
+def bf16_layer_indices(job: JobDescription, chunks: list[list[int]], rank: int) -> list[int]:
+    """Global indices (0-based) of the decoder layers on pipeline ``rank`` that megatron-core
+    keeps out of the FP8/FP4 recipe: with ``first_last_layers_bf16`` and FP8 or FP4 training,
+    the first ``num_layers_at_start_in_bf16`` and the last ``num_layers_at_end_in_bf16`` layers
+    of the model (``fp8_utils.is_first_last_bf16_layer`` and ``fp4_utils.get_fp4_context`` by
+    global layer index; the transformer and hybrid blocks pass each layer's). Empty
+    otherwise."""
+    m = job.model
+    if not (m.first_last_layers_bf16 and (m.fp8 or m.fp4)):
+        return []
+    start, end = m.num_layers_at_start_in_bf16, m.num_layers - m.num_layers_at_end_in_bf16
+    return [i for i in rank_layer_indices(chunks, rank) if i < start or i >= end]
+
+
+def _sixteen_bit_gemm_flops(
+    job: JobDescription, dims: ModelCost, chunks: list[list[int]], rank: int
+) -> float:
+    """Model FLOPs per token of the linear layers on ``rank`` that run in 16 bits in an FP8/FP4
+    job: every linear layer of the decoder layers kept out of the recipe
+    (:func:`bf16_layer_indices`), and in the others (and in the MTP layers, on the rank that
+    builds them) those megatron-core never quantizes
+    (:meth:`ModelCost.unquantized_gemm_flops_per_token`)."""
+    m = job.model
+    if not (m.fp8 or m.fp4):
+        return 0.0
+    kept = set(bf16_layer_indices(job, chunks, rank))
+    indices = rank_layer_indices(chunks, rank)
+    if rank == mtp_rank(job):
+        indices += range(m.num_layers, m.num_layers + dims.mtp_layers)
+    return sum(
+        dims.layer_gemm_flops_per_token(i)
+        if i in kept
+        else dims.unquantized_gemm_flops_per_token(i)
+        for i in indices
+    )
 
 
 def mtp_rank(job: JobDescription) -> int:
@@ -144,7 +205,11 @@ def busiest_stage(
     """
     tp, pp = job.tp_size, job.pp_size
     vpp = job.vpp_size if job.interleaved else 1
-    per_rank = _stage_layers(job)
+    # Decoder layers on each rank (summed over its model chunks), as megatron-core splits them
+    # (stage_layers: a custom layout, uneven first/last stages, the embedding and loss counted
+    # or not).
+    chunks = stage_layers(job.model)
+    per_rank = [sum(rank_chunks) for rank_chunks in chunks]
     moe_share = dims.num_moe_layers / job.model.num_layers
     per_layer = dims.layer_flops_per_token()
     mtp_stage = mtp_rank(job)
@@ -160,6 +225,7 @@ def busiest_stage(
 
     def build(rank: int) -> Stage:
         layers = per_rank[rank]
+        bf16 = bf16_layer_indices(job, chunks, rank)
         full, modules = _recomputed(job, layers, vpp)
         selective_flops = sum(dims.recompute_flops_per_token(m) for m in modules)
         selective_bytes = sum(
@@ -182,14 +248,17 @@ def busiest_stage(
             elementwise_bytes_per_token=layers * layer_bytes,
             recompute_elementwise_bytes_per_token=layers
             * (full * layer_bytes / 3 + selective_bytes),
+            bf16_layers=len(bf16),
+            bf16_gemm_flops_per_token=_sixteen_bit_gemm_flops(job, dims, chunks, rank),
         )
 
     if seconds is None:
         return build(max(range(pp), key=lambda r: (stage_flops(r), r)))
     # Ranks alike in layers and in what they hold take the same time: one stage of each kind.
-    kinds: dict[tuple[int, bool, bool, bool], int] = {}
+    kinds: dict[tuple[int, bool, bool, bool, int], int] = {}
     for rank in range(pp):
-        kinds[(per_rank[rank], rank == 0, rank == pp - 1, rank == mtp_stage)] = rank
+        bf16 = len(bf16_layer_indices(job, chunks, rank))
+        kinds[(per_rank[rank], rank == 0, rank == pp - 1, rank == mtp_stage, bf16)] = rank
     timed = [build(rank) for rank in kinds.values()]
     return max(timed, key=lambda stage: (seconds(stage), stage.rank))
 

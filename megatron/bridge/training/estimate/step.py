@@ -56,6 +56,8 @@ from megatron.bridge.training.estimate.schedule import (
 from megatron.bridge.training.estimate.stage import Stage, busiest_stage, mtp_rank, stage_params
 from megatron.bridge.training.hardware import GpuSpec, gpu_spec
 from megatron.bridge.training.job import JobDescription, check_micro_batch_chunks
+from megatron.bridge.training.megatron_core_support import DSV4_HYBRID
+from megatron.bridge.training.precisions import PRECISIONS
 from megatron.bridge.training.validators import LIMITS, LimitError
 from megatron.bridge.utils.records import record
 
@@ -425,7 +427,10 @@ def _seconds_per_flop(
     peak: megatron-core's ``GPTModel`` builds its output layer as
     ``tensor_parallel.ColumnParallelLinear``, outside TE's recipes, unless ``fp8_output_proj``
     under MXFP8 (``fp8_utils.is_mxfp8_output_proj_active``), which a job here does not set. A
-    hybrid model's Mamba scans run in the SSM kernels, unquantized: at the 16-bit peak.
+    hybrid model's Mamba scans run in the SSM kernels, unquantized: at the 16-bit peak. So do
+    the linear layers megatron-core runs outside the FP8/FP4 recipe
+    (``Stage.bf16_gemm_flops_per_token``: the decoder layers ``first_last_layers_bf16`` keeps
+    out, and DeepSeek-V4's unquantized projections).
     """
     gemm = gpu.peak_tflops(job.compute_dtype) * 1e12
     sixteen_bit = min(gemm, gpu.peak_tflops("bf16") * 1e12)
@@ -438,12 +443,15 @@ def _seconds_per_flop(
     head = min(
         1.0 - core - scan, heads * dims.logit_flops_per_token(job.tp_size) / stage.flops_per_token
     )
+    bf16 = min(1.0 - core - scan - head, stage.bf16_gemm_flops_per_token / stage.flops_per_token)
     mixers = min(
         1.0,
         max(stage.layers * dims.attention_flops_per_token() / stage.flops_per_token, core + scan),
     )
     per_flop = (
-        (1 - core - scan - head) / gemm + core / core_peak + scan / sixteen_bit + head / sixteen_bit
+        (1 - core - scan - head - bf16) / gemm
+        + core / core_peak
+        + (scan + head + bf16) / sixteen_bit
     )
     mixer_time = (mixers - core - scan) / gemm + core / core_peak + scan / sixteen_bit
     return per_flop, mixer_time / per_flop, core / core_peak / per_flop
@@ -506,6 +514,29 @@ def _assumptions(
         "split over CP, and over TP except the hidden-wide tensors without sequence parallelism; "
         "MTP layers and the output layer's not counted",
     ]
+    if stage.bf16_gemm_flops_per_token:
+        title = PRECISIONS[job.compute_dtype].title
+        kept = (
+            [
+                f"{stage.bf16_layers} decoder layer(s) kept out of the {title} recipe "
+                "(first_last_layers_bf16)"
+            ]
+            if stage.bf16_layers
+            else []
+        )
+        unquantized = (
+            [
+                "DeepSeek-V4's grouped output, compressor and indexer-weight projections, which "
+                f"megatron-core runs outside the {title} recipe"
+            ]
+            if job.model.experimental_attention_variant == DSV4_HYBRID
+            and job.model.hybrid_layer_pattern is None
+            else []
+        )
+        assumptions.append(
+            f"{stage.bf16_gemm_flops_per_token / stage.flops_per_token:.1%} of the stage's model "
+            "FLOPs in linear layers at the BF16 peak: " + "; ".join(kept + unquantized)
+        )
     if job.model.moe:
         assumptions.append(
             "MoE: uniform routing (no imbalance, no dropped tokens); MoE layers spread evenly "
