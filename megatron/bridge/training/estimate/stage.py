@@ -254,11 +254,12 @@ def busiest_stage(
 
     if seconds is None:
         return build(max(range(pp), key=lambda r: (stage_flops(r), r)))
-    # Ranks alike in layers and in what they hold take the same time: one stage of each kind.
-    kinds: dict[tuple[int, bool, bool, bool, int], int] = {}
+    # Ranks alike in layers, in what they hold and in their 16-bit linear FLOPs (the layers kept
+    # out of the recipe, DeepSeek-V4's layer mix) take the same time: one stage of each kind.
+    kinds: dict[tuple[int, bool, bool, bool, float], int] = {}
     for rank in range(pp):
-        bf16 = len(bf16_layer_indices(job, chunks, rank))
-        kinds[(per_rank[rank], rank == 0, rank == pp - 1, rank == mtp_stage, bf16)] = rank
+        sixteen_bit = _sixteen_bit_gemm_flops(job, dims, chunks, rank)
+        kinds[(per_rank[rank], rank == 0, rank == pp - 1, rank == mtp_stage, sixteen_bit)] = rank
     timed = [build(rank) for rank in kinds.values()]
     return max(timed, key=lambda stage: (seconds(stage), stage.rank))
 
