@@ -16,7 +16,11 @@ from megatron.bridge.cli.flags import FLAG_FIELDS
 from megatron.bridge.training import hardware, launch_env
 from megatron.bridge.training.comm_overlap.te import ASSUMED_TE_VERSION
 from megatron.bridge.training.estimate.model_cost import parse_hybrid_pattern
-from megatron.bridge.training.job import OUTER_DP_SHARDING_STRATEGIES, PositionEmbeddingType
+from megatron.bridge.training.job import (
+    BF16_LAYER_DEFAULTS,
+    OUTER_DP_SHARDING_STRATEGIES,
+    PositionEmbeddingType,
+)
 from megatron.bridge.training.pipeline_layout import parse_layout
 from megatron.bridge.training.precisions import precision_choices
 from megatron.bridge.training.validators import (
@@ -578,12 +582,12 @@ def _add_job_flags(ex: argparse.ArgumentParser, *, layout: bool) -> None:
         "decoder layers out of the FP8/FP4 recipe (the estimate prices their GEMMs at the BF16 "
         "peak; default off, or the recipe's precision's)",
     )
-    for end, default in (("start", 1), ("end", 1)):
+    for end in ("start", "end"):
         ex.add_argument(
             f"--num-layers-at-{end}-in-bf16",
             type=nonnegative_int_argument,
-            help=f"decoder layers at the {end} --first-last-layers-bf16 keeps in BF16 "
-            f"(default {default}, megatron-core's)",
+            help=f"decoder layers at the {end} --first-last-layers-bf16 keeps in BF16 (default "
+            f"{BF16_LAYER_DEFAULTS[f'num_layers_at_{end}_in_bf16']}, megatron-core's)",
         )
     sizes = {
         "--seq-length": "sequence length (default 2048)",

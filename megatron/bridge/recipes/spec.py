@@ -40,7 +40,7 @@ from megatron.bridge.training.comm_overlap import (
 )
 from megatron.bridge.training.comm_overlap.rules.tp import tp_overlap_blockers
 from megatron.bridge.training.env_vars import DerivedEnv
-from megatron.bridge.training.job import JobDescription, ModelDescription
+from megatron.bridge.training.job import BF16_LAYER_DEFAULTS, JobDescription, ModelDescription
 from megatron.bridge.training.job_configs import write_model
 from megatron.bridge.training.megatron_core_support import check_buildable
 from megatron.bridge.training.precisions import (
@@ -217,20 +217,22 @@ class RecipeSpec:
         return new
 
     def _bf16_layer_fields(self, precision: object) -> dict[str, Any]:
-        """The BF16-layer model fields of ``precision`` (:attr:`bf16_layers`): megatron-core's
-        defaults, off, for a precision the recipe keeps whole; a name that is not a precision
-        gets none (the precision check names it)."""
+        """The BF16-layer model fields of ``precision`` (:attr:`bf16_layers`): the description's
+        defaults (megatron-core's, off) for a precision the recipe keeps whole; a name that is
+        not a precision gets none (the precision check names it)."""
         try:
             name = canonical_precision(precision)
         except (TypeError, ValueError):
             return {}
-        start, end = next(((a, b) for p, a, b in self.bf16_layers if p == name), (None, None))
-        return {
-            "model.first_last_layers_bf16": start is not None,
-            # megatron-core's TransformerConfig defaults when off.
-            "model.num_layers_at_start_in_bf16": 1 if start is None else start,
-            "model.num_layers_at_end_in_bf16": 1 if end is None else end,
-        }
+        fields = dict(BF16_LAYER_DEFAULTS)
+        for kept, start, end in self.bf16_layers:
+            if kept == name:
+                fields.update(
+                    first_last_layers_bf16=True,
+                    num_layers_at_start_in_bf16=start,
+                    num_layers_at_end_in_bf16=end,
+                )
+        return {f"model.{field}": value for field, value in fields.items()}
 
     def published_run(self, gpu: str | None, precision: str | None) -> PublishedRun | None:
         """The published run for ``gpu`` and ``precision`` (None: this spec's own), or None.
@@ -424,10 +426,8 @@ class RecipeSpec:
 
         mixed = get_mixed_precision_config(PRECISIONS[self.precision].mixed_precision)
         mixed.grad_reduce_in_fp32 = self.job.grad_reduce_in_fp32
-        model = self.job.model
-        mixed.first_last_layers_bf16 = model.first_last_layers_bf16
-        mixed.num_layers_at_start_in_bf16 = model.num_layers_at_start_in_bf16
-        mixed.num_layers_at_end_in_bf16 = model.num_layers_at_end_in_bf16
+        for name in BF16_LAYER_DEFAULTS:
+            setattr(mixed, name, getattr(self.job.model, name))
         return mixed
 
     def _env_vars(self) -> dict[str, str]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any, Literal
 
 from megatron.bridge.training.parallel_layout import data_parallel_size, micro_batches_per_step
@@ -403,6 +404,18 @@ class ModelDescription:
         dtype = self.compute_dtype
         return "fp8" if dtype is None else PRECISIONS[dtype].preset_family
 
+
+#: The fields that keep decoder layers out of the FP8/FP4 recipe (megatron-core's
+#: ``first_last_layers_bf16`` and its two counts), with the description's defaults, which are
+#: megatron-core's.
+BF16_LAYER_DEFAULTS: Mapping[str, Any] = MappingProxyType(
+    {
+        f.name: f.default
+        for f in dataclasses.fields(ModelDescription)
+        if f.name
+        in ("first_last_layers_bf16", "num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16")
+    }
+)
 
 OUTER_DP_SHARDING_STRATEGIES = ("no_shard", "optim")
 """The values of the DDP config's ``outer_dp_sharding_strategy`` (Megatron-LM's

@@ -25,6 +25,7 @@ from typing import Any, Literal, get_args
 
 import torch
 
+from megatron.bridge.training.job import BF16_LAYER_DEFAULTS
 from megatron.bridge.training.precisions import PRECISION_ALIASES, PRECISIONS, precision_choices
 from megatron.bridge.training.validators import check_bool, check_choice, check_int
 
@@ -82,17 +83,6 @@ _MODEL_FIELDS = (
     "num_layers_at_end_in_bf16",
     "fp4",
     "fp4_recipe",
-)
-
-
-#: The fields that keep layers out of the FP8/FP4 recipe, with megatron-core's TransformerConfig
-#: defaults.
-_BF16_LAYER_DEFAULTS = MappingProxyType(
-    {
-        "first_last_layers_bf16": False,
-        "num_layers_at_start_in_bf16": 1,
-        "num_layers_at_end_in_bf16": 1,
-    }
 )
 
 
@@ -305,7 +295,7 @@ class MixedPrecisionConfig:
         model_config.autocast_dtype = (
             self.autocast_dtype if self.autocast_dtype is not None else params_dtype
         )
-        for name, default in _BF16_LAYER_DEFAULTS.items():
+        for name, default in BF16_LAYER_DEFAULTS.items():
             # megatron-core's defaults: a value about to be replaced that is not one was set
             # straight on cfg.model by the user (or a recipe), so say so rather than drop it.
             found = getattr(model_config, name, default)

@@ -19,23 +19,15 @@ from megatron.bridge.training.estimate.stage import (
     rank_layer_indices,
 )
 from megatron.bridge.training.estimate.step import _seconds_per_flop
-from megatron.bridge.training.job import JobDescription, ModelDescription
+from megatron.bridge.training.job import JobDescription
 from megatron.bridge.training.pipeline_layout import stage_layers
-
-LLAMA_FP8 = {"bf16": True, "fp8": "hybrid", "fp8_recipe": "tensorwise"}
+from tests.unit_tests.jobs import dense_model
 
 
 def _job(**model) -> JobDescription:
-    fields = {
-        "num_layers": 16,
-        "hidden_size": 1024,
-        "num_attention_heads": 8,
-        "seq_length": 2048,
-        "vocab_size": 32000,
-        **LLAMA_FP8,
-        **model,
-    }
-    return JobDescription(model=ModelDescription(**fields), world_size=8, gpu="h100")
+    """The generic dense model (:func:`dense_model`) of 16 layers in FP8 current scaling."""
+    fields = {"num_layers": 16, "fp8": "hybrid", "fp8_recipe": "tensorwise", **model}
+    return JobDescription(model=dense_model(**fields), world_size=8, gpu="h100")
 
 
 def test_interleaved_ranks_hold_the_layers_of_their_virtual_stages():

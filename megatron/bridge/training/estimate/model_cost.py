@@ -139,7 +139,7 @@ class ModelCost:
         """
         m = self.model
         h, n = m.hidden_size, m.num_attention_heads
-        if self._dsv4_hybrid:
+        if self.dsv4_hybrid:
             return 6 * self._dsv4_projection_weights(index) + self._core_flops(index)
         if m.multi_latent_attention:
             # The down-projections (none for full-rank queries), the up-projections with their
@@ -166,7 +166,7 @@ class ModelCost:
         h, n = m.hidden_size, m.num_attention_heads
         qk = m.qk_head_dim + m.qk_pos_emb_head_dim
         q_up = h * n * qk if m.q_lora_rank is None else m.q_lora_rank * (n * qk + 1)
-        if self._dsv4_hybrid:
+        if self.dsv4_hybrid:
             return q_up  # one key/value head projected straight from the hidden state
         return q_up + m.kv_lora_rank * (n * (m.qk_head_dim + m.v_head_dim) + 1)
 
@@ -180,7 +180,7 @@ class ModelCost:
         """
         m = self.model
         s = m.seq_length
-        if self._dsv4_hybrid:
+        if self.dsv4_hybrid:
             return self._dsv4_core_flops(index)
         if m.multi_latent_attention:
             n = m.num_attention_heads
@@ -379,7 +379,9 @@ class ModelCost:
     # FLOPs are 3 x 2 times it.
 
     @property
-    def _dsv4_hybrid(self) -> bool:
+    def dsv4_hybrid(self) -> bool:
+        """Whether the model runs DeepSeek-V4's hybrid attention (the variant on a transformer,
+        not inside a hybrid layer pattern)."""
         return (
             self.model.experimental_attention_variant == _DSV4_HYBRID
             and self.model.hybrid_layer_pattern is None
@@ -464,7 +466,7 @@ class ModelCost:
         """Training FLOPs per token of layer ``index``'s linear layers (decoder then MTP layers,
         0-based) that megatron-core runs in 16 bits under any FP8/FP4 recipe: DeepSeek-V4's
         (:meth:`_dsv4_unquantized_weights`); 0 for every other model."""
-        if not self._dsv4_hybrid:
+        if not self.dsv4_hybrid:
             return 0.0
         return 6 * self._dsv4_unquantized_weights(index)
 

@@ -210,6 +210,7 @@ def busiest_stage(
     # or not).
     chunks = stage_layers(job.model)
     per_rank = [sum(rank_chunks) for rank_chunks in chunks]
+    sixteen_bit = [_sixteen_bit_gemm_flops(job, dims, chunks, rank) for rank in range(pp)]
     moe_share = dims.num_moe_layers / job.model.num_layers
     per_layer = dims.layer_flops_per_token()
     mtp_stage = mtp_rank(job)
@@ -249,7 +250,7 @@ def busiest_stage(
             recompute_elementwise_bytes_per_token=layers
             * (full * layer_bytes / 3 + selective_bytes),
             bf16_layers=len(bf16),
-            bf16_gemm_flops_per_token=_sixteen_bit_gemm_flops(job, dims, chunks, rank),
+            bf16_gemm_flops_per_token=sixteen_bit[rank],
         )
 
     if seconds is None:
@@ -258,8 +259,8 @@ def busiest_stage(
     # out of the recipe, DeepSeek-V4's layer mix) take the same time: one stage of each kind.
     kinds: dict[tuple[int, bool, bool, bool, float], int] = {}
     for rank in range(pp):
-        sixteen_bit = _sixteen_bit_gemm_flops(job, dims, chunks, rank)
-        kinds[(per_rank[rank], rank == 0, rank == pp - 1, rank == mtp_stage, sixteen_bit)] = rank
+        kind = (per_rank[rank], rank == 0, rank == pp - 1, rank == mtp_stage, sixteen_bit[rank])
+        kinds[kind] = rank
     timed = [build(rank) for rank in kinds.values()]
     return max(timed, key=lambda stage: (seconds(stage), stage.rank))
 

@@ -56,7 +56,6 @@ from megatron.bridge.training.estimate.schedule import (
 from megatron.bridge.training.estimate.stage import Stage, busiest_stage, mtp_rank, stage_params
 from megatron.bridge.training.hardware import GpuSpec, gpu_spec
 from megatron.bridge.training.job import JobDescription, check_micro_batch_chunks
-from megatron.bridge.training.megatron_core_support import DSV4_HYBRID
 from megatron.bridge.training.precisions import PRECISIONS
 from megatron.bridge.training.validators import LIMITS, LimitError
 from megatron.bridge.utils.records import record
@@ -191,6 +190,7 @@ def estimate_step(
         assumptions=_assumptions(
             f,
             gpu,
+            dims,
             stage,
             global_batch_size=gbs,
             nvlink_domain=domain,
@@ -460,6 +460,7 @@ def _seconds_per_flop(
 def _assumptions(
     job: JobDescription,
     gpu: GpuSpec,
+    dims: ModelCost,
     stage: Stage,
     *,
     global_batch_size: int,
@@ -529,8 +530,7 @@ def _assumptions(
                 "DeepSeek-V4's grouped output, compressor and indexer-weight projections, which "
                 f"megatron-core runs outside the {title} recipe"
             ]
-            if job.model.experimental_attention_variant == DSV4_HYBRID
-            and job.model.hybrid_layer_pattern is None
+            if dims.dsv4_hybrid
             else []
         )
         assumptions.append(
