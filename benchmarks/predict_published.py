@@ -19,13 +19,14 @@ model, per model family (:func:`~megatron.bridge.training.estimate.accuracy.mode
 newest releases; the worst ten. Rows a constant of the estimate was fitted on
 (:data:`~megatron.bridge.training.estimate.efficiency.FIT_ROWS`,
 :data:`~megatron.bridge.training.estimate.kernels.UNFUSED_FIT_ROWS`,
-:data:`~megatron.bridge.training.estimate.kernels.SSM_FIT_ROWS`) are marked and left out of every
-median. ``--json`` prints the same as one document. ``--write-accuracy`` writes the family
-figures into ``megatron/bridge/training/estimate/accuracy.json``, which every estimate prints.
-``--fit`` prints instead, for each fitted row planned as it ran, the achievable fraction, the
-unfused experts' bytes per routed element or the Mamba scan's share of the BF16 peak for which
-its prediction equals the published figure (bisection), in the order the constants depend on
-each other. Nothing here asserts.
+:data:`~megatron.bridge.training.estimate.kernels.SSM_FIT_ROWS`,
+:data:`~megatron.bridge.training.estimate.kernels.SPARSE_ATTENTION_FIT_ROWS`) are marked and
+left out of every median. ``--json`` prints the same as one document. ``--write-accuracy``
+writes the family figures into ``megatron/bridge/training/estimate/accuracy.json``, which every
+estimate prints. ``--fit`` prints instead, for each fitted row planned as it ran, the
+achievable fraction, the unfused experts' bytes per routed element, or the Mamba scan's or
+DeepSeek-V4's attention kernels' share of the BF16 peak for which its prediction equals the
+published figure (bisection), in the order the constants depend on each other. Nothing here asserts.
 """
 
 from __future__ import annotations
@@ -47,7 +48,11 @@ from megatron.bridge.training import hardware
 from megatron.bridge.training.estimate import estimate_step
 from megatron.bridge.training.estimate.accuracy import ACCURACY_FILE, FAMILIES, model_family
 from megatron.bridge.training.estimate.efficiency import FIT_ROWS, Achievable, FitRow
-from megatron.bridge.training.estimate.kernels import SSM_FIT_ROWS, UNFUSED_FIT_ROWS
+from megatron.bridge.training.estimate.kernels import (
+    SPARSE_ATTENTION_FIT_ROWS,
+    SSM_FIT_ROWS,
+    UNFUSED_FIT_ROWS,
+)
 from megatron.bridge.training.precisions import published_precision
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -112,7 +117,8 @@ def gpu_of(row: dict) -> str:
 def fitted(row: dict) -> bool:
     """Whether a constant of the estimate was fitted on ``row`` (:data:`FIT_ROWS`,
     :data:`~megatron.bridge.training.estimate.kernels.SSM_FIT_ROWS`,
-    :data:`~megatron.bridge.training.estimate.kernels.UNFUSED_FIT_ROWS`)."""
+    :data:`~megatron.bridge.training.estimate.kernels.UNFUSED_FIT_ROWS`,
+    :data:`~megatron.bridge.training.estimate.kernels.SPARSE_ATTENTION_FIT_ROWS`)."""
     key = (
         row["model"],
         gpu_of(row),
@@ -127,7 +133,12 @@ def fitted(row: dict) -> bool:
 
 def fit_rows() -> tuple[FitRow, ...]:
     """Every row a constant of the estimate is fitted on."""
-    return (*FIT_ROWS.values(), *SSM_FIT_ROWS.values(), *UNFUSED_FIT_ROWS.values())
+    return (
+        *FIT_ROWS.values(),
+        *SSM_FIT_ROWS.values(),
+        *UNFUSED_FIT_ROWS.values(),
+        *SPARSE_ATTENTION_FIT_ROWS.values(),
+    )
 
 
 def row_changes(row: dict) -> dict[str, Any]:
@@ -470,6 +481,11 @@ def fit_ssm(row: FitRow) -> float:
     return _fit_keyword(row, "ssm_scan_fraction", 0.001, 1.0)
 
 
+def fit_sparse_attention(row: FitRow) -> float:
+    """DeepSeek-V4's attention kernels' share of the BF16 peak fitted on ``row``."""
+    return _fit_keyword(row, "sparse_attention_fraction", 0.001, 1.0)
+
+
 def fit_unfused(row: FitRow) -> float:
     """The bytes per routed token element of the experts outside the fused grouped MLP fitted
     on ``row``."""
@@ -494,6 +510,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"unfused experts {gen}: {fit_unfused(unfused):.1f}  ({unfused.source})")
         for gen, ssm in SSM_FIT_ROWS.items():
             print(f"ssm scan {gen}: {fit_ssm(ssm):.4f}  ({ssm.source})")
+        for gen, sparse in SPARSE_ATTENTION_FIT_ROWS.items():
+            print(f"sparse attention {gen}: {fit_sparse_attention(sparse):.4f}  ({sparse.source})")
         return 0
     predictions = [predict(row) for row in load_rows()]
     if args.write_accuracy:

@@ -42,6 +42,8 @@ from megatron.bridge.training.estimate import Estimate
 from megatron.bridge.training.estimate.accuracy import ACCURACY_FILE, FAMILIES
 from megatron.bridge.training.estimate.efficiency import ACHIEVABLE, FIT_ROWS, QUOTED_BF16
 from megatron.bridge.training.estimate.kernels import (
+    SPARSE_ATTENTION,
+    SPARSE_ATTENTION_FIT_ROWS,
     SSM_FIT_ROWS,
     SSM_SCAN,
     UNFUSED_EXPERTS,
@@ -340,6 +342,13 @@ def fitted_constants() -> str:
             [
                 (gen.capitalize(), f"{c.value:.4f}", SSM_FIT_ROWS[gen])
                 for gen, c in SSM_SCAN.items()
+            ],
+        ),
+        (
+            "DeepSeek-V4 attention (sparse attention, DSA indexer): share of the BF16 peak",
+            [
+                (gen.capitalize(), f"{c.value:.4f}", SPARSE_ATTENTION_FIT_ROWS[gen])
+                for gen, c in SPARSE_ATTENTION.items()
             ],
         ),
     ]

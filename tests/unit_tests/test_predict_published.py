@@ -532,9 +532,10 @@ def test_the_fitted_rows_are_marked(predictions):
     assert marked == {
         (f.model, f.release, f.tokens_per_s_per_gpu) for f in predict_published.fit_rows()
     }
-    # One row each: the fractions', the scan's and the unfused experts' constants.
+    # One row each: the fractions', the scan's (1), the unfused experts' (2) and DeepSeek-V4's
+    # attention's (1) constants.
     assert sum(p.fitted for p in predictions) == len(predict_published.fit_rows())
-    assert len(predict_published.fit_rows()) == len(predict_published.FIT_ROWS) + 1 + 2
+    assert len(predict_published.fit_rows()) == len(predict_published.FIT_ROWS) + 1 + 2 + 1
 
 
 def test_the_table_lists_every_row_once_and_its_summaries(predictions):

@@ -8,6 +8,7 @@ import pytest
 
 from megatron.bridge.recipes import plan_recipe
 from megatron.bridge.training.estimate import estimate_step, kernels
+from megatron.bridge.training.estimate.model_cost import ModelCost
 from megatron.bridge.training.hardware import gpu_spec
 from megatron.bridge.training.job import ModelDescription
 from tests.unit_tests.repo_scripts import load_script
@@ -133,25 +134,35 @@ def test_ssd_flops_by_hand():
     assert kernels.ssd_flops_per_token(model) == 3 * (262144 + 3145728)
 
 
-def test_scan_rate_is_the_generations_fitted_share_or_says_whose_it_takes():
+@pytest.mark.parametrize(
+    ("rate_of", "table", "fitted_on"),
+    [
+        (kernels.ssm_scan_rate, kernels.SSM_SCAN, "Nemotron_3_Nano"),
+        (kernels.sparse_attention_rate, kernels.SPARSE_ATTENTION, "DeepSeekV4 Flash"),
+    ],
+    ids=["ssm-scan", "sparse-attention"],
+)
+def test_each_bf16_share_rate_is_the_generations_fitted_share_or_says_whose_it_takes(
+    rate_of, table, fitted_on
+):
     gb300 = gpu_spec("gb300")
-    rate, source = kernels.ssm_scan_rate(gb300)
-    assert rate == pytest.approx(
-        gb300.peak_bf16_tflops * 1e12 * kernels.SSM_SCAN["blackwell"].value
-    )
-    assert "Nemotron_3_Nano" in source
+    rate, source = rate_of(gb300)
+    assert rate == pytest.approx(gb300.peak_bf16_tflops * 1e12 * table["blackwell"].value)
+    assert fitted_on in source
     h100 = gpu_spec("h100")
-    rate, source = kernels.ssm_scan_rate(h100)
+    rate, source = rate_of(h100)
     assert "no fitted row for hopper" in source
-    assert kernels.ssm_scan_rate(h100, fraction=0.5) == (
-        h100.peak_bf16_tflops * 1e12 * 0.5,
-        "bisection",
-    )
+    assert rate == pytest.approx(h100.peak_bf16_tflops * 1e12 * table["blackwell"].value)
+    assert rate_of(h100, fraction=0.5) == (h100.peak_bf16_tflops * 1e12 * 0.5, "bisection")
 
 
 @pytest.mark.parametrize(
     "row",
-    [*kernels.SSM_FIT_ROWS.values(), *kernels.UNFUSED_FIT_ROWS.values()],
+    [
+        *kernels.SSM_FIT_ROWS.values(),
+        *kernels.UNFUSED_FIT_ROWS.values(),
+        *kernels.SPARSE_ATTENTION_FIT_ROWS.values(),
+    ],
     ids=lambda row: f"{row.model}-{row.gpu}-{row.release}",
 )
 def test_each_kernel_constant_reproduces_the_row_it_was_fitted_on(row):
@@ -174,8 +185,34 @@ def test_a_dense_model_has_no_moe_or_scan_terms():
     plan = plan_recipe("llama3_8b", gpu="b200", precision="fp8_cs")
     estimate = estimate_step(plan)
     assert not any("grouped expert GEMMs" in a or "Mamba SSD" in a for a in estimate.assumptions)
-    same = estimate_step(plan, ssm_scan_fraction=0.5)
+    same = estimate_step(plan, ssm_scan_fraction=0.5, sparse_attention_fraction=0.5)
     assert same.prediction.step_seconds == estimate.prediction.step_seconds
+    assert not any("DeepSeek-V4 attention" in a for a in estimate.assumptions)
+
+
+# --- DeepSeek-V4's attention kernels ---------------------------------------------------------
+
+
+def test_deepseek_v4_core_attention_runs_at_the_sparse_attention_rate():
+    # DeepSeek-V4 Flash as its GB200 row ran: 128 GPUs, TP1 PP1 CP1, 16 micro-batches of one
+    # 4096-token sequence per DP rank, so the one stage runs all 43 layers over 65536 tokens.
+    plan = PREDICT_PUBLISHED.published_plan(kernels.SPARSE_ATTENTION_FIT_ROWS["blackwell"])
+    job = plan.job
+    assert (job.pp_size, job.tp_size, job.cp_size) == (1, 1, 1)
+    tokens = job.micro_batches * job.micro_batch_size * job.model.seq_length
+    assert tokens == 65536
+    core = job.model.num_layers * ModelCost(job.model).core_attention_flops_per_token() * tokens
+    peak = gpu_spec("gb200").peak_bf16_tflops * 1e12
+    # The core-attention FLOPs at 5 % of the BF16 peak take core / (0.05 peak) s, at 10 % half
+    # that: the compute differs by exactly the difference, the rest of the step being alike.
+    slow = estimate_step(plan, sparse_attention_fraction=0.05).prediction.compute_seconds
+    fast = estimate_step(plan, sparse_attention_fraction=0.10).prediction.compute_seconds
+    assert slow - fast == pytest.approx(core / (0.05 * peak) - core / (0.10 * peak), rel=1e-9)
+    # At a share above what the compute already prices core attention at, nothing is added.
+    at_peak = estimate_step(plan, sparse_attention_fraction=1.0)
+    assert not any("DeepSeek-V4 attention" in a for a in at_peak.assumptions)
+    fitted = estimate_step(plan)
+    assert any("DeepSeek-V4 attention kernels" in a for a in fitted.assumptions)
 
 
 def test_fewer_rows_per_expert_cost_more_per_flop():

@@ -50,11 +50,10 @@ def test_llama_median_error_is_at_most_8_percent(predictions):
 
 
 #: Families whose median |error| is above 25 %: the figure measured when the mark was set.
-_FAMILIES_OVER = {
-    "sparse_attention": "measured 51.5 % (DeepSeek-V4 Flash, +61 % GB300 and +42 % GB200)",
-}
-#: The published rows each family has at least (DeepSeek-V4 Flash is published on two systems).
-_FAMILY_ROWS = {"dense": 5, "moe": 5, "moe_mla": 5, "hybrid": 5, "sparse_attention": 2}
+_FAMILIES_OVER: dict[str, str] = {}
+#: The measured rows each family has at least. DeepSeek-V4 Flash is published on two systems,
+#: and the sparse-attention kernels' constant is fitted on one of them (GB200).
+_FAMILY_ROWS = {"dense": 5, "moe": 5, "moe_mla": 5, "hybrid": 5, "sparse_attention": 1}
 
 
 @pytest.mark.parametrize(

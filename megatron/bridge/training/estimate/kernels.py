@@ -22,6 +22,11 @@ own kernels run differently, each priced here by one named function:
   reach a small share of the BF16 peak: one fitted constant per GPU generation
   (:data:`SSM_SCAN`), fitted on the named row of :data:`SSM_FIT_ROWS`.
 
+- **DeepSeek-V4's attention** (:func:`sparse_attention_rate`): its core attention (sliding
+  window, compressed keys, the DSA indexer's scoring and top-k) runs in sparse-attention
+  kernels, not in a dense flash-attention kernel: one fitted share of the BF16 peak per GPU
+  generation (:data:`SPARSE_ATTENTION`), fitted on the named row of
+  :data:`SPARSE_ATTENTION_FIT_ROWS`.
 - **the routed experts outside the fused grouped MLP** (:func:`unfused_expert_bytes`): in
   FP8 or FP4 without Transformer Engine's fused grouped MLP the experts run as a multi-stream
   grouped GEMM with separate permutation, quantization, scaling-factor and activation kernels,
@@ -51,6 +56,8 @@ from megatron.bridge.utils.records import record
 
 __all__ = [
     "GEMM_ROW_TILE",
+    "SPARSE_ATTENTION",
+    "SPARSE_ATTENTION_FIT_ROWS",
     "SSM_FIT_ROWS",
     "SSM_SCAN",
     "UNFUSED_EXPERTS",
@@ -65,6 +72,7 @@ __all__ = [
     "quantization_row_alignment",
     "routed_elements_per_token",
     "rows_per_expert",
+    "sparse_attention_rate",
     "ssd_flops_per_token",
     "ssm_scan_rate",
     "tensor_core_format",
@@ -296,8 +304,62 @@ def ssm_scan_rate(gpu: GpuSpec, *, fraction: float | None = None) -> tuple[float
     """(FLOP/s the SSD scan kernels run at on ``gpu``, its source): the generation's fitted
     share of the BF16 peak; a generation without a fitted row takes Blackwell's, and says so.
     ``fraction`` replaces the fitted share (the fit's bisection)."""
-    share, source = _by_generation(SSM_SCAN, gpu, fallback="blackwell", override=fraction)
+    return _bf16_share_rate(SSM_SCAN, gpu, fraction)
+
+
+def _bf16_share_rate(
+    table: Mapping[str, FittedConstant], gpu: GpuSpec, fraction: float | None
+) -> tuple[float, str]:
+    """(FLOP/s at the generation's fitted share of ``gpu``'s BF16 peak in ``table``, its
+    source); a generation without a fitted row takes Blackwell's, and says so."""
+    share, source = _by_generation(table, gpu, fallback="blackwell", override=fraction)
     return gpu.peak_bf16_tflops * 1e12 * share, source
+
+
+# --- DeepSeek-V4's sparse attention ----------------------------------------------------------
+#
+# A dsv4_hybrid layer's core attention does not run in the dense flash-attention kernel the
+# achievable fraction is fitted on. Megatron-LM's ``csa_utils/fused_sparse_attention.py`` (dev
+# branch) runs it in FlashMLA's sparse forward kernel and cuDNN frontend's DeepSeek sparse
+# attention (a CuTe DSL backward, the indexer's score kernels and a radix top-k); under the
+# recipes' dsa_indexer_use_sparse_loss the indexer's loss is fused with the attention and shares
+# its backward (``fused_csa_indexer_sparse_attn``). Each query attends to keys of its own (its
+# window, every 128-fold compressed key, or the indexer's top-k of the 4-fold compressed keys),
+# gathered by index; the top-k and the indexer's loss are work upstream's ``transformer_flops``
+# does not count. No benchmark of that training path is published: the FLOPs upstream counts
+# for it (:meth:`~.model_cost.ModelCost.core_attention_flops_per_token`) run at one fitted share
+# of the BF16 peak per GPU generation, fitted on the named row of
+# :data:`SPARSE_ATTENTION_FIT_ROWS`, as the Mamba scan's are. DeepSeek-V4 Flash is the only
+# model with published rows that runs these kernels, on one generation, so its other row is the
+# only measured one.
+
+#: The rows the sparse-attention shares are fitted on, one per GPU generation.
+SPARSE_ATTENTION_FIT_ROWS: Mapping[str, FitRow] = MappingProxyType(
+    {
+        "blackwell": FitRow(
+            model="deepseek_v4_flash",
+            gpu="gb200",
+            precision="fp8_mx",
+            release="26.08",
+            tokens_per_s_per_gpu=7776.0,
+            source="Megatron-Bridge docs/performance-summary.md, 26.08, DGX-GB200, "
+            "DeepSeekV4 Flash MXFP8",
+        ),
+    }
+)
+
+#: DeepSeek-V4's attention kernels' share of the peak dense BF16 tensor-core FLOP/s, fitted by
+#: bisection (``benchmarks/predict_published.py --fit``) on :data:`SPARSE_ATTENTION_FIT_ROWS`.
+SPARSE_ATTENTION: Mapping[str, FittedConstant] = _fitted(
+    {"blackwell": 0.0574}, SPARSE_ATTENTION_FIT_ROWS
+)
+
+
+def sparse_attention_rate(gpu: GpuSpec, *, fraction: float | None = None) -> tuple[float, str]:
+    """(FLOP/s DeepSeek-V4's attention kernels run at on ``gpu``, its source): the generation's
+    fitted share of the BF16 peak; a generation without a fitted row takes Blackwell's, and says
+    so. ``fraction`` replaces the fitted share (the fit's bisection)."""
+    return _bf16_share_rate(SPARSE_ATTENTION, gpu, fraction)
 
 
 # --- the routed experts outside the fused grouped MLP ----------------------------------------

@@ -32,6 +32,7 @@ from megatron.bridge.training.estimate.kernels import (
     grouped_gemm_efficiency,
     routed_elements_per_token,
     rows_per_expert,
+    sparse_attention_rate,
     ssd_flops_per_token,
     ssm_scan_rate,
     tensor_core_format,
@@ -74,6 +75,7 @@ def estimate_step(
     achievable: Achievable | None = None,
     ssm_scan_fraction: float | None = None,
     unfused_bytes: float | None = None,
+    sparse_attention_fraction: float | None = None,
 ) -> Estimate:
     """The cost of one training step on one GPU of the busiest pipeline stage of ``plan``.
 
@@ -86,9 +88,9 @@ def estimate_step(
     runs at (:func:`~.efficiency.achievable_fraction`); ``ssm_scan_fraction`` the fitted share
     of the BF16 peak the Mamba scan kernels run at (:func:`~.kernels.ssm_scan_rate`);
     ``unfused_bytes`` the fitted bytes per routed token element of the experts outside the fused
-    grouped MLP (:func:`~.kernels.unfused_expert_bytes`). Raises
-    ``ValueError``
-    when the job lacks what the estimate needs (GPU, micro-batch size, the model's shape).
+    grouped MLP (:func:`~.kernels.unfused_expert_bytes`); ``sparse_attention_fraction`` the
+    fitted share of the BF16 peak DeepSeek-V4's attention kernels run at
+    (:func:`~.kernels.sparse_attention_rate`). Raises ``ValueError`` when the job lacks what the estimate needs (GPU, micro-batch size, the model's shape).
     """
     f = plan.job
     dims = ModelCost(f.model)
@@ -119,6 +121,7 @@ def estimate_step(
             fraction=achievable.fraction,
             ssm_scan_fraction=ssm_scan_fraction,
             unfused_bytes=unfused_bytes,
+            sparse_attention_fraction=sparse_attention_fraction,
         )
         computed[candidate.rank] = found
         return found.seconds
@@ -249,6 +252,7 @@ def stage_compute(
     fraction: float,
     ssm_scan_fraction: float | None = None,
     unfused_bytes: float | None = None,
+    sparse_attention_fraction: float | None = None,
 ) -> StageCompute:
     """One GPU of ``stage``'s compute per step for ``tokens`` tokens of its DP rank (split over
     TP and CP here): its executed FLOPs at the achievable ``fraction`` of peak, its memory-bound
@@ -271,6 +275,7 @@ def stage_compute(
         fraction=fraction,
         ssm_scan_fraction=ssm_scan_fraction,
         unfused_bytes=unfused_bytes,
+        sparse_attention_fraction=sparse_attention_fraction,
     )
     return StageCompute(
         seconds_per_flop,
@@ -303,12 +308,23 @@ class KernelSeconds:
     """The routed experts' path outside the fused grouped MLP (:mod:`.kernels`)."""
     unfused_source: str = ""
     """Where its bytes per routed element come from (empty when the experts run fused)."""
+    sparse_attention: float = 0.0
+    """DeepSeek-V4's attention kernels beyond the core-attention FLOPs the compute already
+    counts."""
+    sparse_source: str = ""
+    """Where their rate comes from (empty without DeepSeek-V4 attention)."""
     forward_share: float = 1 / 3
     """Share of the added time in the forward passes."""
 
     @property
     def total(self) -> float:
-        return self.grouped_gemm + self.ssm_scan + self.loss + self.unfused_experts
+        return (
+            self.grouped_gemm
+            + self.ssm_scan
+            + self.loss
+            + self.unfused_experts
+            + self.sparse_attention
+        )
 
     @property
     def forward(self) -> float:
@@ -329,8 +345,10 @@ def kernel_seconds(
     fraction: float,
     ssm_scan_fraction: float | None,
     unfused_bytes: float | None = None,
+    sparse_attention_fraction: float | None = None,
 ) -> KernelSeconds:
-    """What the stage's grouped GEMMs, unfused experts, Mamba scans and loss cost beyond their
+    """What the stage's grouped GEMMs, unfused experts, Mamba scans, DeepSeek-V4 attention and
+    loss cost beyond their
     FLOPs at the fitted rate, for ``tokens`` tokens on one GPU (already split over TP and CP).
 
     Grouped GEMMs: the routed experts' executed FLOPs (their recomputed forward included) at
@@ -338,7 +356,9 @@ def kernel_seconds(
     of one micro-batch under uniform routing (:func:`~.kernels.rows_per_expert`; benchmarks
     force-balance the routing). Mamba: the SSD kernels' executed FLOPs
     (:func:`~.kernels.ssd_flops_per_token`) at the generation's scan rate, less the scan FLOPs
-    the compute already prices. The loss: each output head on the stage (the main one on the
+    the compute already prices. DeepSeek-V4's attention: the decoder layers' core-attention FLOPs
+    at the generation's sparse-attention rate (:func:`~.kernels.sparse_attention_rate`), less
+    the same FLOPs at the rate the compute prices core attention at. The loss: each output head on the stage (the main one on the
     last, the MTP heads where they are built) moves :func:`~.kernels.cross_entropy_bytes_per_token`
     at the HBM peak. The routed experts in FP8 or FP4 outside Transformer Engine's fused grouped
     MLP kernel (:func:`~.kernels.fused_expert_kernel` false): the stage's MoE
@@ -376,6 +396,13 @@ def kernel_seconds(
         counted_rate = min(gemm_rate / fraction, gpu.peak_bf16_tflops * 1e12) * fraction
         counted = stage.layers * dims.scan_flops_per_token() * tokens / counted_rate
         scan = max(0.0, layers * ssd_flops_per_token(m) * tokens / scan_rate - counted)
+    sparse = 0.0
+    sparse_source = ""
+    if dims.dsv4_hybrid and stage.layers:
+        sparse_rate, sparse_source = sparse_attention_rate(gpu, fraction=sparse_attention_fraction)
+        core = stage.layers * dims.core_attention_flops_per_token() * tokens
+        counted = core / (_core_peak(job, gpu) * fraction)
+        sparse = max(0.0, core / sparse_rate - counted)
     heads = (1 if stage.last else 0) + (dims.mtp_layers if stage.rank == mtp_rank(job) else 0)
     # Each head's loss runs over its padded_vocab / TP logits of the tokens on this CP rank.
     loss = (
@@ -392,7 +419,17 @@ def kernel_seconds(
         per_element, unfused_source = unfused_expert_bytes(gpu, bytes_per_element=unfused_bytes)
         elements = routed_elements_per_token(m) * stage.moe_layers * tokens
         unfused = elements * per_element / (gpu.hbm_gb_per_s * 1e9)
-    return KernelSeconds(grouped, efficiency, scan, source, loss, unfused, unfused_source)
+    return KernelSeconds(
+        grouped,
+        efficiency,
+        scan,
+        source,
+        loss,
+        unfused,
+        unfused_source,
+        sparse,
+        sparse_source,
+    )
 
 
 def _memory_seconds(gpu: GpuSpec, stage: Stage, tokens: float) -> tuple[float, float]:
@@ -411,6 +448,14 @@ def _memory_seconds(gpu: GpuSpec, stage: Stage, tokens: float) -> tuple[float, f
         / bandwidth
     )
     return forward, total
+
+
+def _core_peak(job: JobDescription, gpu: GpuSpec) -> float:
+    """FLOP/s at peak of core attention (:func:`_seconds_per_flop`): the 16-bit peak, or the FP8
+    peak with ``fp8_dot_product_attention``, never above the GEMMs'."""
+    attention_dtype = "fp8_cs" if job.model.fp8_dot_product_attention else "bf16"
+    gemm = gpu.peak_tflops(job.compute_dtype) * 1e12
+    return min(gemm, gpu.peak_tflops(attention_dtype) * 1e12)
 
 
 def _seconds_per_flop(
@@ -434,8 +479,7 @@ def _seconds_per_flop(
     """
     gemm = gpu.peak_tflops(job.compute_dtype) * 1e12
     sixteen_bit = min(gemm, gpu.peak_tflops("bf16") * 1e12)
-    attention_dtype = "fp8_cs" if job.model.fp8_dot_product_attention else "bf16"
-    core_peak = min(gemm, gpu.peak_tflops(attention_dtype) * 1e12)
+    core_peak = _core_peak(job, gpu)
     # Shares of the stage's model FLOPs: core attention and the scans are parts of the mixers'.
     core = min(1.0, stage.layers * dims.core_attention_flops_per_token() / stage.flops_per_token)
     scan = min(1.0 - core, stage.layers * dims.scan_flops_per_token() / stage.flops_per_token)
@@ -559,6 +603,12 @@ def _assumptions(
             f"+{kernels.unfused_experts:.3g} s: FP8/FP4 grouped GEMM, permutation, quantization "
             "and activation kernels launched apart, priced per routed token element "
             f"({kernels.unfused_source})"
+        )
+    if kernels.sparse_attention:
+        assumptions.append(
+            f"DeepSeek-V4 attention kernels +{kernels.sparse_attention:.3g} s: the sparse "
+            "attention and the DSA indexer's scoring (upstream's core-attention FLOPs) at the "
+            f"fitted share of the BF16 peak ({kernels.sparse_source})"
         )
     if kernels.ssm_scan:
         assumptions.append(
