@@ -90,7 +90,8 @@ def estimate_step(
     ``unfused_bytes`` the fitted bytes per routed token element of the experts outside the fused
     grouped MLP (:func:`~.kernels.unfused_expert_bytes`); ``sparse_attention_fraction`` the
     fitted share of the BF16 peak DeepSeek-V4's attention kernels run at
-    (:func:`~.kernels.sparse_attention_rate`). Raises ``ValueError`` when the job lacks what the estimate needs (GPU, micro-batch size, the model's shape).
+    (:func:`~.kernels.sparse_attention_rate`). Raises ``ValueError`` when the job lacks what the
+    estimate needs (GPU, micro-batch size, the model's shape).
     """
     f = plan.job
     dims = ModelCost(f.model)
@@ -348,8 +349,8 @@ def kernel_seconds(
     sparse_attention_fraction: float | None = None,
 ) -> KernelSeconds:
     """What the stage's grouped GEMMs, unfused experts, Mamba scans, DeepSeek-V4 attention and
-    loss cost beyond their
-    FLOPs at the fitted rate, for ``tokens`` tokens on one GPU (already split over TP and CP).
+    loss cost beyond their FLOPs at the fitted rate, for ``tokens`` tokens on one GPU (already
+    split over TP and CP).
 
     Grouped GEMMs: the routed experts' executed FLOPs (their recomputed forward included) at
     the GEMM rate, times 1 / :func:`~.kernels.grouped_gemm_efficiency` - 1, the rows per expert
@@ -358,13 +359,14 @@ def kernel_seconds(
     (:func:`~.kernels.ssd_flops_per_token`) at the generation's scan rate, less the scan FLOPs
     the compute already prices. DeepSeek-V4's attention: the decoder layers' core-attention FLOPs
     at the generation's sparse-attention rate (:func:`~.kernels.sparse_attention_rate`), less
-    the same FLOPs at the rate the compute prices core attention at. The loss: each output head on the stage (the main one on the
-    last, the MTP heads where they are built) moves :func:`~.kernels.cross_entropy_bytes_per_token`
-    at the HBM peak. The routed experts in FP8 or FP4 outside Transformer Engine's fused grouped
-    MLP kernel (:func:`~.kernels.fused_expert_kernel` false): the stage's MoE
-    layers' routed token elements (:func:`~.kernels.routed_elements_per_token`) times the
-    generation's fitted bytes (:func:`~.kernels.unfused_expert_bytes`) at the HBM peak. The
-    forward takes a third, as the FLOPs do.
+    the same FLOPs at the rate the compute prices core attention at. The loss: each output head
+    on the stage (the main one on the last, the MTP heads where they are built) moves
+    :func:`~.kernels.cross_entropy_bytes_per_token` at the HBM peak. The routed experts in FP8
+    or FP4 outside Transformer Engine's fused grouped MLP kernel
+    (:func:`~.kernels.fused_expert_kernel` false): the stage's MoE layers' routed token
+    elements (:func:`~.kernels.routed_elements_per_token`) times the generation's fitted bytes
+    (:func:`~.kernels.unfused_expert_bytes`) at the HBM peak. The forward takes a third, as the
+    FLOPs do.
     """
     m = job.model
     gemm_rate = gpu.peak_tflops(job.compute_dtype) * 1e12 * fraction
