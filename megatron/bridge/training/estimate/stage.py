@@ -126,33 +126,37 @@ def bf16_layer_indices(job: JobDescription, chunks: list[list[int]], rank: int) 
     of the model (``fp8_utils.is_first_last_bf16_layer`` and ``fp4_utils.get_fp4_context`` by
     global layer index; the transformer and hybrid blocks pass each layer's). Empty
     otherwise."""
+    return _kept_in_bf16(job, rank_layer_indices(chunks, rank))
+
+
+def _kept_in_bf16(job: JobDescription, indices: list[int]) -> list[int]:
+    """Those of the decoder layers ``indices`` that megatron-core keeps out of the FP8/FP4
+    recipe (:func:`bf16_layer_indices`)."""
     m = job.model
     if not (m.first_last_layers_bf16 and (m.fp8 or m.fp4)):
         return []
     start, end = m.num_layers_at_start_in_bf16, m.num_layers - m.num_layers_at_end_in_bf16
-    return [i for i in rank_layer_indices(chunks, rank) if i < start or i >= end]
+    return [i for i in indices if i < start or i >= end]
 
 
 def _sixteen_bit_gemm_flops(
-    job: JobDescription, dims: ModelCost, chunks: list[list[int]], rank: int
+    job: JobDescription, dims: ModelCost, indices: list[int], kept: list[int], *, mtp: bool
 ) -> float:
-    """Model FLOPs per token of the linear layers on ``rank`` that run in 16 bits in an FP8/FP4
-    job: every linear layer of the decoder layers kept out of the recipe
-    (:func:`bf16_layer_indices`), and in the others (and in the MTP layers, on the rank that
-    builds them) those megatron-core never quantizes
+    """Model FLOPs per token of the linear layers that run in 16 bits in an FP8/FP4 job on a
+    rank holding the decoder layers ``indices``, ``kept`` of them out of the recipe
+    (:func:`bf16_layer_indices`), and the MTP layers with ``mtp``: every linear layer of the
+    kept layers, and in the others (MTP layers included) those megatron-core never quantizes
     (:meth:`ModelCost.unquantized_gemm_flops_per_token`)."""
     m = job.model
     if not (m.fp8 or m.fp4):
         return 0.0
-    kept = set(bf16_layer_indices(job, chunks, rank))
-    indices = rank_layer_indices(chunks, rank)
-    if rank == mtp_rank(job):
-        indices += range(m.num_layers, m.num_layers + dims.mtp_layers)
+    mtp_indices = range(m.num_layers, m.num_layers + dims.mtp_layers) if mtp else range(0)
+    kept_set = set(kept)
     return sum(
         dims.layer_gemm_flops_per_token(i)
-        if i in kept
+        if i in kept_set
         else dims.unquantized_gemm_flops_per_token(i)
-        for i in indices
+        for i in (*indices, *mtp_indices)
     )
 
 
@@ -210,10 +214,16 @@ def busiest_stage(
     # or not).
     chunks = stage_layers(job.model)
     per_rank = [sum(rank_chunks) for rank_chunks in chunks]
-    sixteen_bit = [_sixteen_bit_gemm_flops(job, dims, chunks, rank) for rank in range(pp)]
+    mtp_stage = mtp_rank(job)
+    # Each rank's global layer indices, once: its kept layers and 16-bit FLOPs read them.
+    indices = [rank_layer_indices(chunks, rank) for rank in range(pp)]
+    kept = [_kept_in_bf16(job, rank_indices) for rank_indices in indices]
+    sixteen_bit = [
+        _sixteen_bit_gemm_flops(job, dims, indices[rank], kept[rank], mtp=rank == mtp_stage)
+        for rank in range(pp)
+    ]
     moe_share = dims.num_moe_layers / job.model.num_layers
     per_layer = dims.layer_flops_per_token()
-    mtp_stage = mtp_rank(job)
     sp = job.sequence_parallel
     layer_bytes = dims.elementwise_bytes_per_token(tp_size=tp, sequence_parallel=sp)
 
@@ -226,7 +236,6 @@ def busiest_stage(
 
     def build(rank: int) -> Stage:
         layers = per_rank[rank]
-        bf16 = bf16_layer_indices(job, chunks, rank)
         full, modules = _recomputed(job, layers, vpp)
         selective_flops = sum(dims.recompute_flops_per_token(m) for m in modules)
         selective_bytes = sum(
@@ -249,7 +258,7 @@ def busiest_stage(
             elementwise_bytes_per_token=layers * layer_bytes,
             recompute_elementwise_bytes_per_token=layers
             * (full * layer_bytes / 3 + selective_bytes),
-            bf16_layers=len(bf16),
+            bf16_layers=len(kept[rank]),
             bf16_gemm_flops_per_token=sixteen_bit[rank],
         )
 
