@@ -157,9 +157,15 @@ class GPTModelProvider(TransformerConfig):
         names = [f.name for f in dataclasses.fields(TransformerConfig)]
         before = {name: getattr(self, name) for name in names}
         TransformerConfig.__post_init__(self)
-        for name in names:
-            if getattr(self, name) is not before[name]:
-                write_record.record(self, "finalize", name, getattr(self, name), before[name])
+        write_record.record(
+            self,
+            "finalize",
+            {
+                name: (getattr(self, name), before[name])
+                for name in names
+                if getattr(self, name) is not before[name]
+            },
+        )
 
     def clear_derived(self) -> None:
         """Undo the derivations of the last :meth:`finalize` (fields changed since are kept).

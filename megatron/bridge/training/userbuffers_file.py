@@ -29,7 +29,7 @@ from megatron.bridge.training.userbuffers import (
     TransformerLayerTPOverlapCfg,
 )
 
-__all__ = ["PresetSource", "load_preset", "load_tp_overlap_cfg"]
+__all__ = ["PresetSource", "load_preset", "load_tp_overlap_cfg", "reads_file"]
 
 _CFG_TYPES = (BulkOverlapCfg, RingExchangeOverlapCfg, PipelineOverlapCfg)
 
@@ -277,6 +277,12 @@ PresetSource = TransformerLayerTPOverlapCfg | Mapping[str, Any] | str | os.PathL
 """A userbuffers config as a user may give it: a preset object, a mapping or a YAML file path."""
 
 
+def reads_file(value: object) -> bool:
+    """Whether a ``tp_comm_overlap_cfg`` value is a YAML file path, read by each
+    :func:`load_preset`."""
+    return isinstance(value, str | os.PathLike)
+
+
 def load_preset(
     value: object, *, owner: str = "CommOverlapConfig"
 ) -> TransformerLayerTPOverlapCfg | None:
@@ -293,7 +299,7 @@ def load_preset(
             "preset object, e.g. `from megatron.bridge.training.comm_overlap import "
             f"{value}`."
         )
-    if isinstance(value, Mapping | str | os.PathLike):
+    if isinstance(value, Mapping) or reads_file(value):
         return load_tp_overlap_cfg(value, origin=f"{owner}.tp_comm_overlap_cfg")
     raise TypeError(
         f"{owner}.tp_comm_overlap_cfg must be a TransformerLayerTPOverlapCfg (one of the "

@@ -32,9 +32,12 @@ def records(config: Any, writer: Writer) -> Mapping[str, tuple[Any, Any]]:
     return getattr(config, _ATTR, {}).get(writer, {})
 
 
-def record(config: Any, writer: Writer, field: str, written: Any, replaced: Any) -> None:
-    """Record that ``writer`` wrote ``written`` into ``config.field`` over ``replaced``."""
-    mine = {**records(config, writer), field: (written, replaced)}
+def record(config: Any, writer: Writer, entries: Mapping[str, tuple[Any, Any]]) -> None:
+    """Record that ``writer`` wrote into ``config``: ``entries`` maps each field written to
+    (value written, value replaced). Nothing to record changes nothing."""
+    if not entries:
+        return
+    mine = {**records(config, writer), **entries}
     object.__setattr__(config, _ATTR, {**getattr(config, _ATTR, {}), writer: mine})
 
 

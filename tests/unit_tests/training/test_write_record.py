@@ -35,9 +35,9 @@ def test_record_and_forget_keep_other_writers():
         pass
 
     config = Config()
-    write_record.record(config, "plan", "a", 1, write_record.NOTHING)
-    write_record.record(config, "finalize", "b", 2, None)
-    write_record.record(config, "plan", "c", 3, False)
+    write_record.record(config, "plan", {"a": (1, write_record.NOTHING)})
+    write_record.record(config, "finalize", {"b": (2, None)})
+    write_record.record(config, "plan", {"c": (3, False)})
     assert dict(write_record.records(config, "plan")) == {
         "a": (1, write_record.NOTHING),
         "c": (3, False),

@@ -77,10 +77,15 @@ def _users_value(config: Any, knob: str) -> Any:
     a value other than megatron-core's default counts; the default itself cannot be told apart
     from an untouched field and reads as not set (the plan says so where that matters).
     """
-    value = getattr(config, knob, None)
-    written = write_record.records(config, "plan")
-    if knob in written:
-        ours, replaced = written[knob]
+    return _seen_as_users(
+        config, knob, getattr(config, knob, None), write_record.records(config, "plan").get(knob)
+    )
+
+
+def _seen_as_users(config: Any, knob: str, value: Any, written: tuple[Any, Any] | None) -> Any:
+    # _users_value's rule on what was read: the field's value and our record of it (or None).
+    if written is not None:
+        ours, replaced = written
         return replaced if value == ours else value
     if value == _field_defaults(type(config)).get(knob):
         return _NOTHING
@@ -212,47 +217,64 @@ def _fresh(value: Any) -> Any:
 
 def apply_plan(
     plan: OverlapPlan, model_config: Any, optimizer_config: Any, ddp_config: Any
-) -> None:
+) -> bool:
     """Write a plan into megatron-core's configs: each knob to the configs the knob table names.
 
     DP knobs are written to the DDP config only when it is megatron-core's; nothing is written
-    to a config given as None.
+    to a config given as None. Returns whether any config changed (a field's value, or the
+    record of the library's writes).
     """
     configs: dict[ConfigName, Any] = {
         "model": model_config,
         "optimizer": optimizer_config,
         "ddp": ddp_config if plan.job.megatron_ddp else None,
     }
+    writes: dict[ConfigName, dict[str, Any]] = {name: {} for name in configs}
     for decision in plan.decisions:
         for name in KNOBS[decision.knob].targets:
-            if configs[name] is not None:
-                # A fresh copy: editing the config's value must never edit the plan or a preset.
-                _write(configs[name], decision.knob, _fresh(decision.value))
-    write_distributed_optimizer(plan.job, optimizer_config, configs["ddp"])
+            writes[name][decision.knob] = decision.value
+    changed = False
+    for name, fields in writes.items():
+        if configs[name] is not None:
+            changed |= _write(configs[name], fields)
+    return write_distributed_optimizer(plan.job, optimizer_config, configs["ddp"]) or changed
 
 
 def write_distributed_optimizer(
     job: JobDescription, optimizer_config: Any, ddp_config: Any
-) -> None:
+) -> bool:
     """Turn ``use_distributed_optimizer`` on where the job says the configs disagree.
 
     megatron-core reads the flag from both the DDP and the optimizer config; the job's
     ``distributed_optimizer_turned_on`` names the one left False (``describe_configs``). The
-    write is recorded like a plan's, so undoing it puts the user's False back.
+    write is recorded like a plan's, so undoing it puts the user's False back. Returns whether
+    the config changed.
     """
     target = {"ddp": ddp_config, "optimizer": optimizer_config}.get(
         job.distributed_optimizer_turned_on
     )
-    if target is not None:
-        _write(target, "use_distributed_optimizer", True)
+    return target is not None and _write(target, {"use_distributed_optimizer": True})
 
 
-def _write(config: Any, field: str, value: Any) -> None:
-    replaced = _users_value(config, field)
-    setattr(config, field, value)
-    # A detached copy of what was written: an edit the user later makes in place (a key of the
-    # userbuffers dict) then reads as the user's, as a new value would.
-    write_record.record(config, "plan", field, _fresh(value), replaced)
+def _write(config: Any, fields: dict[str, Any]) -> bool:
+    """Write each field's value into ``config`` and record the writes (one record update);
+    returns whether the config changed: a field's value, or the record of it."""
+    mine = write_record.records(config, "plan")
+    entries: dict[str, tuple[Any, Any]] = {}
+    changed = False
+    for field, planned in fields.items():
+        # A fresh copy: editing the config's value must never edit the plan or a preset.
+        value = _fresh(planned)
+        held = getattr(config, field, _NOTHING)
+        recorded = mine.get(field)
+        replaced = _seen_as_users(config, field, None if held is _NOTHING else held, recorded)
+        setattr(config, field, value)
+        # A detached copy of what was written: an edit the user later makes in place (a key of
+        # the userbuffers dict) then reads as the user's, as a new value would.
+        entries[field] = written = (_fresh(value), replaced)
+        changed = changed or held is _NOTHING or held != value or recorded != written
+    write_record.record(config, "plan", entries)
+    return changed
 
 
 def model_config_drift(plan: OverlapPlan, model_config: Any) -> tuple[str, ...]:
@@ -291,8 +313,11 @@ def setup_configs(
     global_batch_size: int | None = None,
     te_status: TEStatus | None = None,
     gpu: str | None = None,
-) -> OverlapPlan:
-    """Resolve a request against megatron-core configs, log the plan, write it there."""
+) -> tuple[OverlapPlan, bool]:
+    """Resolve a request against megatron-core configs, log the plan, write it there.
+
+    Returns the plan and whether writing it changed any config (:func:`apply_plan`).
+    """
     # The description counts GPUs; this entry point is given the data-parallel size.
     world = validate_parallel_size("data_parallel_size", data_parallel_size)
     for field in (
@@ -313,8 +338,7 @@ def setup_configs(
     )
     plan = plan_comm_overlap(request, job)
     log_plan(plan)
-    apply_plan(plan, model_config, optimizer_config, ddp_config)
-    return plan
+    return plan, apply_plan(plan, model_config, optimizer_config, ddp_config)
 
 
 def log_plan(plan: OverlapPlan) -> None:

@@ -1,0 +1,275 @@
+"""A setup that changed nothing is remembered, and its plan reused only on the same inputs.
+
+Covers megatron/bridge/training/comm_overlap/setup_memo.py and its use in
+``CommOverlapConfig.setup`` (request.py) and ``apply_plan`` (megatron_io.py). Real megatron-core
+configs of a shipped recipe (GPT-3 175B, TP overlap with its published preset); Transformer
+Engine is given as a ``TEStatus`` argument, so nothing is patched.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import enum
+import logging
+import math
+from collections.abc import Callable, Iterator
+from unittest import mock
+
+import pytest
+import yaml
+
+from megatron.bridge.recipes import gpt3_175b
+from megatron.bridge.training import write_record
+from megatron.bridge.training.comm_overlap import request as request_module
+from megatron.bridge.training.comm_overlap.megatron_io import apply_plan
+from megatron.bridge.training.comm_overlap.setup_memo import remember
+from megatron.bridge.training.comm_overlap.te import TEStatus
+
+TE_2_12 = TEStatus(available=True, version="2.12.0", reason="")
+RUN = {"data_parallel_size": 8, "micro_batch_size": 1, "te_status": TE_2_12}
+
+
+def _planned():
+    """GPT-3 175B's request and configs after two setups: the second changed nothing."""
+    spec = gpt3_175b.spec(pp_size=4, vpp_size=2).changed(world_size=128, tp_comm_overlap=True)
+    request, cfg = spec.request(), spec.build()
+    configs = (cfg.model, cfg.optimizer, cfg.ddp)
+    request.setup(*configs, **RUN)
+    request.setup(*configs, **RUN)
+    return request, configs
+
+
+@pytest.fixture(scope="module")
+def planned_once():
+    return _planned()
+
+
+def _copy(value):
+    # A deep copy that keeps the write records' sentinel (a bare object(), equal only to itself).
+    return copy.deepcopy(value, {id(write_record.NOTHING): write_record.NOTHING})
+
+
+@pytest.fixture
+def planned(planned_once):
+    # A copy per test: the memo and the configs travel together.
+    return _copy(planned_once)
+
+
+def _arguments(**changes):
+    run = {**RUN, **changes}
+    return (
+        run["data_parallel_size"],
+        run["micro_batch_size"],
+        run.get("global_batch_size"),
+        run["te_status"],
+        run.get("gpu"),
+    )
+
+
+def test_a_repeated_setup_reuses_the_plan_and_writes_nothing(planned):
+    request, configs = planned
+    assert request._setup_memo is not None
+    before = [_copy(vars(config)) for config in configs]
+    plan = request.resolved_plan
+    with mock.patch.object(
+        request_module, "setup_configs", wraps=request_module.setup_configs
+    ) as resolve:
+        again = request.setup(*configs, **RUN)
+    assert resolve.call_count == 0
+    assert again is plan
+    assert [vars(config) for config in configs] == before
+
+
+def test_the_reused_plan_logs_what_the_resolved_one_logged(planned, caplog):
+    request, configs = planned
+    request.overlap_param_gather_with_optimizer_step = True  # a plan with a warning
+    request.setup(*configs, **RUN)
+    with caplog.at_level(logging.INFO, logger="megatron.bridge.training.comm_overlap"):
+        caplog.clear()
+        request.setup(*configs, **RUN)  # resolved: it repeats the previous call, so remembered
+        resolved = [r.getMessage() for r in caplog.records]
+        caplog.clear()
+        request.setup(*configs, **RUN)
+        reused = [r.getMessage() for r in caplog.records]
+    assert request._setup_memo is not None
+    assert len(resolved) == 1 and reused == resolved
+
+
+def test_only_a_setup_that_repeats_the_previous_call_is_remembered():
+    spec = gpt3_175b.spec(pp_size=4, vpp_size=2).changed(world_size=128, tp_comm_overlap=True)
+    request, cfg = spec.request(), spec.build()
+    configs = (cfg.model, cfg.optimizer, cfg.ddp)
+    assert request.setup(*configs, **RUN) is not None
+    assert request._setup_memo is None  # the first setup wrote the plan
+    for dp in (16, 8, 16, 8):  # each call's arguments differ from the previous one's
+        request.setup(*configs, **{**RUN, "data_parallel_size": dp})
+        assert request._setup_memo is None
+    request.setup(*configs, **RUN)
+    assert request._setup_memo is not None
+
+
+def test_apply_plan_says_whether_it_changed_a_config(planned):
+    request, configs = planned
+    assert apply_plan(request.resolved_plan, *configs) is False
+    configs[2].overlap_grad_reduce = False  # the user's own setting since
+    assert apply_plan(request.resolved_plan, *configs) is True
+
+
+# ------------------------------------------------------------------------------ every input
+
+
+def _replacements(value) -> Iterator[tuple[str, Callable[[], object]]]:
+    """Values to put in a field's place: a different value, and an equal one of another type."""
+    if value is None:
+        yield "0", lambda: 0
+        return
+    if isinstance(value, bool):
+        yield "negated", lambda: not value
+        yield "as int", lambda: int(value)
+    elif isinstance(value, int) and not isinstance(value, enum.Enum):
+        yield "plus one", lambda: value + 1
+        yield "as float", lambda: float(value)
+    elif isinstance(value, float):
+        yield "changed", lambda: value + 1.0 if math.isfinite(value) else 0.0
+        if value.is_integer():
+            yield "as int", lambda: int(value)
+    elif isinstance(value, str) and not isinstance(value, enum.Enum):
+        yield "longer", lambda: value + "x"
+    elif isinstance(value, list):
+        yield "a new list", lambda: [*value, "x"]
+    elif isinstance(value, dict):
+        yield "a new dict", lambda: {**value, "x": 1}
+    yield "None", lambda: None
+
+
+def _edits_in_place(value) -> Iterator[tuple[str, Callable[[], None], Callable[[], None]]]:
+    """Edits of a container in place, each with its undo, down to the dicts inside dicts."""
+    if isinstance(value, list):
+        yield "appended", lambda: value.append("x"), value.pop
+    if isinstance(value, dict):
+        yield "key added", lambda: value.__setitem__("x", 1), lambda: value.pop("x")
+        for key, item in value.items():
+            for how, edit, undo in _edits_in_place(item):
+                yield f"{key!r} {how}", edit, undo
+    if isinstance(value, tuple):  # the write records: (value written, value replaced)
+        for index, item in enumerate(value):
+            for how, edit, undo in _edits_in_place(item):
+                yield f"[{index}] {how}", edit, undo
+
+
+def _config_changes(configs):
+    for index, config in enumerate(configs):
+        for name, value in vars(config).items():
+            where = f"{type(config).__name__}.{name}"
+            for how, new in _replacements(value):
+                yield f"{where} {how}", index, name, new, None
+            for how, edit, undo in _edits_in_place(value):
+                yield f"{where} {how}", index, name, edit, undo
+
+
+def test_every_change_to_any_config_value_is_a_new_input(planned):
+    request, configs = planned
+    memo, arguments = request._setup_memo, _arguments()
+    assert memo.holds(request, configs, arguments)
+    checked = 0
+    for label, index, name, change, undo in _config_changes(configs):
+        config = configs[index]
+        held = vars(config)[name]
+        if undo is None:
+            vars(config)[name] = change()
+        else:
+            change()
+        seen = not memo.holds(request, configs, arguments)
+        if undo is None:
+            vars(config)[name] = held
+        else:
+            undo()
+        assert seen, f"{label}: the memo still holds"
+        assert memo.holds(request, configs, arguments), f"{label}: not undone"
+        checked += 1
+    # Every value of the three configs, and the userbuffers dicts inside them, were changed.
+    assert checked > 2 * sum(len(vars(config)) for config in configs)
+
+
+def test_every_change_to_a_request_field_or_an_argument_is_a_new_input(planned):
+    request, configs = planned
+    memo, arguments = request._setup_memo, _arguments()
+    for field in dataclasses.fields(request):
+        held = getattr(request, field.name)
+        for how, new in _replacements(held):
+            object.__setattr__(request, field.name, new())
+            assert not memo.holds(request, configs, arguments), f"{field.name} {how}"
+        object.__setattr__(request, field.name, held)
+        assert memo.holds(request, configs, arguments)
+    for changed in (
+        {"data_parallel_size": 16},
+        {"data_parallel_size": 8.0},
+        {"micro_batch_size": 2},
+        {"micro_batch_size": True},
+        {"global_batch_size": 1024},
+        {"te_status": TEStatus(available=True, version="2.13.0", reason="")},
+        {"gpu": "H100"},
+    ):
+        assert not memo.holds(request, configs, _arguments(**changed)), changed
+    assert not memo.holds(copy.copy(request), (*configs[:2], None), arguments)
+
+
+def test_a_plan_edited_in_place_is_not_reused(planned):
+    request, configs = planned
+    ub = request.resolved_plan.value("tp_comm_overlap_cfg")
+    next(iter(ub.values()))["num_sm"] = 1
+    assert not request._setup_memo.holds(request, configs, _arguments())
+
+
+def test_a_reused_plan_equals_a_fresh_resolution_after_each_change(planned):
+    # The outcome of setup after a change, with the memo, is the outcome without one.
+    changes = {
+        "the user's DDP overlap": lambda r, c: setattr(c[2], "overlap_grad_reduce", False),
+        "fewer layers": lambda r, c: setattr(c[0], "num_layers", 48),
+        "a request field": lambda r, c: setattr(r, "overlap_p2p_comm", False),
+        "a userbuffers knob in place": lambda r, c: (
+            c[0].tp_comm_overlap_cfg["fc2_fprop"].update(num_sm=8)
+        ),
+        "nothing": lambda r, c: None,
+    }
+    for label, change in changes.items():
+        with_memo, without = _copy(planned), _copy(planned)
+        without[0]._setup_memo = None
+        outcomes = []
+        for request, configs in (with_memo, without):
+            change(request, configs)
+            plan = request.setup(*configs, **RUN)
+            outcomes.append((plan.to_dict(), [vars(config) for config in configs]))
+        assert outcomes[0] == outcomes[1], label
+
+
+# ---------------------------------------------------------------------- nothing remembered
+
+
+def test_a_preset_file_is_read_by_every_setup(tmp_path, planned):
+    request, configs = planned
+    path = tmp_path / "ub.yaml"
+    path.write_text(yaml.safe_dump(request.preset.to_ub_cfgs()), encoding="utf-8")
+    request.tp_comm_overlap_cfg = str(path)
+    request.setup(*configs, **RUN)
+    request.setup(*configs, **RUN)
+    assert request._setup_memo is None
+    ub = request.preset.to_ub_cfgs()
+    ub["fc2_fprop"]["num_sm"] = ub["fc2_fprop"]["num_sm"] + 2
+    path.write_text(yaml.safe_dump(ub), encoding="utf-8")
+    plan = request.setup(*configs, **RUN)
+    assert plan.value("tp_comm_overlap_cfg")["fc2_fprop"] == ub["fc2_fprop"]
+
+
+def test_a_value_that_could_change_unseen_is_not_remembered(planned):
+    request, configs = planned
+
+    class Mutable:  # no __eq__: an edit of its attribute would not be seen
+        size = 1
+
+    configs[0].some_object = Mutable()
+    assert remember(request, configs, _arguments(), request.resolved_plan) is None
+    request.setup(*configs, **RUN)
+    request.setup(*configs, **RUN)
+    assert request._setup_memo is None
