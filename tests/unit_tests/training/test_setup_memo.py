@@ -11,12 +11,14 @@ from __future__ import annotations
 import copy
 import dataclasses
 import enum
+import functools
 import logging
 import math
 from collections.abc import Callable, Iterator
 from unittest import mock
 
 import pytest
+import torch
 import yaml
 
 from megatron.bridge.recipes import gpt3_175b
@@ -30,19 +32,26 @@ TE_2_12 = TEStatus(available=True, version="2.12.0", reason="")
 RUN = {"data_parallel_size": 8, "micro_batch_size": 1, "te_status": TE_2_12}
 
 
-def _planned():
-    """GPT-3 175B's request and configs after two setups: the second changed nothing."""
+def _planned(*, finalized: bool = False):
+    """GPT-3 175B's request and configs after two setups: the second changed nothing.
+
+    ``finalized``: the model config finalized first (megatron-core derives its init methods,
+    ``functools.partial`` objects, and the autocast dtype).
+    """
     spec = gpt3_175b.spec(pp_size=4, vpp_size=2).changed(world_size=128, tp_comm_overlap=True)
     request, cfg = spec.request(), spec.build()
+    if finalized:
+        cfg.model.pipeline_dtype = torch.bfloat16
+        cfg.model.finalize()
     configs = (cfg.model, cfg.optimizer, cfg.ddp)
     request.setup(*configs, **RUN)
     request.setup(*configs, **RUN)
     return request, configs
 
 
-@pytest.fixture(scope="module")
-def planned_once():
-    return _planned()
+@pytest.fixture(scope="module", params=["built", "finalized"])
+def planned_once(request):
+    return _planned(finalized=request.param == "finalized")
 
 
 def _copy(value):
@@ -54,6 +63,18 @@ def _copy(value):
 def planned(planned_once):
     # A copy per test: the memo and the configs travel together.
     return _copy(planned_once)
+
+
+def _comparable(value):
+    # Two deep copies hold distinct partials (megatron-core's init methods), which compare by
+    # identity: each is read as what it calls.
+    if isinstance(value, functools.partial):
+        return (value.func, _comparable(value.args), _comparable(value.keywords))
+    if isinstance(value, dict):
+        return {key: _comparable(item) for key, item in value.items()}
+    if isinstance(value, tuple | list):
+        return type(value)(_comparable(item) for item in value)
+    return value
 
 
 def _arguments(**changes):
@@ -78,7 +99,7 @@ def test_a_repeated_setup_reuses_the_plan_and_writes_nothing(planned):
         again = request.setup(*configs, **RUN)
     assert resolve.call_count == 0
     assert again is plan
-    assert [vars(config) for config in configs] == before
+    assert [_comparable(vars(config)) for config in configs] == [_comparable(v) for v in before]
 
 
 def test_the_reused_plan_logs_what_the_resolved_one_logged(planned, caplog):
@@ -152,6 +173,9 @@ def _edits_in_place(value) -> Iterator[tuple[str, Callable[[], None], Callable[[
         for key, item in value.items():
             for how, edit, undo in _edits_in_place(item):
                 yield f"{key!r} {how}", edit, undo
+    if isinstance(value, functools.partial):  # megatron-core's init methods
+        for how, edit, undo in _edits_in_place(value.keywords):
+            yield f"keywords {how}", edit, undo
     if isinstance(value, tuple):  # the write records: (value written, value replaced)
         for index, item in enumerate(value):
             for how, edit, undo in _edits_in_place(item):
@@ -172,6 +196,8 @@ def test_every_change_to_any_config_value_is_a_new_input(planned):
     request, configs = planned
     memo, arguments = request._setup_memo, _arguments()
     assert memo.holds(request, configs, arguments)
+    partials = [v for v in vars(configs[0]).values() if isinstance(v, functools.partial)]
+    assert bool(partials) == (configs[0].init_method is not None)
     checked = 0
     for label, index, name, change, undo in _config_changes(configs):
         config = configs[index]
@@ -240,7 +266,7 @@ def test_a_reused_plan_equals_a_fresh_resolution_after_each_change(planned):
         for request, configs in (with_memo, without):
             change(request, configs)
             plan = request.setup(*configs, **RUN)
-            outcomes.append((plan.to_dict(), [vars(config) for config in configs]))
+            outcomes.append((plan.to_dict(), [_comparable(vars(config)) for config in configs]))
         assert outcomes[0] == outcomes[1], label
 
 

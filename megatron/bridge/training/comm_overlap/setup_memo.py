@@ -18,8 +18,9 @@ by 16.0). Nothing is remembered where an input cannot be compared that way:
 
 - a value neither of a type that cannot change in place (None, bool, numbers, str, bytes, a bare
   sentinel ``object()``, an enum member, a function, a type, a torch dtype, a frozen dataclass
-  holding only such values) nor a tuple, list, dict or set of those, since an object of another
-  type could be edited in place unseen;
+  holding only such values) nor a tuple, list, dict or set of those, nor a ``functools.partial``
+  of a function over those (megatron-core's init methods), since an object of another type
+  could be edited in place unseen;
 - a config without ``__dict__``;
 - a userbuffers config given as a file path (on the request or on a config), since every setup
   reads the file and its contents are not among the inputs compared.
@@ -111,6 +112,8 @@ def _settled(value: Any) -> Any:
         return value if same and kind is tuple else kind(items)
     if isinstance(value, enum.Enum) or _is_torch_dtype(kind) or id(value) in _FROZEN_GRAPHS:
         return value
+    if kind is functools.partial:
+        return _PartialCopy(value)
     if _is_frozen_dataclass(kind) and hasattr(value, "__dict__"):
         items = vars(value).values()
         if _atoms(items) or all(_settled(item) is item for item in items):
@@ -121,16 +124,57 @@ def _settled(value: Any) -> Any:
     raise _Unsettled(kind.__name__)
 
 
+class _PartialCopy:
+    """A ``functools.partial`` as it stood (megatron-core's init methods are partials): equal to
+    a partial of the same function with equal arguments and keywords."""
+
+    __slots__ = ("args", "func", "keywords")
+
+    def __init__(self, partial: functools.partial) -> None:
+        if type(partial.func) not in _IMMUTABLE:
+            raise _Unsettled(type(partial.func).__name__)
+        self.func = partial.func
+        self.args = _settled(partial.args)
+        self.keywords = _settled(partial.keywords)
+
+    def __eq__(self, other: object) -> bool:
+        # A partial defines no __eq__: comparing one with this copy lands here.
+        return (
+            type(other) is functools.partial
+            and other.func is self.func
+            and other.args == self.args
+            and other.keywords == self.keywords
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+#: The types a value may have besides :data:`_IMMUTABLE` ones and still be compared: the
+#: containers, and those :func:`_settled` accepts by kind.
+_CONTAINERS = frozenset({dict, list, set, tuple, frozenset, functools.partial})
+
+
+def _check_kinds(values: Iterable[Any]) -> None:
+    """Raise ``_Unsettled`` at once for a value of a type :func:`_settled` refuses whatever it
+    holds (the common refusal, found before any copy is made)."""
+    for kind in set(map(type, values)) - _IMMUTABLE - _CONTAINERS:
+        if not (issubclass(kind, enum.Enum) or _is_torch_dtype(kind) or _is_frozen_dataclass(kind)):
+            raise _Unsettled(kind.__name__)
+
+
 class _Held:
     """Values as they stood (a dict's, or a tuple's): each by type and value, containers copied."""
 
     __slots__ = ("_copies", "_shallow", "_types")
 
     def __init__(self, values: dict[Any, Any] | tuple[Any, ...]) -> None:
+        _check_kinds(_values_of(values))
         self._shallow = dict(values) if type(values) is dict else values
         self._types = tuple(map(type, _values_of(values)))
         items = values.items() if type(values) is dict else enumerate(values)
-        copies = ((key, value, _settled(value)) for key, value in items)
+        copies = (
+            (key, value, _settled(value)) for key, value in items if type(value) not in _IMMUTABLE
+        )
         self._copies = {key: copy for key, value, copy in copies if copy is not value}
 
     def matches(self, values: dict[Any, Any] | tuple[Any, ...]) -> bool:
