@@ -14,6 +14,7 @@ import enum
 import functools
 import logging
 import math
+import pickle
 from collections.abc import Callable, Iterator
 from unittest import mock
 
@@ -61,8 +62,13 @@ def _copy(value):
 
 @pytest.fixture
 def planned(planned_once):
-    # A copy per test: the memo and the configs travel together.
-    return _copy(planned_once)
+    # A copy per test. A deep copy drops the memo (its objects are new): one more setup, which
+    # repeats the previous call and changes nothing, takes it again.
+    request, configs = _copy(planned_once)
+    assert request._setup_memo is None
+    request.setup(*configs, **RUN)
+    assert request._setup_memo is not None
+    return request, configs
 
 
 def _comparable(value):
@@ -135,6 +141,88 @@ def test_apply_plan_says_whether_it_changed_a_config(planned):
     assert apply_plan(request.resolved_plan, *configs) is False
     configs[2].overlap_grad_reduce = False  # the user's own setting since
     assert apply_plan(request.resolved_plan, *configs) is True
+    # An equal value of another type reads as the library's write (==), as the resolution reads
+    # it: the plan's True is written back, and nothing the plan depends on changed.
+    configs[2].overlap_grad_reduce = 1
+    assert apply_plan(request.resolved_plan, *configs) is False
+    assert configs[2].overlap_grad_reduce is True
+
+
+def test_a_write_that_raises_leaves_the_earlier_writes_recorded(planned):
+    request, (model, optimizer, ddp) = planned
+
+    class Refusing(type(ddp)):
+        def __setattr__(self, name, value):
+            if name == "bucket_size":
+                raise AttributeError("bucket_size is read-only here")
+            super().__setattr__(name, value)
+
+    refusing = copy.copy(ddp)
+    object.__setattr__(refusing, "__class__", Refusing)
+    write_record.forget(refusing, "plan")
+    with pytest.raises(AttributeError, match="read-only"):
+        apply_plan(request.resolved_plan, model, optimizer, refusing)
+    written = write_record.records(refusing, "plan")
+    assert {"overlap_grad_reduce", "overlap_param_gather"} <= set(written)
+    assert "bucket_size" not in written
+
+
+def test_a_private_attribute_counts_as_the_same_object(planned):
+    request, configs = planned
+    memo, arguments = request._setup_memo, _arguments()
+    held = configs[0]._bridge_written
+    object.__setattr__(configs[0], "_bridge_written", _copy(held))  # equal, another object
+    assert not memo.holds(request, configs, arguments)
+    object.__setattr__(configs[0], "_bridge_written", held)
+    assert memo.holds(request, configs, arguments)
+
+
+def test_a_deep_copy_or_a_pickle_of_the_request_drops_the_memo(planned):
+    request, _configs = planned
+    assert _copy(request)._setup_memo is None
+    assert pickle.loads(pickle.dumps(request._setup_memo)) is None
+    assert copy.copy(request)._setup_memo is request._setup_memo
+
+
+def test_a_function_renamed_in_place_is_a_new_input(planned):
+    request, configs = planned
+
+    def activation(x):
+        return x
+
+    configs[0].activation_func = activation
+    request.setup(*configs, **RUN)
+    request.setup(*configs, **RUN)
+    memo = request._setup_memo
+    assert memo.holds(request, configs, _arguments())
+    activation.__name__ = "renamed"  # the description reads the activation by its name
+    assert not memo.holds(request, configs, _arguments())
+    assert request.setup(*configs, **RUN).job.model.activation_func == "renamed"
+
+
+def test_a_preset_replaced_by_an_equal_copy_is_a_new_input(planned):
+    # The plan tells the recipe's own preset object from an equal one the user put there.
+    request, configs = planned
+    run = {**RUN, "gpu": "H100"}
+    request.setup(*configs, **run)
+    request.setup(*configs, **run)
+    assert request._setup_memo.holds(request, configs, _arguments(gpu="H100"))
+    fresh = _copy((request, configs))
+    for r in (request, fresh[0]):
+        r.tp_comm_overlap_cfg = copy.deepcopy(r.tp_comm_overlap_cfg)
+    assert not request._setup_memo.holds(request, configs, _arguments(gpu="H100"))
+    assert request.setup(*configs, **run).to_dict() == fresh[0].setup(*fresh[1], **run).to_dict()
+
+
+def test_a_preset_mapping_edited_to_another_type_is_refused_again(planned):
+    request, configs = planned
+    request.tp_comm_overlap_cfg = {"qkv_fprop": {"method": "ring_exchange", "num_sm": 1}}
+    request.setup(*configs, **RUN)
+    request.setup(*configs, **RUN)
+    assert request._setup_memo is not None
+    request.tp_comm_overlap_cfg["qkv_fprop"]["num_sm"] = True
+    with pytest.raises(TypeError, match="num_sm"):
+        request.setup(*configs, **RUN)
 
 
 # ------------------------------------------------------------------------------ every input
@@ -164,13 +252,39 @@ def _replacements(value) -> Iterator[tuple[str, Callable[[], object]]]:
     yield "None", lambda: None
 
 
+def _retyped(value):
+    # An equal value of another type, where there is one.
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int) and not isinstance(value, enum.Enum):
+        return float(value)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
 def _edits_in_place(value) -> Iterator[tuple[str, Callable[[], None], Callable[[], None]]]:
-    """Edits of a container in place, each with its undo, down to the dicts inside dicts."""
+    """Edits of a container in place, each with its undo, down to the dicts inside dicts: an item
+    added, an item replaced by an equal one of another type, the order reversed."""
     if isinstance(value, list):
         yield "appended", lambda: value.append("x"), value.pop
     if isinstance(value, dict):
         yield "key added", lambda: value.__setitem__("x", 1), lambda: value.pop("x")
+        if len(value) > 1:
+            keys = list(value)
+
+            def reorder(order):
+                return lambda: [value.__setitem__(key, value.pop(key)) for key in order]
+
+            yield "reordered", reorder(keys[::-1]), reorder(keys)
         for key, item in value.items():
+            retyped = _retyped(item)
+            if retyped is not None:
+                yield (
+                    f"{key!r} retyped",
+                    functools.partial(value.__setitem__, key, retyped),
+                    functools.partial(value.__setitem__, key, item),
+                )
             for how, edit, undo in _edits_in_place(item):
                 yield f"{key!r} {how}", edit, undo
     if isinstance(value, functools.partial):  # megatron-core's init methods
@@ -188,6 +302,8 @@ def _config_changes(configs):
             where = f"{type(config).__name__}.{name}"
             for how, new in _replacements(value):
                 yield f"{where} {how}", index, name, new, None
+            if name.startswith("_"):
+                continue  # a private attribute is compared as the same object only
             for how, edit, undo in _edits_in_place(value):
                 yield f"{where} {how}", index, name, edit, undo
 

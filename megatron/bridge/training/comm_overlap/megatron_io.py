@@ -221,8 +221,8 @@ def apply_plan(
     """Write a plan into megatron-core's configs: each knob to the configs the knob table names.
 
     DP knobs are written to the DDP config only when it is megatron-core's; nothing is written
-    to a config given as None. Returns whether any config changed (a field's value, or the
-    record of the library's writes).
+    to a config given as None. Returns whether any write put a value, or a record of it,
+    unequal (``!=``) to what was there: the resolution reads these fields by ``==`` alone.
     """
     configs: dict[ConfigName, Any] = {
         "model": model_config,
@@ -262,18 +262,22 @@ def _write(config: Any, fields: dict[str, Any]) -> bool:
     mine = write_record.records(config, "plan")
     entries: dict[str, tuple[Any, Any]] = {}
     changed = False
-    for field, planned in fields.items():
-        # A fresh copy: editing the config's value must never edit the plan or a preset.
-        value = _fresh(planned)
-        held = getattr(config, field, _NOTHING)
-        recorded = mine.get(field)
-        replaced = _seen_as_users(config, field, None if held is _NOTHING else held, recorded)
-        setattr(config, field, value)
-        # A detached copy of what was written: an edit the user later makes in place (a key of
-        # the userbuffers dict) then reads as the user's, as a new value would.
-        entries[field] = written = (_fresh(value), replaced)
-        changed = changed or held is _NOTHING or held != value or recorded != written
-    write_record.record(config, "plan", entries)
+    try:
+        for field, planned in fields.items():
+            # A fresh copy: editing the config's value must never edit the plan or a preset.
+            value = _fresh(planned)
+            held = getattr(config, field, _NOTHING)
+            recorded = mine.get(field)
+            replaced = _seen_as_users(config, field, None if held is _NOTHING else held, recorded)
+            setattr(config, field, value)
+            # A detached copy of what was written: an edit the user later makes in place (a key
+            # of the userbuffers dict) then reads as the user's, as a new value would.
+            entries[field] = written = (_fresh(value), replaced)
+            # Compared with ==, as the resolution reads these fields (_seen_as_users): a write
+            # of an equal value of another type leaves the plan of the configs as it was.
+            changed = changed or held is _NOTHING or held != value or recorded != written
+    finally:  # what was written is recorded, even when a later write raised
+        write_record.record(config, "plan", entries)
     return changed
 
 

@@ -152,9 +152,9 @@ class CommOverlapConfig:
         (``te_status("assume")`` plans for a cluster); ``gpu`` names the GPU model when known (it
         enables the FP8 and connection checks). Returns the plan, also kept as
         :attr:`resolved_plan`. Calling it again with the same configs gives the same result; a
-        call whose request fields, configs and arguments all equal those of an earlier call on
-        this request that changed no config returns that call's plan without resolving again
-        (:mod:`~megatron.bridge.training.comm_overlap.setup_memo`).
+        call on the same request fields, configs and arguments as an earlier call on this request
+        that wrote nothing new returns that call's plan without resolving again (what "the same"
+        means: :mod:`~megatron.bridge.training.comm_overlap.setup_memo`).
 
         Called directly, it checks the request against the layout; the checks of the layout
         itself that need the world size (pipeline split, expert grid, heads per TP rank) run in
