@@ -39,15 +39,20 @@ def _planned(*, finalized: bool = False):
     ``finalized``: the model config finalized first (megatron-core derives its init methods,
     ``functools.partial`` objects, and the autocast dtype).
     """
-    spec = gpt3_175b.spec(pp_size=4, vpp_size=2).changed(world_size=128, tp_comm_overlap=True)
-    request, cfg = spec.request(), spec.build()
+    request, configs = _built()
     if finalized:
-        cfg.model.pipeline_dtype = torch.bfloat16
-        cfg.model.finalize()
-    configs = (cfg.model, cfg.optimizer, cfg.ddp)
+        configs[0].pipeline_dtype = torch.bfloat16
+        configs[0].finalize()
     request.setup(*configs, **RUN)
     request.setup(*configs, **RUN)
     return request, configs
+
+
+def _built():
+    """GPT-3 175B's request (TP overlap with its published preset) and configs, not set up."""
+    spec = gpt3_175b.spec(pp_size=4, vpp_size=2).changed(world_size=128, tp_comm_overlap=True)
+    request, cfg = spec.request(), spec.build()
+    return request, (cfg.model, cfg.optimizer, cfg.ddp)
 
 
 @pytest.fixture(scope="module", params=["built", "finalized"])
@@ -415,3 +420,58 @@ def test_a_value_that_could_change_unseen_is_not_remembered(planned):
     request.setup(*configs, **RUN)
     request.setup(*configs, **RUN)
     assert request._setup_memo is None
+
+
+def test_a_users_value_the_plan_replaced_counts_as_an_input():
+    # The user's own userbuffers dict, set straight on cfg.model before any setup: the plan
+    # writes a copy there and the write record keeps the user's dict, which the resolution reads
+    # again.
+    request, configs = _built()
+    mine = request.tp_comm_overlap_cfg.to_ub_cfgs()
+    request.tp_comm_overlap_cfg, request.preset_chosen_by = None, None
+    configs[0].tp_comm_overlap_cfg = mine
+    request.setup(*configs, **RUN)
+    request.setup(*configs, **RUN)
+    assert request._setup_memo is not None
+    mine["qkv_dgrad"]["num_sm"] += 1
+    assert not request._setup_memo.holds(request, configs, _arguments())
+    plan = request.setup(*configs, **RUN)
+    assert plan.value("tp_comm_overlap_cfg")["qkv_dgrad"] == mine["qkv_dgrad"]
+
+
+def test_a_preset_file_set_on_a_config_is_read_by_every_setup(tmp_path):
+    request, configs = _built()
+    ub = request.tp_comm_overlap_cfg.to_ub_cfgs()
+    request.tp_comm_overlap_cfg, request.preset_chosen_by = None, None
+    path = tmp_path / "ub.yaml"
+    path.write_text(yaml.safe_dump(ub), encoding="utf-8")
+    configs[0].tp_comm_overlap_cfg = str(path)
+    request.setup(*configs, **RUN)
+    request.setup(*configs, **RUN)  # the field now holds the plan's dict; the record, the path
+    assert request._setup_memo is None
+    ub["qkv_dgrad"]["num_sm"] += 1
+    path.write_text(yaml.safe_dump(ub), encoding="utf-8")
+    assert (
+        request.setup(*configs, **RUN).value("tp_comm_overlap_cfg")["qkv_dgrad"]
+        == (ub["qkv_dgrad"])
+    )
+
+
+def test_a_value_the_memo_cannot_copy_leaves_setup_as_it_is(planned):
+    request, configs = planned
+    loop: list = []
+    loop.append(loop)  # a field the resolution never reads, holding itself
+    configs[1].notes = loop
+    for _ in range(3):
+        assert request.setup(*configs, **RUN) is request.resolved_plan
+    assert request._setup_memo is None
+
+
+def test_a_reused_plan_leaves_the_preset_as_its_finalize_loaded_it(planned):
+    request, configs = planned
+    chosen = request.tp_comm_overlap_cfg
+    request.tp_comm_overlap_cfg = {"qkv_fprop": {"method": "ring_exchange", "num_sm": 1}}
+    request.finalize()  # another preset loaded, then the field set back
+    request.tp_comm_overlap_cfg = chosen
+    request.setup(*configs, **RUN)
+    assert request.preset is chosen

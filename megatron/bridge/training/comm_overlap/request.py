@@ -166,8 +166,10 @@ class CommOverlapConfig:
         arguments = (dp, micro_batch_size, global_batch_size, te, gpu)
         memo = self._setup_memo
         if memo is not None and memo.holds(self, configs, arguments):
-            # The inputs of the last setup that changed nothing: its plan, which writes nothing.
+            # The inputs of the last setup that changed nothing: its plan, which writes nothing,
+            # and the preset its finalize() loaded.
             plan = memo.plan
+            self._preset = memo.preset
             log_plan(plan)
         else:
             call = call_key(self, arguments)

@@ -24,11 +24,14 @@ preset the recipe chose, the write records' sentinel):
   of the settings it found on the configs are as resolved (a plan edited in place is not reused;
   its containers are compared with ``==``).
 
-Nothing is remembered where an input cannot be compared that way: a value that can change in place
-and is none of those containers, nor an enum member, a torch dtype or a frozen dataclass holding
-only such values; a config without ``__dict__``; a userbuffers config given as a file path (every
-setup reads the file, and its contents are not among the inputs compared). A deep copy or a
-pickle of the request drops the memo: the copy's objects are new, and so are their identities.
+The values the plan's writes replaced (kept in the write record, and read through it) count as
+the request's fields do. Nothing is remembered where an input cannot be compared that way: a
+value that can change in place and is none of those containers, nor an enum member, a torch
+dtype or a frozen dataclass holding only such values; a config without ``__dict__``; a
+userbuffers config given as a file path, on the request or on a config, now or as the value a
+write replaced (every setup reads the file, and its contents are not among the inputs
+compared). A deep copy or a pickle of the request drops the memo: the copy's objects are new,
+and so are their identities.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ import types
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from megatron.bridge.training import write_record
 from megatron.bridge.training.comm_overlap.knobs import KNOBS
 from megatron.bridge.training.userbuffers_file import reads_file
 
@@ -249,7 +253,8 @@ class _Objects:
         contents = (
             (key, _content(value))
             for key, value in items
-            if type(value) not in _ATOMS and not (is_dict and key.startswith("_"))
+            if type(value) not in _ATOMS
+            and not (is_dict and isinstance(key, str) and key.startswith("_"))
         )
         self._contents = {key: content for key, content in contents if content is not None}
 
@@ -314,7 +319,16 @@ def _forgotten() -> None:
 class SetupMemo:
     """The inputs of a setup that changed nothing, and its plan."""
 
-    __slots__ = ("_arguments", "_fields", "_plan_values", "_request_type", "_states", "plan")
+    __slots__ = (
+        "_arguments",
+        "_fields",
+        "_plan_values",
+        "_replaced",
+        "_request_type",
+        "_states",
+        "plan",
+        "preset",
+    )
 
     def __init__(
         self, request: Any, configs: Sequence[Any], arguments: tuple[Any, ...], plan: Any
@@ -325,7 +339,12 @@ class SetupMemo:
         self._states = tuple(
             None if config is None else (type(config), _Objects(vars(config))) for config in configs
         )
+        # The user's values the plan's writes replaced: the resolution reads them through the
+        # write record (a dict of the user's own, which the user may still edit in place).
+        self._replaced = _Objects(_replaced(configs))
         self.plan = plan
+        #: The request's loaded userbuffers config, as the remembered setup's finalize() left it.
+        self.preset = getattr(request, "preset", None)
         # The plan's own containers, edited in place since, are seen as an unequal item (an
         # item made an equal one of another type is not: the plan is output, not input).
         self._plan_values = _Equal(_plan_values(plan), exact=False)
@@ -353,9 +372,21 @@ class SetupMemo:
                         return False
                 elif type(config) is not state[0] or not state[1].matches(vars(config)):
                     return False
+            if not self._replaced.matches(_replaced(configs)):
+                return False
         except Exception:  # a value whose comparison raises (a config without vars, ...)
             return False
         return True
+
+
+def _replaced(configs: Sequence[Any]) -> tuple[Any, ...]:
+    # Every value the plan's writes replaced on the configs (write_record), config by config.
+    return tuple(
+        replaced
+        for config in configs
+        if config is not None
+        for _written, replaced in write_record.records(config, "plan").values()
+    )
 
 
 def call_key(request: Any, arguments: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -383,11 +414,14 @@ def remember(
     finalized model config): setup takes it only when a call repeats the previous one
     (:func:`call_key`).
     """
-    if reads_file(getattr(request, _PRESET_KNOB, None)) or any(
-        reads_file(getattr(config, _PRESET_KNOB, None)) for config in configs
-    ):
+    presets = [getattr(request, _PRESET_KNOB, None)]
+    for config in configs:
+        if config is not None:
+            recorded = write_record.records(config, "plan").get(_PRESET_KNOB)
+            presets += [getattr(config, _PRESET_KNOB, None), *(recorded or ())]
+    if any(map(reads_file, presets)):
         return None
     try:
         return SetupMemo(request, configs, arguments, plan)
-    except (_Unsettled, TypeError):  # TypeError: a config without __dict__
+    except Exception:  # _Unsettled; a config without __dict__; a value too deep to copy, ...
         return None
