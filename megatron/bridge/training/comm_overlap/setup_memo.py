@@ -340,8 +340,16 @@ class SetupMemo:
             None if config is None else (type(config), _Objects(vars(config))) for config in configs
         )
         # The user's values the plan's writes replaced: the resolution reads them through the
-        # write record (a dict of the user's own, which the user may still edit in place).
-        self._replaced = _Objects(_replaced(configs))
+        # write record (a dict of the user's own, which the user may still edit in place). The
+        # record is the same object when the configs match, so only what such a value holds
+        # needs comparing: (config index, field, content) for each that can change.
+        self._replaced = tuple(
+            (index, field, content)
+            for index, config in enumerate(configs)
+            if config is not None
+            for field, (_written, replaced) in write_record.records(config, "plan").items()
+            if (content := _content(replaced)) is not None
+        )
         self.plan = plan
         #: The request's loaded userbuffers config, as the remembered setup's finalize() left it.
         self.preset = getattr(request, "preset", None)
@@ -372,21 +380,12 @@ class SetupMemo:
                         return False
                 elif type(config) is not state[0] or not state[1].matches(vars(config)):
                     return False
-            if not self._replaced.matches(_replaced(configs)):
-                return False
+            for index, field, content in self._replaced:
+                if not _unchanged(write_record.records(configs[index], "plan")[field][1], content):
+                    return False
         except Exception:  # a value whose comparison raises (a config without vars, ...)
             return False
         return True
-
-
-def _replaced(configs: Sequence[Any]) -> tuple[Any, ...]:
-    # Every value the plan's writes replaced on the configs (write_record), config by config.
-    return tuple(
-        replaced
-        for config in configs
-        if config is not None
-        for _written, replaced in write_record.records(config, "plan").values()
-    )
 
 
 def call_key(request: Any, arguments: tuple[Any, ...]) -> tuple[Any, ...]:
