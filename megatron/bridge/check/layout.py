@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-
-from megatron.bridge.utils.records import record
+from dataclasses import dataclass
 
 __all__ = ["Layout", "check_overrides_fit", "fit_layout"]
 
@@ -18,7 +17,7 @@ __all__ = ["Layout", "check_overrides_fit", "fit_layout"]
 _TINY_ORDER = ("tp", "pp", "cp")
 
 
-@record(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class Layout:
     """The parallel sizes one check runs with."""
 

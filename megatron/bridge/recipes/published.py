@@ -19,6 +19,7 @@ from __future__ import annotations
 import csv
 import functools
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -26,7 +27,6 @@ from typing import Any
 from megatron.bridge.training import hardware
 from megatron.bridge.training.job import OUTER_DP_SHARDING_STRATEGIES
 from megatron.bridge.training.precisions import canonical_precision
-from megatron.bridge.utils.records import record
 
 __all__ = [
     "PUBLISHED_RUNS_TABLE",
@@ -41,7 +41,7 @@ PUBLISHED_RUNS_TABLE = Path(__file__).with_name("published_runs.csv")
 """The shipped recipes' published runs, one CSV row each (its comment lines name the columns)."""
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class PublishedRun:
     """One published run of a recipe: its GPU, its precision and its layout."""
 

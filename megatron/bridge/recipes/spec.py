@@ -23,6 +23,7 @@ import dataclasses
 import importlib
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
@@ -57,7 +58,6 @@ from megatron.bridge.training.userbuffers import (
 )
 from megatron.bridge.training.validators import LIMITS, check_int, is_int
 from megatron.bridge.training.value_types import check_field
-from megatron.bridge.utils.records import record
 
 if TYPE_CHECKING:
     from megatron.bridge.training.config import ConfigContainer
@@ -101,7 +101,7 @@ _JOB_FIELDS = frozenset(f.name for f in dataclasses.fields(JobDescription)) - {"
 _MODEL_FIELDS = frozenset(f.name for f in dataclasses.fields(ModelDescription))
 
 
-@record(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class RecipeSpec:
     """Everything a recipe decides, as plain values; the plan and the container derive from it.
 

@@ -28,6 +28,7 @@ import collections
 import dataclasses
 import heapq
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from megatron.bridge.search.bound import throughput_ceiling
@@ -45,7 +46,6 @@ from megatron.bridge.search.space import (
 )
 from megatron.bridge.training.estimate import estimate_step
 from megatron.bridge.training.hardware import gpu_spec
-from megatron.bridge.utils.records import record
 
 if TYPE_CHECKING:
     from megatron.bridge.recipes.spec import RecipeSpec
@@ -73,7 +73,7 @@ Progress = Callable[[int, int], None]
 """Called with (done, total) as the search goes."""
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Candidate:
     """One costed layout."""
 
@@ -102,7 +102,7 @@ class Candidate:
         return _job_key(self.spec)
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class SearchResult:
     """The ranked candidates of a search and what it counted on the way."""
 
@@ -156,7 +156,7 @@ def _job_key(spec: RecipeSpec) -> tuple:
     )
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class _Planned:
     """A layout planned, with its throughput bound; its memory not yet estimated."""
 

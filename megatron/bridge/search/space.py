@@ -29,7 +29,6 @@ from megatron.bridge.training.job import ModelDescription
 from megatron.bridge.training.model_rules import fused_grouped_mlp
 from megatron.bridge.training.parallel_layout import check_parallel_layout, micro_batches_per_step
 from megatron.bridge.training.pipeline_layout import check_pipeline_layout, divisors
-from megatron.bridge.utils.records import record
 
 __all__ = [
     "RECOMPUTE",
@@ -79,7 +78,7 @@ class PipelineSplit:
         }
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Layout:
     """One layout of the search: the fields a search sets on the job, nothing else."""
 

@@ -13,10 +13,10 @@ import os
 import re
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from megatron.bridge.training import launch_env
 from megatron.bridge.training.value_types import ConfigValueError
-from megatron.bridge.utils.records import record
 
 __all__ = [
     "AppliedEnvVars",
@@ -130,7 +130,7 @@ def check_env_vars(env_vars: object, *, owner: str = "ConfigContainer.env_vars")
     return out
 
 
-@record(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class AppliedEnvVars:
     """What the last ``runtime_config_update`` did with ``cfg.env_vars``."""
 
@@ -151,7 +151,7 @@ class AppliedEnvVars:
         }
 
 
-@record(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class DerivedEnv:
     """What a recipe derived into ``cfg.env_vars`` when it built the container, and from what.
 

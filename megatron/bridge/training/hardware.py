@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
 
 from megatron.bridge.training.precisions import PRECISIONS, canonical_precision
-from megatron.bridge.utils.records import record
 
 __all__ = [
     "GPUS",
@@ -31,7 +31,7 @@ __all__ = [
 ]
 
 
-@record(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class GpuSpec:
     """What the library knows about one GPU model."""
 

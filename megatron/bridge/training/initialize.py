@@ -16,13 +16,13 @@ import inspect
 import logging
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from megatron.bridge.training.comm_overlap import tp_overlap_buffer_rows
 from megatron.bridge.training.userbuffers import TransformerLayerTPOverlapCfg
 from megatron.bridge.training.userbuffers_file import load_tp_overlap_cfg
 from megatron.bridge.training.validators import check_int
-from megatron.bridge.utils.records import record
 
 __all__ = [
     "UserbufferSettings",
@@ -37,7 +37,7 @@ logger = logging.getLogger(__name__)
 _TE_BASE_MODULE = "transformer_engine.pytorch.module.base"
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class UserbufferSettings:
     """What the TE userbuffers were initialized with in this process."""
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Literal
 
@@ -34,7 +35,6 @@ from megatron.bridge.training.precisions import (
     compute_dtype_of,
 )
 from megatron.bridge.training.validators import LIMITS, LimitError, check_limit
-from megatron.bridge.utils.records import record
 
 __all__ = [
     "OUTER_DP_SHARDING_STRATEGIES",
@@ -62,7 +62,7 @@ PrecisionName = PresetFamily
 """Training precision as the userbuffers presets name it (bf16, fp16, fp8)."""
 
 
-@record(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class ModelDescription:
     """The model fields the plan, the checks and the estimate read.
 
@@ -422,7 +422,7 @@ OUTER_DP_SHARDING_STRATEGIES = ("no_shard", "optim")
 ``--outer-dp-sharding-strategy`` choices)."""
 
 
-@record(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class JobDescription:
     """One training job: the model, the world it runs on, batches, optimizer sharding, TE.
 

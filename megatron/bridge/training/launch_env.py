@@ -43,13 +43,13 @@ the GPU catalogue's NVLink domain.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from megatron.bridge.training.hardware import gpu_spec
 from megatron.bridge.training.model_rules import fused_glu, fused_grouped_mlp
 from megatron.bridge.training.parallel_layout import validate_parallel_size
 from megatron.bridge.training.validators import check_bool, check_choice, check_int
-from megatron.bridge.utils.records import record
 
 if TYPE_CHECKING:
     from megatron.bridge.training.job import JobDescription, ModelDescription
@@ -317,7 +317,7 @@ def hybrid_ep_environment(
     )
 
 
-@record(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class LaunchEnvEntry:
     """One launch-time environment variable and the decision about it."""
 
@@ -329,7 +329,7 @@ class LaunchEnvEntry:
     """One line saying why this value (or why nothing)."""
 
 
-@record(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class LaunchEnvPlan:
     """The launch environment a layout needs: every variable considered, with reasons."""
 

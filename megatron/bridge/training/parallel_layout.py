@@ -14,10 +14,10 @@ Pure standard library: importing this module loads neither torch nor megatron-co
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from megatron.bridge.training.pipeline_layout import check_pipeline_layout, divisors
 from megatron.bridge.training.validators import check_bool, check_int
-from megatron.bridge.utils.records import record
 
 __all__ = [
     "ParallelSizes",
@@ -84,7 +84,7 @@ def data_parallel_size(*, num_gpus: int, tp_size: int, cp_size: int, pp_size: in
     return num_gpus // model_parallel
 
 
-@record(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class ParallelSizes:
     """The sizes megatron-core derives from a valid layout (``initialize_model_parallel``)."""
 

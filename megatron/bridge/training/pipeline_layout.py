@@ -27,10 +27,10 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from megatron.bridge.training.validators import LIMITS, LimitError, check_bool, check_int
-from megatron.bridge.utils.records import record
 
 __all__ = [
     "LAYER_NAMES",
@@ -80,7 +80,7 @@ class PipelineFields(Protocol):
     mtp_num_layers: int | None
 
 
-@record(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class PipelineSplit:
     """What megatron-core derives from a valid pipeline split."""
 

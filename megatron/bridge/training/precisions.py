@@ -17,10 +17,9 @@ Pure data: importing this module loads no torch.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Literal, get_args
-
-from megatron.bridge.utils.records import record
 
 __all__ = [
     "PRECISIONS",
@@ -47,7 +46,7 @@ TensorCoreFormat = Literal["bf16", "fp8", "fp4"]
 """The tensor-core input format a precision's GEMMs run in (which datasheet peak applies)."""
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class PrecisionSetting:
     """A training precision: its mixed-precision preset, what that preset writes, how it runs."""
 

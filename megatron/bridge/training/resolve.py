@@ -25,7 +25,7 @@ import dataclasses
 import logging
 import os
 from collections.abc import Mapping
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import Any
 
 from megatron.bridge.training import hardware, launch_env
@@ -63,7 +63,6 @@ from megatron.bridge.training.parallel_layout import data_parallel_size
 from megatron.bridge.training.transaction import Staged, working_copies
 from megatron.bridge.training.userbuffers import preset_fits_model, preset_names_of
 from megatron.bridge.training.validators import check_int
-from megatron.bridge.utils.records import record
 
 __all__ = [
     "ResolvedConfig",
@@ -131,7 +130,7 @@ def _validate_precision_consistency(cfg: ConfigContainer) -> None:
             )
 
 
-@record(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class ResolvedConfig:
     """What a :class:`ConfigContainer` resolves to for one job, computed without writing into it.
 

@@ -16,11 +16,11 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+from dataclasses import dataclass
 from typing import Any
 
 from megatron.bridge.training.comm_overlap import CommOverlapConfig
 from megatron.bridge.training.comm_overlap.megatron_io import undo_plan
-from megatron.bridge.utils.records import record
 
 __all__ = ["Staged", "configs_as_written", "working_copies"]
 
@@ -148,7 +148,7 @@ def _commit(original: Any, work: Any, memo: dict[int, Any]) -> None:
             object.__setattr__(original, attr, _relink(value, back))
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Staged:
     """Resolved working copies of a container, and what committing them needs."""
 

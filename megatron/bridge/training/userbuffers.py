@@ -15,13 +15,13 @@ import dataclasses
 import functools
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Literal
 
 from megatron.bridge.training.hardware import GPUS
 from megatron.bridge.training.upstream_divergence import differs_from_upstream
 from megatron.bridge.training.validators import check_choice, check_int, check_optional_bool
-from megatron.bridge.utils.records import record
 
 __all__ = [
     "GEMM_NAMES",
@@ -82,7 +82,7 @@ class _GemmOverlapCfg:
         }
 
 
-@record(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class BulkOverlapCfg(_GemmOverlapCfg):
     """Bulk overlap: the whole collective runs beside the GEMM on ``num_sm`` SMs."""
 
@@ -96,7 +96,7 @@ class BulkOverlapCfg(_GemmOverlapCfg):
     """Whether the GEMM leaves ``num_sm`` SMs free (None: TE's default)."""
 
 
-@record(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class RingExchangeOverlapCfg(_GemmOverlapCfg):
     """Ring-exchange overlap: point-to-point chunks pass around the TP ring between GEMM chunks."""
 
@@ -119,7 +119,7 @@ class RingExchangeOverlapCfg(_GemmOverlapCfg):
 @differs_from_upstream(
     "fp8_buf defaults to False; upstream's default is the tuple (False,), which TE reads as True"
 )
-@record(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class PipelineOverlapCfg(_GemmOverlapCfg):
     """Pipelined overlap: the GEMM is split into ``num_splits`` chunks, each followed by its collective."""
 
@@ -142,7 +142,7 @@ class PipelineOverlapCfg(_GemmOverlapCfg):
 GemmOverlapCfg = BulkOverlapCfg | RingExchangeOverlapCfg | PipelineOverlapCfg
 
 
-@record(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class TransformerLayerTPOverlapCfg:
     """Userbuffer overlap settings for every TP GEMM of a transformer layer.
 
@@ -326,7 +326,7 @@ PRESET_GPU_FAMILIES: Mapping[str, str] = MappingProxyType(
 )
 
 
-@record(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class PresetShape:
     """The model and run shape a published preset was tuned for, read from its name."""
 
@@ -445,7 +445,7 @@ def find_userbuffers_preset(
     )
 
 
-@record(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class PresetChoice:
     """The userbuffers preset picked for a run, and why."""
 

@@ -10,10 +10,9 @@ not "one parameter". No ``assert``: these checks must hold under ``python -O``.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, get_args
-
-from megatron.bridge.utils.records import record
 
 __all__ = [
     "LIMITS",
@@ -156,7 +155,7 @@ def nonnegative_int_argument(text: str) -> int:
 # --------------------------------------------------------------------------- size limits
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Limit:
     """The range of one size or count: what a job may give and why the top is where it is."""
 

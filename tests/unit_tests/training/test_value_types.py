@@ -34,7 +34,7 @@ from megatron.bridge.training.value_types import (
     field_types,
     type_hints,
 )
-from tests.unit_tests.repo_scripts import load_script
+from tests.unit_tests.repo_scripts import package_modules
 
 if TYPE_CHECKING:
     from _not_a_module import NotImported
@@ -365,7 +365,7 @@ def test_a_field_defaulting_to_none_takes_none_and_an_unresolved_annotation_is_n
 
 def _dataclasses_to_resolve():
     found = [ModelParallelConfig, DistributedDataParallelConfig, OptimizerConfig, TransformerConfig]
-    for module in load_script("scripts/render_records.py").package_modules():
+    for module in package_modules():
         found += [
             v
             for v in vars(module).values()

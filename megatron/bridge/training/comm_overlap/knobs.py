@@ -13,11 +13,11 @@ The megatron-core field a knob is written to has the knob's name on every config
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Literal
 
 from megatron.bridge.training.job import ConfigName
-from megatron.bridge.utils.records import record
 
 __all__ = ["DEFAULT_BUCKET_SIZE", "KNOBS", "Area", "ConfigName", "DirectUse", "Knob", "KnobKind"]
 
@@ -37,7 +37,7 @@ DirectUse = Literal["honoured", "reported"]
 counts as: the user's setting (honoured) or something the plan may replace and then says so."""
 
 
-@record(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class Knob:
     """One overlap knob."""
 

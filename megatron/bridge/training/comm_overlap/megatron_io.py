@@ -217,12 +217,11 @@ def _fresh(value: Any) -> Any:
 
 def apply_plan(
     plan: OverlapPlan, model_config: Any, optimizer_config: Any, ddp_config: Any
-) -> bool:
+) -> None:
     """Write a plan into megatron-core's configs: each knob to the configs the knob table names.
 
     DP knobs are written to the DDP config only when it is megatron-core's; nothing is written
-    to a config given as None. Returns whether any write put a value, or a record of it,
-    unequal (``!=``) to what was there: the resolution reads these fields by ``==`` alone.
+    to a config given as None.
     """
     configs: dict[ConfigName, Any] = {
         "model": model_config,
@@ -233,35 +232,32 @@ def apply_plan(
     for decision in plan.decisions:
         for name in KNOBS[decision.knob].targets:
             writes[name][decision.knob] = decision.value
-    changed = False
     for name, fields in writes.items():
         if configs[name] is not None:
-            changed |= _write(configs[name], fields)
-    return write_distributed_optimizer(plan.job, optimizer_config, configs["ddp"]) or changed
+            _write(configs[name], fields)
+    write_distributed_optimizer(plan.job, optimizer_config, configs["ddp"])
 
 
 def write_distributed_optimizer(
     job: JobDescription, optimizer_config: Any, ddp_config: Any
-) -> bool:
+) -> None:
     """Turn ``use_distributed_optimizer`` on where the job says the configs disagree.
 
     megatron-core reads the flag from both the DDP and the optimizer config; the job's
     ``distributed_optimizer_turned_on`` names the one left False (``describe_configs``). The
-    write is recorded like a plan's, so undoing it puts the user's False back. Returns whether
-    the config changed.
+    write is recorded like a plan's, so undoing it puts the user's False back.
     """
     target = {"ddp": ddp_config, "optimizer": optimizer_config}.get(
         job.distributed_optimizer_turned_on
     )
-    return target is not None and _write(target, {"use_distributed_optimizer": True})
+    if target is not None:
+        _write(target, {"use_distributed_optimizer": True})
 
 
-def _write(config: Any, fields: dict[str, Any]) -> bool:
-    """Write each field's value into ``config`` and record the writes (one record update);
-    returns whether the config changed: a field's value, or the record of it."""
+def _write(config: Any, fields: dict[str, Any]) -> None:
+    """Write each field's value into ``config`` and record the writes (one record update)."""
     mine = write_record.records(config, "plan")
     entries: dict[str, tuple[Any, Any]] = {}
-    changed = False
     try:
         for field, planned in fields.items():
             # A fresh copy: editing the config's value must never edit the plan or a preset.
@@ -272,13 +268,9 @@ def _write(config: Any, fields: dict[str, Any]) -> bool:
             setattr(config, field, value)
             # A detached copy of what was written: an edit the user later makes in place (a key
             # of the userbuffers dict) then reads as the user's, as a new value would.
-            entries[field] = written = (_fresh(value), replaced)
-            # Compared with ==, as the resolution reads these fields (_seen_as_users): a write
-            # of an equal value of another type leaves the plan of the configs as it was.
-            changed = changed or held is _NOTHING or held != value or recorded != written
+            entries[field] = (_fresh(value), replaced)
     finally:  # what was written is recorded, even when a later write raised
         write_record.record(config, "plan", entries)
-    return changed
 
 
 def model_config_drift(plan: OverlapPlan, model_config: Any) -> tuple[str, ...]:
@@ -317,11 +309,9 @@ def setup_configs(
     global_batch_size: int | None = None,
     te_status: TEStatus | None = None,
     gpu: str | None = None,
-) -> tuple[OverlapPlan, bool]:
-    """Resolve a request against megatron-core configs, log the plan, write it there.
-
-    Returns the plan and whether writing it changed any config (:func:`apply_plan`).
-    """
+) -> OverlapPlan:
+    """Resolve a request against megatron-core configs, log the plan, write it there; returns
+    the plan."""
     # The description counts GPUs; this entry point is given the data-parallel size.
     world = validate_parallel_size("data_parallel_size", data_parallel_size)
     for field in (
@@ -342,7 +332,8 @@ def setup_configs(
     )
     plan = plan_comm_overlap(request, job)
     log_plan(plan)
-    return plan, apply_plan(plan, model_config, optimizer_config, ddp_config)
+    apply_plan(plan, model_config, optimizer_config, ddp_config)
+    return plan
 
 
 def log_plan(plan: OverlapPlan) -> None:

@@ -9,12 +9,12 @@ made for, the decisions, and warnings and notes. It is frozen and serializes to 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
 from megatron.bridge.training.comm_overlap.knobs import KNOBS, Area
 from megatron.bridge.training.job import JobDescription
 from megatron.bridge.training.userbuffers import published_name_for
-from megatron.bridge.utils.records import record
 
 __all__ = ["Decision", "OverlapPlan", "OverlapRefusedError", "Source"]
 
@@ -44,7 +44,7 @@ class Decision(NamedTuple):
         return KNOBS[self.knob].area
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class OverlapPlan:
     """The resolved overlap settings of one layout, each with its reason.
 

@@ -11,8 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from megatron.bridge.training.comm_overlap.knobs import KNOBS
-from megatron.bridge.training.comm_overlap.megatron_io import log_plan, setup_configs
-from megatron.bridge.training.comm_overlap.setup_memo import call_key, remember, repeats
+from megatron.bridge.training.comm_overlap.megatron_io import setup_configs
 from megatron.bridge.training.comm_overlap.te import current_te_status
 from megatron.bridge.training.upstream_divergence import differs_from_upstream
 from megatron.bridge.training.userbuffers import TransformerLayerTPOverlapCfg
@@ -94,8 +93,6 @@ class CommOverlapConfig:
     # dataclasses.asdict/replace/== see only the request.
     _resolved_plan = None
     _preset = None
-    _setup_memo = None
-    _setup_call = None
 
     def finalize(self) -> None:
         """Check the types and ranges of what the user wrote, and load the userbuffers config.
@@ -151,10 +148,8 @@ class CommOverlapConfig:
         description the plan carries). ``te_status`` defaults to what this process sees
         (``te_status("assume")`` plans for a cluster); ``gpu`` names the GPU model when known (it
         enables the FP8 and connection checks). Returns the plan, also kept as
-        :attr:`resolved_plan`. Calling it again with the same configs gives the same result; a
-        call on the same request fields, configs and arguments as an earlier call on this request
-        that wrote nothing new returns that call's plan without resolving again (what "the same"
-        means: :mod:`~megatron.bridge.training.comm_overlap.setup_memo`).
+        :attr:`resolved_plan`. Calling it again with the same configs gives the same result: every
+        call resolves from the configs as they are.
 
         Called directly, it checks the request against the layout; the checks of the layout
         itself that need the world size (pipeline split, expert grid, heads per TP rank) run in
@@ -162,30 +157,17 @@ class CommOverlapConfig:
         """
         dp = self._data_parallel_size(data_parallel_size)
         te = te_status or current_te_status()
-        configs = (model_config, optimizer_config, ddp_config)
-        arguments = (dp, micro_batch_size, global_batch_size, te, gpu)
-        memo = self._setup_memo
-        if memo is not None and memo.holds(self, configs, arguments):
-            # The inputs of the last setup that changed nothing: its plan, which writes nothing,
-            # and the preset its finalize() loaded.
-            plan = memo.plan
-            self._preset = memo.preset
-            log_plan(plan)
-        else:
-            call = call_key(self, arguments)
-            repeated = repeats(call, self._setup_call)
-            self._setup_memo, self._setup_call = None, call
-            plan, changed = setup_configs(
-                self,
-                *configs,
-                data_parallel_size=dp,
-                micro_batch_size=micro_batch_size,
-                global_batch_size=global_batch_size,
-                te_status=te,
-                gpu=gpu,
-            )
-            if repeated and not changed:
-                self._setup_memo = remember(self, configs, arguments, plan)
+        plan = setup_configs(
+            self,
+            model_config,
+            optimizer_config,
+            ddp_config,
+            data_parallel_size=dp,
+            micro_batch_size=micro_batch_size,
+            global_batch_size=global_batch_size,
+            te_status=te,
+            gpu=gpu,
+        )
         self._resolved_plan = plan
         return plan
 

@@ -16,11 +16,11 @@ import functools
 import importlib
 import sys
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Literal, get_args
 
 from megatron.bridge.training.model_rules import TE_OP_FUSER_MINIMUM
-from megatron.bridge.utils.records import record
 
 __all__ = [
     "ASSUMED_TE_VERSION",
@@ -64,7 +64,7 @@ TEMode = Literal["detect", "assume"]
 _PACKAGE = "megatron.bridge.training.comm_overlap"
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class TEStatus:
     """Whether ``transformer_engine.pytorch`` imports here, its version, and why not if it does not."""
 

@@ -14,11 +14,10 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
-
-from megatron.bridge.utils.records import record
 
 if TYPE_CHECKING:
     from megatron.bridge.training.job import ModelDescription
@@ -67,7 +66,7 @@ def model_family(model: ModelDescription) -> Family:
     return "dense"
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class MeasuredAccuracy:
     """The estimate's error on the published rows of one family of models."""
 

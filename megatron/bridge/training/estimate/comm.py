@@ -10,6 +10,7 @@ network, times it at that link's peak and asks the plan whether its knob is on.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from megatron.bridge.training.estimate.efficiency import ALLTOALL_ACHIEVED
@@ -17,7 +18,6 @@ from megatron.bridge.training.estimate.model_cost import ModelCost
 from megatron.bridge.training.estimate.result import CP_RING, FSDP_PREFETCH, CommEntry, Link
 from megatron.bridge.training.estimate.stage import Stage
 from megatron.bridge.training.job import JobDescription
-from megatron.bridge.utils.records import record
 
 if TYPE_CHECKING:
     from megatron.bridge.training.comm_overlap import OverlapPlan
@@ -46,7 +46,7 @@ FSDP_REDUCE = "reduce-scatter (grads), every micro-batch's backward"
 """Megatron-FSDP's per-layer gradient reduce-scatters: they travel with each backward."""
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Transfer:
     """One communication stream of a step before it is placed on a link."""
 

@@ -52,10 +52,10 @@ peak: their achieved bandwidth is inside the fitted achievable fraction's rows.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
 
 from megatron.bridge.training.precisions import PRECISIONS, canonical_precision
-from megatron.bridge.utils.records import record
 
 __all__ = [
     "ACHIEVABLE",
@@ -71,7 +71,7 @@ __all__ = [
 ]
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class FitRow:
     """One published measurement a fraction was fitted on: the run and its tokens/s/GPU.
 
@@ -93,7 +93,7 @@ class FitRow:
     """Where the row is published."""
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Achievable:
     """The fraction of peak one GPU and compute dtype reaches, and where it comes from."""
 
@@ -196,7 +196,7 @@ def achievable_fraction(gpu: str, precision: str | None) -> Achievable:
     )
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class OverlapAB:
     """A measured A/B of one overlap knob: the step without and with it, and the time its
     communication's kernels ran per step without it."""
@@ -231,7 +231,7 @@ EP_OVERLAP = OverlapAB(
 )
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class AchievedShare:
     """The share of a link's peak per-direction bandwidth a collective reaches, per link."""
 

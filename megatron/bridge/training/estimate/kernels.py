@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
 
 from megatron.bridge.training.estimate.efficiency import FitRow
@@ -52,7 +53,6 @@ from megatron.bridge.training.hardware import GpuSpec
 from megatron.bridge.training.job import ModelDescription
 from megatron.bridge.training.model_rules import fused_grouped_mlp
 from megatron.bridge.training.precisions import PRECISIONS
-from megatron.bridge.utils.records import record
 
 __all__ = [
     "GEMM_ROW_TILE",
@@ -244,7 +244,7 @@ def ssd_flops_per_token(model: ModelDescription, *, chunk: int = 128) -> float:
     return 3.0 * forward
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class FittedConstant:
     """One kernel class's constant on one GPU generation, and where it comes from."""
 

@@ -26,7 +26,7 @@ the terms both model. Pure arithmetic: importing it loads no torch.
 from __future__ import annotations
 
 import math
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from megatron.bridge.training.comm_overlap.rules import check_layout
@@ -36,7 +36,6 @@ from megatron.bridge.training.hardware import gpu_spec
 from megatron.bridge.training.job import JobDescription, ModelDescription, check_micro_batch_chunks
 from megatron.bridge.training.model_rules import recomputed_modules
 from megatron.bridge.training.pipeline_layout import parse_layout, stage_layers
-from megatron.bridge.utils.records import record
 
 if TYPE_CHECKING:
     from megatron.bridge.training.comm_overlap import OverlapPlan
@@ -97,7 +96,7 @@ _ADAM_STATE_BYTES = 2 * _FP32
 _FP8_BYTES, _MXFP8_BYTES, _NVFP4_BYTES = 1.0, 1.0 + 1 / 32, 0.5 + 1 / 16
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class MemoryEstimate:
     """The peak memory of one GPU of the busiest pipeline rank, by part, against its capacity."""
 
@@ -278,7 +277,7 @@ def _chunk_offsets(layers: list[list[int]], pp: int, vpp: int) -> list[list[int]
 # --- activations ----------------------------------------------------------------------------------
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class _Act:
     """Bytes per token a block keeps for its backward: ``whole`` on hidden-wide tensors (split
     over TP only with sequence parallelism), ``split`` on tensors TP splits, ``routed`` per
@@ -508,7 +507,7 @@ def offloaded_layer_bytes(
     return per_layer
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class _Tokens:
     """Per micro-batch, on one GPU: the tokens (after CP), the divisor of hidden-wide tensors,
     the TP size, and the routed token copies an expert rank receives per local token."""
@@ -632,7 +631,7 @@ def _chunk_activations(
     return _Chunk(layers_bytes, logits, unit, host, max(moved_fine, default=0.0))
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class _Chunk:
     """One micro-batch through one model chunk: the layers' bytes kept on the GPU for the
     backward, the logits' bytes, the largest recompute unit, the bytes fine-grained offloading

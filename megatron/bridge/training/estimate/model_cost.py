@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
 
 from megatron.bridge.training.job import ModelDescription
 from megatron.bridge.training.megatron_core_support import DSV4_HYBRID
 from megatron.bridge.training.model_rules import check_moe_layer_pattern
-from megatron.bridge.utils.records import record
 
 __all__ = ["HybridPattern", "ModelCost", "parse_hybrid_pattern"]
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class ModelCost:
     """FLOPs and parameter counts of a model, read from its description."""
 
@@ -1087,7 +1087,7 @@ class ModelCost:
         return fc1 + width * width_in + bias * width_in
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class _Elements:
     """Forward elements per token of memory-bound kernels: ``whole`` on hidden-wide tensors
     (split over TP only with sequence parallelism), ``split`` on tensors TP splits."""
@@ -1146,7 +1146,7 @@ _GDN_QK_HEAD_DIM, _GDN_V_HEAD_DIM, _GDN_QK_HEADS, _GDN_V_HEADS, _GDN_CONV_KERNEL
 )
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class HybridPattern:
     """A hybrid layer pattern split into the decoder's layers and the MTP layers."""
 

@@ -7,12 +7,11 @@ one line per overlap knob, and the communication time left exposed.
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from typing import Any, Literal
 
 from megatron.bridge.training.estimate.accuracy import MeasuredAccuracy
 from megatron.bridge.training.estimate.efficiency import EP_OVERLAP
-from megatron.bridge.utils.records import record
 
 __all__ = ["CP_RING", "FSDP_PREFETCH", "CommEntry", "Estimate", "Link", "Prediction", "StepCost"]
 
@@ -25,7 +24,7 @@ def _fields_dict(result: Any, *, leave_out: tuple[str, ...] = ()) -> dict[str, A
     return {f.name: getattr(result, f.name) for f in fields(result) if f.name not in leave_out}
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class StepCost:
     """The compute side of one step on one GPU of the busiest pipeline stage."""
 
@@ -43,7 +42,7 @@ class StepCost:
     over the GPU's peak HBM bandwidth (:meth:`ModelCost.elementwise_bytes_per_token`)."""
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class CommEntry:
     """One communication stream of a step, per GPU."""
 
@@ -78,7 +77,7 @@ class CommEntry:
         return _fields_dict(self, leave_out=("formula",))
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Prediction:
     """The predicted step of the busiest stage: compute, bubble, what stays exposed."""
 
@@ -118,7 +117,7 @@ the next layer's parameters while the current one computes and reduce-scatters g
 asynchronously, turning ``overlap_param_gather`` and ``overlap_grad_reduce`` on itself."""
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Estimate:
     """One training step's cost on one GPU of the busiest pipeline stage."""
 

@@ -38,9 +38,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from dataclasses import field
-
-from megatron.bridge.utils.records import record
+from dataclasses import dataclass, field
 
 __all__ = [
     "GradStream",
@@ -53,7 +51,7 @@ __all__ = [
 ]
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class LayerStream:
     """A stream that travels with each forward and backward segment (TP, CP, PP, EP)."""
 
@@ -72,7 +70,7 @@ class LayerStream:
     """What it hides under: gemm, core (core attention), all (the segment), a2a (EP slots)."""
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class GradStream:
     """A gradient reduction (reduce-scatter or all-reduce) of one DP group."""
 
@@ -85,7 +83,7 @@ class GradStream:
     """overlap_grad_reduce."""
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class ParamStream:
     """The distributed optimizer's parameter all-gather of one DP group."""
 
@@ -101,7 +99,7 @@ class ParamStream:
     """overlap_param_gather_with_optimizer_step."""
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class ScheduleInput:
     """The stage's compute per segment and the schedule's shape."""
 
@@ -124,7 +122,7 @@ class ScheduleInput:
     param_streams: tuple[ParamStream, ...] = ()
 
 
-@record
+@dataclass
 class StreamTime:
     """Where one stream's time went."""
 
@@ -135,7 +133,7 @@ class StreamTime:
     """(start, seconds) it occupies its link, for the picture."""
 
 
-@record
+@dataclass
 class Timeline:
     """The simulated step."""
 
@@ -150,7 +148,7 @@ class Timeline:
     streams: dict[int, StreamTime]
 
 
-@record
+@dataclass
 class _Segment:
     kind: str
     start: float

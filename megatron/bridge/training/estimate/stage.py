@@ -8,12 +8,12 @@ picks the rank that takes longest (or has the most model FLOPs) and returns it a
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from megatron.bridge.training.estimate.model_cost import ModelCost
 from megatron.bridge.training.job import JobDescription
 from megatron.bridge.training.model_rules import recomputed_modules
 from megatron.bridge.training.pipeline_layout import parse_layout, stage_layers
-from megatron.bridge.utils.records import record
 
 __all__ = [
     "Stage",
@@ -25,7 +25,7 @@ __all__ = [
 ]
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Stage:
     """One GPU of one pipeline stage, as a step's cost terms see it."""
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from megatron.bridge.training.estimate.accuracy import measured_accuracy
@@ -59,7 +60,6 @@ from megatron.bridge.training.hardware import GpuSpec, gpu_spec
 from megatron.bridge.training.job import JobDescription, check_micro_batch_chunks
 from megatron.bridge.training.precisions import PRECISIONS
 from megatron.bridge.training.validators import LIMITS, LimitError
-from megatron.bridge.utils.records import record
 
 if TYPE_CHECKING:
     from megatron.bridge.training.comm_overlap import OverlapPlan
@@ -211,7 +211,7 @@ def estimate_step(
     )
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class StageCompute:
     """One GPU of a stage's compute per step, as :func:`estimate_step` prices it before
     communication and the schedule (:func:`stage_compute`)."""
@@ -291,7 +291,7 @@ def stage_compute(
     )
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class KernelSeconds:
     """Seconds per step the MoE and hybrid kernels add on one GPU of the stage (:mod:`.kernels`)."""
 
@@ -637,7 +637,7 @@ def _assumptions(
     return tuple(assumptions)
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class _Shape:
     """One micro-batch of one chunk on the busiest stage, in seconds at the achievable rate."""
 
