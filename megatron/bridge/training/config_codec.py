@@ -67,6 +67,7 @@ from megatron.bridge.training.value_types import (
     check_value,
     import_object,
 )
+from megatron.bridge.training import yaml_loader
 from megatron.bridge.training.yaml_loader import YamlLoader
 
 __all__ = [
@@ -475,7 +476,7 @@ def read_document(source: str | os.PathLike[str]) -> tuple[Mapping[str, Any], st
     else:
         raise TypeError(f"from_yaml takes YAML text or a path, got {type(source).__name__}.")
     try:
-        doc = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader: no arbitrary objects
+        doc = yaml_loader.load(text, _UniqueKeyLoader)
     except yaml.YAMLError as exc:
         raise ValueError(f"{label} is not valid YAML: {exc}") from None
     if not isinstance(doc, Mapping):

@@ -46,7 +46,7 @@ from megatron.bridge.training.mixed_precision import get_mixed_precision_config
 from megatron.bridge.training.userbuffers import PUBLISHED_PRESETS
 from megatron.bridge.training.validators import LIMITS, check_limit
 from megatron.bridge.training.value_types import ConfigValueError, check_field
-from megatron.bridge.training.yaml_loader import YamlLoader
+from megatron.bridge.training import yaml_loader
 
 __all__ = [
     "OVERRIDE_SECTIONS",
@@ -246,7 +246,7 @@ def apply_overrides(cfg: ConfigContainer, overrides: Iterable[str]) -> ConfigCon
 
 def _parse(raw: str) -> Any:
     try:
-        return yaml.load(raw, Loader=YamlLoader) if raw.strip() else ""  # a SafeLoader
+        return yaml_loader.load(raw) if raw.strip() else ""
     except yaml.YAMLError:
         return raw
 
