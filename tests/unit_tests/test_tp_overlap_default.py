@@ -15,7 +15,7 @@ import logging
 import pytest
 
 from megatron.bridge.cli import main
-from megatron.bridge.cli.errors import EXIT_OK, EXIT_REFUSED
+from megatron.bridge.exit_codes import EXIT_OK, EXIT_REFUSED
 from megatron.bridge.recipes import RECIPES, get_recipe, plan_recipe, recipe_spec
 from megatron.bridge.training.comm_overlap import (
     PUBLISHED_PRESETS,

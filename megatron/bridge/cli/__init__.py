@@ -25,25 +25,26 @@ The parts, one file each:
 - ``json_document``: the ``--json`` document (:func:`document`, :data:`JSON_SCHEMA_VERSION`);
 - ``render``: the text ``explain`` prints;
 - ``errors``: the exit codes and the message of each failure;
-- ``entry``: the console script (:func:`main`).
+- ``entry``: :func:`main`, which the console script (:mod:`megatron.bridge.console`) runs.
 """
 
 from megatron.bridge.cli.entry import main
-from megatron.bridge.cli.errors import (
+from megatron.bridge.cli.errors import UsageError
+from megatron.bridge.cli.flags import FLAG_FIELDS, REFERENCE, flag_changes, flags_spec
+from megatron.bridge.cli.json_document import JSON_SCHEMA_VERSION, document
+from megatron.bridge.cli.parser import build_parser
+from megatron.bridge.cli.planning import explain
+from megatron.bridge.cli.recipes import list_recipes
+from megatron.bridge.exit_codes import (
     EXIT_BROKEN_PIPE,
     EXIT_CODES,
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
     EXIT_INVALID,
     EXIT_OK,
+    EXIT_OUTPUT,
     EXIT_REFUSED,
-    UsageError,
 )
-from megatron.bridge.cli.flags import FLAG_FIELDS, REFERENCE, flag_changes, flags_spec
-from megatron.bridge.cli.json_document import JSON_SCHEMA_VERSION, document
-from megatron.bridge.cli.parser import build_parser
-from megatron.bridge.cli.planning import explain
-from megatron.bridge.cli.recipes import list_recipes
 
 __all__ = [
     "EXIT_BROKEN_PIPE",
@@ -52,6 +53,7 @@ __all__ = [
     "EXIT_INTERRUPTED",
     "EXIT_INVALID",
     "EXIT_OK",
+    "EXIT_OUTPUT",
     "EXIT_REFUSED",
     "FLAG_FIELDS",
     "JSON_SCHEMA_VERSION",

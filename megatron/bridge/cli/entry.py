@@ -1,4 +1,4 @@
-"""The ``bridge-overlap`` console script (:func:`main`): parse the command line, run the
+"""``bridge-overlap``'s :func:`main`: parse the command line, run the
 subcommand, print its answer, and turn every failure into a message and an exit code
 (:mod:`megatron.bridge.cli.errors`), never a traceback."""
 
@@ -9,19 +9,18 @@ import os
 import sys
 from collections.abc import Sequence
 
-from megatron.bridge.cli.errors import (
-    EXIT_BROKEN_PIPE,
-    EXIT_INTERRUPTED,
-    EXIT_INVALID,
-    EXIT_OK,
-    UsageError,
-    _fail,
-    _fail_with,
-)
+from megatron.bridge.cli.errors import UsageError, _fail, _fail_with
 from megatron.bridge.cli.parser import SUBCOMMANDS, build_parser
 from megatron.bridge.cli.planning import explain
 from megatron.bridge.cli.recipes import _render_recipes, list_recipes
 from megatron.bridge.cli.render import _render
+from megatron.bridge.exit_codes import (
+    EXIT_BROKEN_PIPE,
+    EXIT_INTERRUPTED,
+    EXIT_INVALID,
+    EXIT_OK,
+    EXIT_OUTPUT,
+)
 
 
 def _run(argv: list[str], *, as_json: bool) -> int:
@@ -72,6 +71,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     as_json = "--json" in argv
+    if sys.stdout is None:  # started with stdout closed (``>&-``): print() would drop it all
+        return _output_failed("there is no stdout (it was closed when the command started)")
     try:
         try:
             code = _run(argv, as_json=as_json)
@@ -84,7 +85,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         # devnull so that the interpreter's last flush does not fail again.
         _stdout_to_devnull()
         return EXIT_BROKEN_PIPE
+    except OSError as exc:
+        # Every subcommand turns its own errors into messages: what reaches here failed to write
+        # the answer (a full device, a descriptor closed under the command).
+        _stdout_to_devnull()
+        return _output_failed(f"{type(exc).__name__}: {exc}")
     return code
+
+
+def _output_failed(why: str) -> int:
+    print(
+        f"bridge-overlap: error: the output could not be written to stdout: {why}", file=sys.stderr
+    )
+    return EXIT_OUTPUT
 
 
 def _stdout_to_devnull() -> None:

@@ -11,7 +11,9 @@ Exit codes (every failure is a message on stderr, never a traceback):
   was raised; please report it);
 - 130: interrupted (Ctrl-C);
 - 141: stdout was closed before everything was written (``bridge-overlap explain | head``): the
-  command stops quietly, with the code a shell gives a program that SIGPIPE ends.
+  command stops quietly, with the code a shell gives a program that SIGPIPE ends;
+- 74: stdout could not take the output (no stdout, a full device, an I/O error): the message
+  on stderr says why (``EX_IOERR`` of BSD's ``sysexits.h``).
 
 With ``--json``, an error is a JSON document on stdout too (``{"error": ..., "exit_code": ...}``).
 """
@@ -21,18 +23,13 @@ from __future__ import annotations
 import json
 import sys
 
+from megatron.bridge.exit_codes import (
+    EXIT_INTERNAL,
+    EXIT_INVALID,
+    EXIT_REFUSED,
+)
 from megatron.bridge.training.comm_overlap import OverlapRefusedError
 from megatron.bridge.utils.megatron_core_errors import megatron_core_rejection
-
-EXIT_OK, EXIT_REFUSED, EXIT_INVALID, EXIT_INTERNAL = 0, 1, 2, 3
-#: Ctrl-C: 128 + SIGINT, as a shell reports it.
-EXIT_INTERRUPTED = 130
-#: The reader closed stdout early: 128 + SIGPIPE, as a shell reports a program SIGPIPE ends.
-EXIT_BROKEN_PIPE = 141
-#: Every exit code ``main`` returns.
-EXIT_CODES = frozenset(
-    {EXIT_OK, EXIT_REFUSED, EXIT_INVALID, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE}
-)
 
 _REJECTED = "megatron-core rejected the configuration: "
 
