@@ -75,7 +75,13 @@ def decide_tp(planner: Planner) -> None:
     auto = user.tp_comm_overlap == "auto"
     if not user.tp_comm_overlap:
         _tp_off(planner, "user", "tp_comm_overlap=False in CommOverlapConfig")
-        if preset is not None:
+        chosen_by = _automatic_choice(planner)
+        if chosen_by is not None:
+            # The recipe chose it for a TP-overlap run; turning TP overlap off is no mistake.
+            planner.notes.append(
+                f"tp_comm_overlap=False: the userbuffers preset goes unused (it was {chosen_by})."
+            )
+        elif preset is not None:
             planner.warnings.append(
                 "tp_comm_overlap_cfg is set but tp_comm_overlap=False, so the preset is "
                 "ignored; set tp_comm_overlap=True to use it or drop the preset."
