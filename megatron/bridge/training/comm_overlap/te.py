@@ -15,6 +15,7 @@ import contextlib
 import functools
 import importlib
 import sys
+import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -175,6 +176,11 @@ def te_version_at_least(version: str | None, minimum: tuple[int, int]) -> bool:
     return parsed is not None and parsed >= minimum
 
 
+_SEEN_VERSION_LOCK = threading.RLock()
+"""Held while :func:`megatron_core_sees` has megatron-core's process-wide TE version changed
+(re-entrant: a block inside another, on the same thread, sets and restores in turn)."""
+
+
 @contextlib.contextmanager
 def megatron_core_sees(status: TEStatus | None) -> Iterator[None]:
     """While the block runs, megatron-core's TE version checks read ``status``'s version.
@@ -187,8 +193,9 @@ def megatron_core_sees(status: TEStatus | None) -> Iterator[None]:
     old value back afterwards, also when the block raises. Only the version is set: whether
     TE imports (megatron-core's ``HAVE_TE`` flags, its layer specs) does not change, so nothing
     that needs TE runs as if TE were here. A status that is None, unavailable or of unknown
-    version leaves megatron-core reading what is installed. Not thread-safe: megatron-core's
-    cache is one per process.
+    version leaves megatron-core reading what is installed. megatron-core's cache is one per
+    process, so blocks of different threads run one at a time (:data:`_SEEN_VERSION_LOCK`):
+    each reads its own version, and the cache ends as it began.
     """
     if status is None or not status.available or status.version is None:
         yield
@@ -197,9 +204,10 @@ def megatron_core_sees(status: TEStatus | None) -> Iterator[None]:
     from megatron.core import utils as mcore_utils
     from packaging.version import Version
 
-    before = mcore_utils._te_version
-    mcore_utils._te_version = Version(status.version)
-    try:
-        yield
-    finally:
-        mcore_utils._te_version = before
+    with _SEEN_VERSION_LOCK:
+        before = mcore_utils._te_version
+        mcore_utils._te_version = Version(status.version)
+        try:
+            yield
+        finally:
+            mcore_utils._te_version = before
