@@ -49,16 +49,23 @@ def group_name(name: str, spec: Any) -> str:
     return f"{name} {spec.job.gpu} {spec.precision} {spec.job.world_size}"
 
 
-def group_row(name: str, spec: Any) -> dict[str, Any]:
-    """The search of one published group: where its published layout ranks and the top one."""
+def published_search(spec: Any, *, top: int = 1) -> Any:
+    """The search at the GPU count and global batch of ``spec``'s job, its layout costed as the
+    published one; the ``top`` layouts ranked."""
     job = spec.job
-    result = search(
+    return search(
         spec,
         world_sizes=[job.world_size],
         global_batch_size=job.global_batch_size,
-        top=1,
+        top=top,
         published=spec,
     )
+
+
+def group_row(name: str, spec: Any) -> dict[str, Any]:
+    """The search of one published group: where its published layout ranks and the top one."""
+    job = spec.job
+    result = published_search(spec)
     top = result.ranked[0] if result.ranked else None
     return {
         "group": group_name(name, spec),

@@ -35,7 +35,7 @@ from typing import Any
 
 import nemo_run as run
 
-from megatron.bridge.cli.parser import add_gpu_and_precision
+from megatron.bridge.cli.job_arguments import add_gpu_and_precision
 from megatron.bridge.utils.root_logger import root_logger_preserved
 
 CHECK_MODULE = "megatron.bridge.check"

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import nemo_run as run
 
-from megatron.bridge.cli.parser import add_gpu_and_precision
+from megatron.bridge.cli.job_arguments import add_gpu_and_precision
 from megatron.bridge.recipes import gpt3_175b
 from megatron.bridge.recipes.run_plugins import NsysPlugin, PerfEnvPlugin, no_script_args
 from megatron.bridge.utils.root_logger import root_logger_preserved

@@ -209,6 +209,39 @@ def layout_fields(**sizes) -> dict:
     return {_LAYOUT_NAMES[name]: size for name, size in sizes.items()}
 
 
+def short_layout(model) -> dict:
+    """The layout of ``model`` (a description, a provider or a ``TransformerConfig``) by the short
+    names of :func:`layout_fields`."""
+    return {name: getattr(model, field) for name, field in _LAYOUT_NAMES.items()}
+
+
+#: Short size names tests use, and the model field each one sets.
+_SIZE_NAMES = {
+    "layers": "num_layers",
+    "hidden": "hidden_size",
+    "heads": "num_attention_heads",
+    "groups": "num_query_groups",
+    "ffn": "ffn_hidden_size",
+    "seq": "seq_length",
+    "vocab": "vocab_size",
+}
+
+
+def size_fields(**sizes) -> dict:
+    """megatron-core's names for a model's sizes given by short names: ``layers=4`` ->
+    ``num_layers=4`` (also ``hidden``, ``heads``, ``groups``, ``ffn``, ``seq``, ``vocab``), for a
+    description, a provider or a ``TransformerConfig``."""
+    return {_SIZE_NAMES[name]: size for name, size in sizes.items()}
+
+
+def mamba_fields(*, state: int, head_dim: int, groups: int, heads: int | None = None) -> dict:
+    """megatron-core's fields of a Mamba mixer: state size ``state``, heads ``head_dim`` wide in
+    ``groups`` groups, ``heads`` of them (None: megatron-core's count, the inner width over
+    ``head_dim``)."""
+    fields = {"mamba_state_dim": state, "mamba_head_dim": head_dim, "mamba_num_groups": groups}
+    return fields if heads is None else fields | {"mamba_num_heads": heads}
+
+
 #: A model megatron-core builds on a CPU in a moment, as model fields (a description's or a
 #: provider's): for tests whose point is not the model's size.
 TINY_MODEL_FIELDS = MappingProxyType(

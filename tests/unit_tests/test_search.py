@@ -14,13 +14,16 @@ import jsonschema
 import pytest
 
 from megatron.bridge.cli import EXIT_INVALID, EXIT_OK, main
-from megatron.bridge.cli.parser import world_sizes_argument
+from megatron.bridge.cli.argument_types import world_sizes_argument
 from megatron.bridge.recipes import available_recipes, recipe_spec
 from megatron.bridge.search import search
 from megatron.bridge.search.bound import throughput_ceiling
 from megatron.bridge.search.report import SEARCH_SCHEMA_FILE
 from megatron.bridge.search.space import layouts, pipeline_splits
 from megatron.bridge.training.comm_overlap import check_layout
+from tests.unit_tests.repo_scripts import load_script
+
+SEARCH_PUBLISHED = load_script("benchmarks/search_published.py")
 
 
 def _small(name: str) -> list[str]:
@@ -96,15 +99,7 @@ def test_text_output_names_the_overlap_memory_and_exposed_communication(
 def test_the_counts_account_for_every_layout_tried(name: str) -> None:
     # With the published layout costed first (and generated again by the search): each layout
     # tried ends in one count.
-    spec = recipe_spec(name)
-    job = spec.job
-    result = search(
-        spec,
-        world_sizes=[job.world_size],
-        global_batch_size=job.global_batch_size,
-        top=3,
-        published=spec,
-    )
+    result = SEARCH_PUBLISHED.published_search(recipe_spec(name), top=3)
     counts = result.counts
     assert result.published is not None
     ends = ("pruned", "rejected", "no_fit", "skipped", "costed")
@@ -228,7 +223,6 @@ def test_the_picture_holds_the_digest_of_what_it_draws(tmp_path) -> None:
     # matplotlib is a dev dependency (the plot extra): the picture is drawn, never skipped.
     from megatron.bridge.search.plot import plot_search, search_picture
     from megatron.bridge.training.estimate_plot import picture_digest
-    from tests.unit_tests.repo_scripts import load_script
 
     spec = recipe_spec("llama3_8b").changed(world_size=8, global_batch_size=16)
     result = search(spec, world_sizes=(8,), global_batch_size=16, top=3)

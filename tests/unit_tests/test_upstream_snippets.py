@@ -19,6 +19,7 @@ import yaml
 from megatron.bridge.models import GPTModelProvider
 from megatron.bridge.training.comm_overlap import CommOverlapConfig
 from megatron.bridge.training.config import ConfigContainer, runtime_config_update
+from tests.unit_tests.conftest import size_fields
 
 SNIPPETS = yaml.safe_load((Path(__file__).parent / "data" / "upstream_snippets.yaml").read_text())[
     "snippets"
@@ -38,12 +39,7 @@ def _gpt3_175b() -> GPTModelProvider:
     # The GPT-3 175B shape (megatron/bridge/recipes/models.json, gpt3_175b): the one the seed's
     # preset userbuffers_bf16_h100_h12288_tp4_mbs1_seqlen2048 is published for.
     return GPTModelProvider(
-        num_layers=96,
-        hidden_size=12288,
-        num_attention_heads=96,
-        ffn_hidden_size=49152,
-        vocab_size=51200,
-        seq_length=2048,
+        **size_fields(layers=96, hidden=12288, heads=96, ffn=49152, vocab=51200, seq=2048)
     )
 
 
@@ -53,14 +49,8 @@ def _qwen3_30b_a3b(**layout) -> GPTModelProvider:
     # the snippets' prerequisite).
     return GPTModelProvider(
         moe_token_dispatcher_type="alltoall",
-        num_layers=48,
-        hidden_size=2048,
-        num_attention_heads=32,
-        num_query_groups=4,
+        **size_fields(layers=48, hidden=2048, heads=32, groups=4, ffn=6144, vocab=151936, seq=4096),
         kv_channels=128,
-        ffn_hidden_size=6144,
-        vocab_size=151936,
-        seq_length=4096,
         num_moe_experts=128,
         moe_router_topk=8,
         moe_ffn_hidden_size=768,

@@ -26,7 +26,7 @@ from megatron.bridge.check.compare import compare_reports
 from megatron.bridge.check.cuda import _cuda_timings
 from megatron.bridge.check.ranks import _check_rank, gather_outcomes
 from megatron.bridge.check.render import _error_lines, _render
-from megatron.bridge.cli.parser import add_gpu_and_precision
+from megatron.bridge.cli.job_arguments import add_gpu_and_precision
 from megatron.bridge.training.validators import positive_int_argument
 
 __all__ = ["EXIT_DISAGREE", "EXIT_ERROR", "EXIT_OK", "JSON_SCHEMA_VERSION", "build_parser", "main"]

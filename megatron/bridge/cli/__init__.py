@@ -15,7 +15,9 @@ for all of them.
 
 The parts, one file each:
 
-- ``parser``: the command line (:func:`build_parser`);
+- ``parser``: the command line, its subcommands and their flags' bounds (:func:`build_parser`);
+- ``job_arguments``: the flags that describe the job, shared by ``explain`` and ``search``;
+- ``argument_types``: the argparse types of the flags that take more than a number;
 - ``flags``: the job the flags describe (:data:`FLAG_FIELDS`, :data:`REFERENCE`,
   :func:`flags_spec`);
 - ``recipes``: ``bridge-overlap recipes`` (:func:`list_recipes`);

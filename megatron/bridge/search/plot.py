@@ -11,7 +11,7 @@ from typing import Any
 
 from megatron.bridge.search.engine import Candidate, SearchResult
 from megatron.bridge.search.report import layout_label
-from megatron.bridge.training.estimate_plot import picture_digest
+from megatron.bridge.training.estimate_plot import load_pyplot, picture_digest, picture_path
 
 __all__ = ["plot_search", "search_picture"]
 
@@ -49,20 +49,9 @@ def plot_search(result: SearchResult, path: str | Path, *, title: str | None = N
 
     The file's ``Description`` metadata holds :func:`picture_digest` of :func:`search_picture`.
     """
-    path = Path(path)
-    if path.suffix.lower() not in (".png", ".svg"):
-        raise ValueError(f"the search picture is written as .png or .svg, got {path.name!r}.")
+    path = picture_path(path, "the search picture is written as")
     picture = search_picture(result, title=title)
-    try:
-        import matplotlib
-    except ImportError as exc:
-        raise ImportError(
-            "the search picture needs matplotlib: install the plot extra "
-            "(pip install 'megatron-bridge-overlap[plot]', or uv sync --extra plot)."
-        ) from exc
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = load_pyplot("the search picture")
     fig, ax = plt.subplots(figsize=(8, 4.5))
     memory, speed = zip(*picture["points"], strict=True)
     ax.scatter(memory, speed, s=10, color="#4c72b0", alpha=0.6, label="costed layouts")

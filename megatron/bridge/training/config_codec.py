@@ -47,7 +47,7 @@ from typing import Any
 
 import yaml
 
-from megatron.bridge.training import hardware
+from megatron.bridge.training import hardware, yaml_loader
 from megatron.bridge.training.comm_overlap import CommOverlapConfig
 from megatron.bridge.training.env_vars import DerivedEnv, check_env_vars
 from megatron.bridge.training.mixed_precision import (
@@ -67,7 +67,6 @@ from megatron.bridge.training.value_types import (
     check_value,
     import_object,
 )
-from megatron.bridge.training import yaml_loader
 from megatron.bridge.training.yaml_loader import YamlLoader
 
 __all__ = [

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from megatron.bridge.training.estimate.result import Estimate, Prediction
 
-__all__ = ["picture_digest", "plot_step", "step_picture"]
+__all__ = ["load_pyplot", "picture_digest", "picture_path", "plot_step", "step_picture"]
 
 _COLOURS = {
     "bubble": "#bbbbbb",
@@ -95,6 +95,31 @@ def picture_digest(picture: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def picture_path(path: str | Path, refusal: str) -> Path:
+    """``path`` as a ``Path``; a ``ValueError`` (``refusal`` + " .png or .svg, got <name>.")
+    unless its suffix names a PNG or an SVG file."""
+    path = Path(path)
+    if path.suffix.lower() not in (".png", ".svg"):
+        raise ValueError(f"{refusal} .png or .svg, got {path.name!r}.")
+    return path
+
+
+def load_pyplot(user: str) -> Any:
+    """matplotlib's ``pyplot`` on the Agg backend (no display needed); an ``ImportError`` saying
+    that ``user`` needs the plot extra where matplotlib is not installed."""
+    try:
+        import matplotlib
+    except ImportError as exc:
+        raise ImportError(
+            f"{user} needs matplotlib: install the plot extra "
+            "(pip install 'megatron-bridge-overlap[plot]', or uv sync --extra plot)."
+        ) from exc
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def _draw(ax, panel: dict[str, Any]) -> None:
     """The compute lane (row 0) and one lane per link."""
     for kind, start, ms in panel["compute"]:
@@ -122,20 +147,10 @@ def plot_step(estimate: Estimate, path: str | Path, *, title: str | None = None)
 
     The file's ``Description`` metadata holds :func:`picture_digest` of what it draws.
     """
-    path = Path(path)
-    if path.suffix.lower() not in (".png", ".svg"):
-        raise ValueError(f"plot_step writes .png or .svg, got {path.name!r}.")
+    path = picture_path(path, "plot_step writes")
     picture = step_picture(estimate, title=title)
-    try:
-        import matplotlib
-    except ImportError as exc:
-        raise ImportError(
-            "plot_step needs matplotlib: install the plot extra "
-            "(pip install 'megatron-bridge-overlap[plot]', or uv sync --extra plot)."
-        ) from exc
-    matplotlib.use("Agg")
+    plt = load_pyplot("plot_step")
     import matplotlib.patches
-    import matplotlib.pyplot as plt
 
     end = max(panel["step_ms"] for panel in picture["panels"])
     fig, axes = plt.subplots(2, 1, figsize=(11, 4.2), sharex=True)

@@ -39,14 +39,13 @@ from typing import Any
 
 import yaml
 
-from megatron.bridge.training import hardware
+from megatron.bridge.training import hardware, yaml_loader
 from megatron.bridge.training.comm_overlap import CommOverlapConfig
 from megatron.bridge.training.config import ConfigContainer, check_env_vars
 from megatron.bridge.training.mixed_precision import get_mixed_precision_config
 from megatron.bridge.training.userbuffers import PUBLISHED_PRESETS
 from megatron.bridge.training.validators import LIMITS, check_limit
 from megatron.bridge.training.value_types import ConfigValueError, check_field
-from megatron.bridge.training import yaml_loader
 
 __all__ = [
     "OVERRIDE_SECTIONS",

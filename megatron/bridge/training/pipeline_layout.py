@@ -388,6 +388,17 @@ def _validate_layer_layout(
         )
 
 
+def _share(total: int, parts: int, problem: str, knob: str, otherwise: str) -> int:
+    """``total // parts``; where ``parts`` does not divide ``total``, a ``ValueError`` saying
+    ``problem``, the ``knob`` sizes that divide ``total``, then ``otherwise`` (the other fixes)."""
+    if total % parts:
+        fits = [d for d in divisors(total) if d > 1]
+        raise ValueError(
+            f"{problem}; choose a {knob} that divides {total} (e.g. {fits[:6]}){otherwise}."
+        )
+    return total // parts
+
+
 def _even_split(
     num_layers: int | None, pp_size: int, vpp_size: int | None, embedding: bool, loss: bool
 ) -> tuple[tuple[int, ...], ...] | None:
@@ -403,25 +414,24 @@ def _even_split(
         extra.append("1 for the loss")
     counted = num_layers + len(extra)
     shown = f"num_layers={num_layers}" + (f" + {' + '.join(extra)} = {counted}" if extra else "")
-    if counted % pp_size:
-        fits = [d for d in divisors(counted) if d > 1]
-        raise ValueError(
-            f"{shown} does not split evenly over pipeline_model_parallel_size={pp_size}; "
-            f"choose a pipeline_model_parallel_size that divides {counted} (e.g. {fits[:6]}), "
-            f"or change num_layers, the account_for_*_in_pipeline_split flags, or size the "
-            f"first and last stages ({_FIRST} / {_LAST})."
-        )
-    per_rank = counted // pp_size
+    per_rank = _share(
+        counted,
+        pp_size,
+        f"{shown} does not split evenly over pipeline_model_parallel_size={pp_size}",
+        "pipeline_model_parallel_size",
+        ", or change num_layers, the account_for_*_in_pipeline_split flags, or size the first "
+        f"and last stages ({_FIRST} / {_LAST})",
+    )
     vpp = vpp_size or 1
-    if per_rank % vpp:
-        fits = [d for d in divisors(per_rank) if d > 1]
-        raise ValueError(
-            f"{shown} over pipeline_model_parallel_size={pp_size} gives {per_rank} layers per "
-            f"pipeline rank, not divisible by virtual_pipeline_model_parallel_size={vpp_size}; "
-            f"choose a virtual_pipeline_model_parallel_size that divides {per_rank} "
-            f"(e.g. {fits[:6]}) or None for no interleaving."
-        )
-    layers = [[per_rank // vpp] * vpp for _ in range(pp_size)]
+    per_stage = _share(
+        per_rank,
+        vpp,
+        f"{shown} over pipeline_model_parallel_size={pp_size} gives {per_rank} layers per "
+        f"pipeline rank, not divisible by virtual_pipeline_model_parallel_size={vpp_size}",
+        "virtual_pipeline_model_parallel_size",
+        " or None for no interleaving",
+    )
+    layers = [[per_stage] * vpp for _ in range(pp_size)]
     if embedding:
         layers[0][0] -= 1
     if loss:

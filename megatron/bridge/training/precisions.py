@@ -89,17 +89,46 @@ def _fields(
     )
 
 
-# The compute capabilities Transformer Engine runs each recipe's GEMMs on; below them TE raises
-# at the first autocast (transformer_engine/pytorch/quantization.py, check_recipe_support):
+# The compute capabilities Transformer Engine runs each recipe's GEMMs on: the oldest, and the
+# first that no longer does (None: every newer one does). Below them TE raises at the first
+# autocast (transformer_engine/pytorch/quantization.py, check_recipe_support):
 # _compute_fp8_support: 8.9 (Ada) or newer for delayed and current scaling;
 # _compute_fp8_block_scaling_support: 9.0 or newer (and CUDA 12.9) for blockwise scaling;
 # _compute_mxfp8_support: 10.0 (Blackwell) or newer, and not 12.0 or newer ("not supported on
 # 12.0+ architectures yet"); _compute_nvfp4_support: 10.0 or newer. megatron-core's
 # fp4_utils.get_fp4_align_size: "FP4 GEMM requires Blackwell and later architectures".
-_FP8 = (8, 9)
-_FP8_BLOCK = (9, 0)
-_MXFP8 = ((10, 0), (12, 0))
+_TE_FP8_SUPPORT: Mapping[str, tuple[tuple[int, int], tuple[int, int] | None]] = MappingProxyType(
+    {
+        "delayed": ((8, 9), None),
+        "tensorwise": ((8, 9), None),
+        "blockwise": ((9, 0), None),
+        "mxfp8": ((10, 0), (12, 0)),
+    }
+)
 _NVFP4 = (10, 0)
+
+
+def _fp8(
+    mixed_precision: str,
+    title: str,
+    fp8: str,
+    recipe: str,
+    *,
+    quantized_params: Literal["fp8"] | None = "fp8",
+) -> PrecisionSetting:
+    """An FP8 precision: bf16 with FP8 GEMMs in megatron-core's ``fp8`` format and ``recipe``,
+    gradients reduced in fp32, the ``userbuffers_fp8_*`` presets, the GPUs TE runs it on."""
+    return PrecisionSetting(
+        mixed_precision,
+        _fields(fp8=fp8, recipe=recipe),
+        True,
+        title,
+        "fp8",
+        "fp8",
+        *_TE_FP8_SUPPORT[recipe],
+        quantized_params=quantized_params,
+    )
+
 
 #: Every training precision: its mixed-precision preset (Megatron-Bridge
 #: ``scripts/performance/utils/precision.py`` ``get_precision_config`` for the names it knows)
@@ -108,45 +137,20 @@ PRECISIONS: Mapping[str, PrecisionSetting] = MappingProxyType(
     {
         "bf16": PrecisionSetting("bf16_mixed", _fields(), True, "BF16", "bf16", "bf16"),
         "fp16": PrecisionSetting("fp16_mixed", _fields(fp16=True), True, "FP16", "fp16", "bf16"),
-        "fp8_ds": PrecisionSetting(
-            "bf16_with_fp8_delayed_scaling_mixed",
-            _fields(fp8="hybrid", recipe="delayed"),
-            True,
-            "FP8 delayed scaling",
-            "fp8",
-            "fp8",
-            _FP8,
-            quantized_params="fp8",
+        "fp8_ds": _fp8(
+            "bf16_with_fp8_delayed_scaling_mixed", "FP8 delayed scaling", "hybrid", "delayed"
         ),
-        "fp8_cs": PrecisionSetting(
-            "bf16_with_fp8_current_scaling_mixed",
-            _fields(fp8="hybrid", recipe="tensorwise"),
-            True,
-            "FP8 current scaling",
-            "fp8",
-            "fp8",
-            _FP8,
-            quantized_params="fp8",
+        "fp8_cs": _fp8(
+            "bf16_with_fp8_current_scaling_mixed", "FP8 current scaling", "hybrid", "tensorwise"
         ),
-        "fp8_sc": PrecisionSetting(
+        "fp8_sc": _fp8(
             "bf16_with_fp8_subchannel_scaling_mixed",
-            _fields(fp8="hybrid", recipe="blockwise"),
-            True,
             "FP8 sub-channel (blockwise) scaling",
-            "fp8",
-            "fp8",
-            _FP8_BLOCK,
+            "hybrid",
+            "blockwise",
+            quantized_params=None,
         ),
-        "fp8_mx": PrecisionSetting(
-            "bf16_with_mxfp8_mixed",
-            _fields(fp8="e4m3", recipe="mxfp8"),
-            True,
-            "MXFP8",
-            "fp8",
-            "fp8",
-            *_MXFP8,
-            quantized_params="fp8",
-        ),
+        "fp8_mx": _fp8("bf16_with_mxfp8_mixed", "MXFP8", "e4m3", "mxfp8"),
         "nvfp4": PrecisionSetting(
             "bf16_with_nvfp4_mixed",
             _fields(fp4="e2m1"),

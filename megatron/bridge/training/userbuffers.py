@@ -28,6 +28,7 @@ __all__ = [
     "PRESET_GPU_FAMILIES",
     "PUBLISHED_PRESETS",
     "BulkOverlapCfg",
+    "GemmOverlapCfg",
     "PipelineOverlapCfg",
     "PresetChoice",
     "PresetShape",
@@ -140,6 +141,7 @@ class PipelineOverlapCfg(_GemmOverlapCfg):
 
 
 GemmOverlapCfg = BulkOverlapCfg | RingExchangeOverlapCfg | PipelineOverlapCfg
+"""A GEMM's userbuffer config: one config type per TE overlap method."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -173,9 +175,7 @@ class TransformerLayerTPOverlapCfg:
     def __post_init__(self) -> None:
         for name in GEMM_NAMES:
             value = getattr(self, name)
-            if value is not None and not isinstance(
-                value, BulkOverlapCfg | RingExchangeOverlapCfg | PipelineOverlapCfg
-            ):
+            if value is not None and not isinstance(value, GemmOverlapCfg):
                 raise TypeError(
                     f"TransformerLayerTPOverlapCfg.{name} must be a BulkOverlapCfg, "
                     f"RingExchangeOverlapCfg, PipelineOverlapCfg or None, got {type(value).__name__}."

@@ -18,26 +18,22 @@ import difflib
 import os
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import Any, get_args
 
 from megatron.bridge.training.userbuffers import (
     GEMM_NAMES,
     PUBLISHED_PRESETS,
-    BulkOverlapCfg,
-    PipelineOverlapCfg,
-    RingExchangeOverlapCfg,
+    GemmOverlapCfg,
     TransformerLayerTPOverlapCfg,
 )
 
 __all__ = ["PresetSource", "load_preset", "load_tp_overlap_cfg", "reads_file"]
 
-_CFG_TYPES = (BulkOverlapCfg, RingExchangeOverlapCfg, PipelineOverlapCfg)
-
 #: The config type for each TE overlap method name (read from the types' ``method`` default).
 _CFG_BY_METHOD: Mapping[str, type] = MappingProxyType(
     {
         next(f.default for f in dataclasses.fields(cls) if f.name == "method"): cls
-        for cls in _CFG_TYPES
+        for cls in get_args(GemmOverlapCfg)
     }
 )
 

@@ -31,7 +31,7 @@ __all__ = [
 
 class LimitError(ValueError):
     """A size or count above the bound ``bridge-overlap`` and the planner accept
-    (``megatron.bridge.training.job.LIMITS``): raised before any planning or simulation."""
+    (:data:`LIMITS`): raised before any planning or simulation."""
 
 
 def _label(owner: str, name: str) -> str:

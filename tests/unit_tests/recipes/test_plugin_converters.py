@@ -1,4 +1,4 @@
-"""Script-args converters of the NeMo-Run plugins (megatron/bridge/recipes/run_plugins.py).
+"""Script-args converters of the NeMo-Run plugins (megatron/bridge/recipes/run_plugins/).
 
 Converters follow upstream Megatron-Bridge's convention: called once with the plugin's
 ``*ScriptArgs`` dataclass, returning the list of script arguments.

@@ -1,4 +1,4 @@
-"""NeMo-Run plugins (megatron/bridge/recipes/run_plugins.py) on real NeMo-Run objects."""
+"""NeMo-Run plugins (megatron/bridge/recipes/run_plugins/) on real NeMo-Run objects."""
 
 import importlib
 import logging

@@ -12,15 +12,16 @@ from megatron.bridge.recipes import recipe_spec
 from megatron.bridge.training import hardware
 from megatron.bridge.training.comm_overlap import CommOverlapConfig, plan_comm_overlap
 from megatron.bridge.training.estimate import estimate_step
+from megatron.bridge.training.estimate.compute import _seconds_per_flop
 from megatron.bridge.training.estimate.model_cost import ModelCost
 from megatron.bridge.training.estimate.stage import (
     bf16_layer_indices,
     busiest_stage,
     rank_layer_indices,
 )
-from megatron.bridge.training.estimate.step import _seconds_per_flop
 from megatron.bridge.training.job import JobDescription
 from megatron.bridge.training.pipeline_layout import stage_layers
+from tests.unit_tests.conftest import layout_fields
 from tests.unit_tests.jobs import dense_model
 
 
@@ -35,8 +36,7 @@ def test_interleaved_ranks_hold_the_layers_of_their_virtual_stages():
     # rank r as the (v x 2 + r)-th run, so rank 0 holds layers 0-3 and 8-11, rank 1 4-7 and
     # 12-15. The first layer and the last six stay in BF16: 0, 10-15.
     job = _job(
-        pipeline_model_parallel_size=2,
-        virtual_pipeline_model_parallel_size=2,
+        **layout_fields(pp_size=2, vpp_size=2),
         first_last_layers_bf16=True,
         num_layers_at_start_in_bf16=1,
         num_layers_at_end_in_bf16=6,

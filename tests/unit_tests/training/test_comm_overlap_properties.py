@@ -28,7 +28,7 @@ from megatron.bridge.training.comm_overlap import (
     plan_comm_overlap,
 )
 from megatron.bridge.training.job import JobDescription, ModelDescription
-from tests.unit_tests.conftest import layout_fields
+from tests.unit_tests.conftest import layout_fields, size_fields
 from tests.unit_tests.jobs import OPTIONAL_BOOL_KNOBS, bool_knob_requests
 
 sizes = st.sampled_from([1, 2, 4, 8])
@@ -136,9 +136,7 @@ def valid_model_layouts(draw):
 
 def _real_configs(layout):
     model = TransformerConfig(
-        num_layers=8,
-        hidden_size=256,
-        num_attention_heads=8,
+        **size_fields(layers=8, hidden=256, heads=8),
         bf16=True,
         pipeline_dtype=torch.bfloat16,
         num_moe_experts=4 if layout["parallel"]["ep_size"] > 1 else None,

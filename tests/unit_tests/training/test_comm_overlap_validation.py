@@ -122,22 +122,22 @@ def test_param_gather_with_optimizer_step_needs_the_distributed_optimizer():
         _setup(co, make_configs(distributed_optimizer=False), dp=8)
 
 
-def test_param_gather_with_optimizer_step_honoured_with_a_checkpoint_warning():
+def interleaved_optimizer_step_gather(co: CommOverlapConfig):
+    """The plan of ``co``, which asks for overlap_param_gather_with_optimizer_step, on PP4 x VPP2
+    at DP8, once the optimizer config is seen to keep the setting."""
     cfgs = make_configs(pp=4, vpp=2)
-    plan = _setup(
-        CommOverlapConfig(tp_comm_overlap=False, overlap_param_gather_with_optimizer_step=True),
-        cfgs,
-        dp=8,
-    )
+    plan = _setup(co, cfgs, dp=8)
     assert cfgs.optimizer.overlap_param_gather_with_optimizer_step is True
+    return plan
+
+
+def test_param_gather_with_optimizer_step_honoured_with_a_checkpoint_warning():
+    knobs = {"tp_comm_overlap": False, "overlap_param_gather_with_optimizer_step": True}
+    plan = interleaved_optimizer_step_gather(CommOverlapConfig(**knobs))
     assert any("checkpointing" in w for w in plan.warnings)
     # A caution about a knowingly chosen setting: strict mode keeps it a warning.
-    strict = CommOverlapConfig(
-        tp_comm_overlap=False, overlap_param_gather_with_optimizer_step=True, strict=True
-    )
-    assert any(
-        "checkpointing" in w for w in _setup(strict, make_configs(pp=4, vpp=2), dp=8).warnings
-    )
+    strict = interleaved_optimizer_step_gather(CommOverlapConfig(**knobs, strict=True))
+    assert any("checkpointing" in w for w in strict.warnings)
 
 
 def test_user_overlap_p2p_false_falls_back_to_batched_p2p():

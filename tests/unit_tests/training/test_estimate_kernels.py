@@ -11,6 +11,7 @@ from megatron.bridge.training.estimate import estimate_step, kernels
 from megatron.bridge.training.estimate.model_cost import ModelCost
 from megatron.bridge.training.hardware import gpu_spec
 from megatron.bridge.training.job import ModelDescription
+from tests.unit_tests.conftest import mamba_fields, size_fields
 from tests.unit_tests.repo_scripts import load_script
 
 PREDICT_PUBLISHED = load_script("benchmarks/predict_published.py")
@@ -18,11 +19,7 @@ PREDICT_PUBLISHED = load_script("benchmarks/predict_published.py")
 
 def _moe(**fields) -> ModelDescription:
     base = {
-        "num_layers": 4,
-        "hidden_size": 1024,
-        "num_attention_heads": 8,
-        "vocab_size": 1024,
-        "seq_length": 1024,
+        **size_fields(layers=4, hidden=1024, heads=8, vocab=1024, seq=1024),
         "num_moe_experts": 64,
         "moe_router_topk": 4,
         "moe_ffn_hidden_size": 512,
@@ -120,16 +117,9 @@ def test_ssd_flops_by_hand():
     # Q 128, N 128, P 64, 64 heads, 8 groups: forward 8 x 2 x 128 x 128 + 64 x (4 x 128 x 64
     # + 2 x 128 x 64) = 262144 + 3145728; training three times that.
     model = ModelDescription(
-        num_layers=2,
-        hidden_size=2048,
-        num_attention_heads=16,
-        vocab_size=1024,
-        seq_length=1024,
+        **size_fields(layers=2, hidden=2048, heads=16, vocab=1024, seq=1024),
         hybrid_layer_pattern="M*",
-        mamba_num_heads=64,
-        mamba_head_dim=64,
-        mamba_state_dim=128,
-        mamba_num_groups=8,
+        **mamba_fields(state=128, head_dim=64, groups=8, heads=64),
     )
     assert kernels.ssd_flops_per_token(model) == 3 * (262144 + 3145728)
 

@@ -1,4 +1,4 @@
-"""Tests for megatron/bridge/training/estimate/memory.py: memory per GPU against Megatron-LM's
+"""Tests for megatron/bridge/training/estimate/memory/: memory per GPU against Megatron-LM's
 formula, and how each setting moves it.
 
 The anchor is Megatron-LM ``megatron/training/theoretical_memory_usage.py``
@@ -22,18 +22,14 @@ from megatron.bridge.training.comm_overlap import CommOverlapConfig, plan_comm_o
 from megatron.bridge.training.estimate.memory import PARTS, estimate_memory, memory_of_job
 from megatron.bridge.training.estimate.model_cost import ModelCost
 from megatron.bridge.training.job import JobDescription, ModelDescription
+from tests.unit_tests.conftest import size_fields
 from tests.unit_tests.small_models import buildable_on_cpu, built_parameters
 
 # A GPT of the shape Megatron-LM's formula assumes: multi-head attention (no GQA), a plain
 # (not gated) GeLU MLP, LayerNorm, dropout, no linear biases (the formula counts none), rotary
 # positions (the formula counts no position table), tied embeddings.
 GPT = ModelDescription(
-    num_layers=32,
-    hidden_size=4096,
-    num_attention_heads=32,
-    ffn_hidden_size=16384,
-    seq_length=2048,
-    vocab_size=50257,
+    **size_fields(layers=32, hidden=4096, heads=32, ffn=16384, seq=2048, vocab=50257),
     add_bias_linear=False,
     position_embedding_type="rope",
     hidden_dropout=0.1,
@@ -61,47 +57,56 @@ def _job(model: ModelDescription = GPT, *, tp=2, pp=1, vpp=None, dp=4, mbs=1, gb
     return JobDescription(model=model, world_size=tp * pp * dp, **fields)
 
 
+#: The ``args`` Megatron-LM's formula reads that the model description names alike.
+_MODEL_ARGS = (
+    "num_attention_heads",
+    "hidden_size",
+    "num_query_groups",
+    "moe_shared_expert_intermediate_size",
+    "moe_layer_freq",
+    "num_layers",
+    "moe_ffn_hidden_size",
+    "mtp_num_layers",
+    "normalization",
+    "multi_latent_attention",
+    "q_lora_rank",
+    "kv_lora_rank",
+    "qk_head_dim",
+    "qk_pos_emb_head_dim",
+    "v_head_dim",
+    "moe_latent_size",
+    "moe_router_topk",
+    "add_bias_linear",
+    "seq_length",
+    "recompute_granularity",
+)
+#: Those the job description names alike.
+_JOB_ARGS = ("world_size", "use_distributed_optimizer", "micro_batch_size", "sequence_parallel")
+#: Megatron-LM's names for the job's parallel sizes, and ours.
+_PARALLEL_ARGS = {
+    "tensor_model_parallel_size": "tp_size",
+    "pipeline_model_parallel_size": "pp_size",
+    "virtual_pipeline_model_parallel_size": "vpp_size",
+    "expert_model_parallel_size": "ep_size",
+    "expert_tensor_parallel_size": "etp_size",
+    "data_parallel_size": "dp_size",
+}
+
+
 def _args(job: JobDescription, micro_batches: int | None) -> SimpleNamespace:
     """The ``args`` Megatron-LM's formula reads, for ``job``."""
     m = job.model
     return SimpleNamespace(
+        **{name: getattr(m, name) for name in _MODEL_ARGS},
+        **{name: getattr(job, name) for name in _JOB_ARGS},
+        **{theirs: getattr(job, ours) for theirs, ours in _PARALLEL_ARGS.items()},
         kv_channels=m.head_dim,
-        num_attention_heads=m.num_attention_heads,
-        hidden_size=m.hidden_size,
         group_query_attention=m.num_query_groups is not None,
-        num_query_groups=m.num_query_groups,
         num_experts=m.num_moe_experts,
         swiglu=m.gated_linear_unit,
-        moe_shared_expert_intermediate_size=m.moe_shared_expert_intermediate_size,
-        moe_layer_freq=m.moe_layer_freq,
-        num_layers=m.num_layers,
-        moe_ffn_hidden_size=m.moe_ffn_hidden_size,
-        mtp_num_layers=m.mtp_num_layers,
-        normalization=m.normalization,
-        multi_latent_attention=m.multi_latent_attention,
-        q_lora_rank=m.q_lora_rank,
-        kv_lora_rank=m.kv_lora_rank,
-        qk_head_dim=m.qk_head_dim,
-        qk_pos_emb_head_dim=m.qk_pos_emb_head_dim,
-        v_head_dim=m.v_head_dim,
         padded_vocab_size=ModelCost(m).padded_vocab(job.tp_size),
         untie_embeddings_and_output_weights=not m.share_embeddings_and_output_weights,
         ffn_hidden_size=m.ffn_size,
-        moe_latent_size=m.moe_latent_size,
-        moe_router_topk=m.moe_router_topk,
-        add_bias_linear=m.add_bias_linear,
-        expert_tensor_parallel_size=job.etp_size,
-        expert_model_parallel_size=job.ep_size,
-        pipeline_model_parallel_size=job.pp_size,
-        tensor_model_parallel_size=job.tp_size,
-        virtual_pipeline_model_parallel_size=job.vpp_size,
-        world_size=job.world_size,
-        use_distributed_optimizer=job.use_distributed_optimizer,
-        data_parallel_size=job.dp_size,
-        seq_length=m.seq_length,
-        micro_batch_size=job.micro_batch_size,
-        sequence_parallel=job.sequence_parallel,
-        recompute_granularity=m.recompute_granularity,
         num_microbatches=micro_batches,
     )
 
@@ -300,10 +305,7 @@ def test_model_state_matches_megatron_lm(tp, pp, vpp, dp, mbs, gbs, dist_opt):
 # megatron-core keeps MLA's down-projections whole on each TP rank: MLA is compared at TP 1).
 MOE = dataclasses.replace(
     GPT,
-    num_layers=4,
-    hidden_size=1024,
-    num_attention_heads=16,
-    ffn_hidden_size=2816,
+    **size_fields(layers=4, hidden=1024, heads=16, ffn=2816),
     gated_linear_unit=True,
     activation_func="silu",
     normalization="RMSNorm",

@@ -22,14 +22,10 @@ from megatron.bridge.training.estimate.memory import memory_of_job, offloaded_la
 from megatron.bridge.training.estimate.model_cost import ModelCost
 from megatron.bridge.training.job import JobDescription, ModelDescription
 from megatron.bridge.training.model_rules import check_model
+from tests.unit_tests.conftest import size_fields
 
 MOE = ModelDescription(
-    num_layers=4,
-    hidden_size=1024,
-    num_attention_heads=8,
-    ffn_hidden_size=4096,
-    seq_length=4096,
-    vocab_size=32000,
+    **size_fields(layers=4, hidden=1024, heads=8, ffn=4096, seq=4096, vocab=32000),
     num_moe_experts=8,
     moe_router_topk=2,
     moe_ffn_hidden_size=512,

@@ -19,17 +19,13 @@ import yaml
 from megatron.bridge.recipes import recipe_spec
 from megatron.bridge.training.estimate import ModelCost
 from megatron.bridge.training.job import ModelDescription
+from tests.unit_tests.conftest import size_fields
 
 # A DeepSeek-V4 attention small enough to count by hand: hidden 8, 2 heads of 3 + 1 rotary
 # query/key dims and 4 value dims, query rank 2, output rank 2 in 2 groups, a 2-token window,
 # sequence 16, one layer of each compression ratio, an indexer of 1 head of 2 with top-2.
 TINY_DSV4 = ModelDescription(
-    num_layers=3,
-    hidden_size=8,
-    num_attention_heads=2,
-    ffn_hidden_size=4,
-    vocab_size=128,
-    seq_length=16,
+    **size_fields(layers=3, hidden=8, heads=2, ffn=4, vocab=128, seq=16),
     multi_latent_attention=True,
     experimental_attention_variant="dsv4_hybrid",
     q_lora_rank=2,

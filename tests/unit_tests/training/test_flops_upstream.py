@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from megatron.bridge.recipes import recipe_spec
 from megatron.bridge.training.estimate import ModelCost
 from megatron.bridge.training.job import ModelDescription
+from tests.unit_tests.conftest import mamba_fields, size_fields
 
 _LLAMA_STYLE = dict(
     gated_linear_unit=True,
@@ -75,14 +76,7 @@ def test_flops_per_token_matches_published_rows(model, tflops, tokens_per_s, sou
 # --- numbers worked by hand ---------------------------------------------------------------------
 
 TINY = ModelDescription(
-    num_layers=4,
-    hidden_size=8,
-    num_attention_heads=2,
-    num_query_groups=1,
-    ffn_hidden_size=16,
-    vocab_size=128,
-    seq_length=8,
-    **_LLAMA_STYLE,
+    **size_fields(layers=4, hidden=8, heads=2, groups=1, ffn=16, vocab=128, seq=8), **_LLAMA_STYLE
 )
 
 
@@ -118,15 +112,9 @@ def test_a_mamba_layer_by_hand():
     # h 4: d_inner 8, 4 heads of 2, 1 group, state 2. in_proj 2 x 4 x (16 + 4 + 4) = 192,
     # scan 7 x 8 x 2 = 112, out_proj 2 x 8 x 4 = 64 forward FLOPs per token; x 3 to train.
     model = ModelDescription(
-        num_layers=1,
-        hidden_size=4,
-        num_attention_heads=1,
-        vocab_size=128,
-        seq_length=8,
+        **size_fields(layers=1, hidden=4, heads=1, vocab=128, seq=8),
         hybrid_layer_pattern="M",
-        mamba_state_dim=2,
-        mamba_head_dim=2,
-        mamba_num_groups=1,
+        **mamba_fields(state=2, head_dim=2, groups=1),
     )
     assert ModelCost(model).decoder_flops_per_token() == 3 * (192 + 112 + 64)
     assert ModelCost(model).flops_per_token() == 3 * (192 + 112 + 64) + 6 * 4 * 128
@@ -173,6 +161,10 @@ shapes = st.fixed_dictionaries(
 )
 
 
+#: The routed experts of the MoE layers the structure tests add: 8 of width 64, top-2.
+_EXPERTS = {"num_moe_experts": 8, "moe_router_topk": 2, "moe_ffn_hidden_size": 64}
+
+
 def _model(shape: dict, **fields) -> ModelDescription:
     groups = shape["num_attention_heads"] // 2 or 1
     return ModelDescription(num_query_groups=groups, **shape, **fields)
@@ -203,7 +195,7 @@ def test_moe_layer_freq_int_and_list_forms_agree(shape, experts, topk, freq):
 def test_an_mtp_layer_adds_a_layer_its_projection_and_a_head(shape, moe, mla, tp):
     fields = {"multi_latent_attention": mla}
     if moe:
-        fields.update(num_moe_experts=8, moe_router_topk=2, moe_ffn_hidden_size=64)
+        fields.update(_EXPERTS)
         fields.update(moe_layer_freq=(0,) * (shape["num_layers"] - 1) + (1,))
     base = _model(shape, **fields)
     longer = dataclasses.replace(
@@ -224,13 +216,7 @@ def test_an_mtp_layer_adds_a_layer_its_projection_and_a_head(shape, moe, mla, tp
 def test_a_hybrid_attention_mlp_pattern_is_a_transformer(shape, moe, latent):
     fields = {}
     if moe:
-        fields = dict(
-            num_moe_experts=8,
-            moe_router_topk=2,
-            moe_ffn_hidden_size=64,
-            moe_shared_expert_intermediate_size=32,
-            moe_latent_size=latent,
-        )
+        fields = {**_EXPERTS, "moe_shared_expert_intermediate_size": 32, "moe_latent_size": latent}
     transformer = _model(shape, **fields)
     hybrid = dataclasses.replace(
         transformer,

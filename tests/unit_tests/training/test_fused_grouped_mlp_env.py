@@ -33,7 +33,8 @@ from megatron.bridge.training.launch_env import (
     cutedsl_fused_grouped_mlp,
     plan_launch_env_for,
 )
-from megatron.bridge.training.model_rules import _check_te_op_fuser, check_model
+from megatron.bridge.training.model_rules import check_model
+from megatron.bridge.training.model_rules.te_op_fuser import check_te_op_fuser
 
 _NAME = NVTE_CUTEDSL_FUSED_GROUPED_MLP
 
@@ -265,7 +266,7 @@ def test_the_op_fuser_rule_refuses_exactly_what_megatron_cores_check_finds_unsup
         )
         supported = te_on_a_cpu_machine(module)
         try:
-            _check_te_op_fuser(model, etp=etp, te_version=te_version)
+            check_te_op_fuser(model, etp=etp, te_version=te_version)
             refused = False
         except ValueError as exc:
             refused = True

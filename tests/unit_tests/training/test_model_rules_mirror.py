@@ -1,4 +1,4 @@
-"""Model-config rules (megatron/bridge/training/model_rules.py), against megatron-core itself.
+"""Model-config rules (megatron/bridge/training/model_rules/), against megatron-core itself.
 
 The property: for a generated job description, our torch-free verdict (the layout check and
 ``check_model``) rejects exactly when megatron-core's ``TransformerConfig`` built from the
@@ -159,6 +159,15 @@ CUDA_GRAPH_IMPLS = list(typing.get_args(TRANSFORMER_CONFIG_FIELDS["cuda_graph_im
 # does not hold (grouped GEMM, MLA, gated delta net), so megatron-core's defaults reject them.
 RECOMPUTE_MODULES = ["core_attn", "layernorm", "mlp", "moe", "shared_experts"]
 UNSUPPORTED_RECOMPUTE_MODULES = ["moe_act", "mla_up_proj", "gdn_norm_out"]
+
+
+def recompute_module_lists(weight: int) -> st.SearchStrategy:
+    """None, or up to three distinct recompute module names: each of :data:`RECOMPUTE_MODULES`
+    ``weight`` times as likely as each unsupported or unknown one."""
+    names = mostly(RECOMPUTE_MODULES, [*UNSUPPORTED_RECOMPUTE_MODULES, "bogus"], weight)
+    return st.one_of(st.none(), st.lists(names, max_size=3, unique=True).map(tuple))
+
+
 TE_VERSIONS = [
     None,
     "0.0.0",
@@ -278,16 +287,7 @@ def model_settings(draw, moe: bool) -> dict:
     else:
         method = draw(st.sampled_from([None, "uniform", "block", "bogus"]))
         recompute_layers = draw(st.sampled_from([None, 1]))
-    recompute_modules = draw(
-        st.one_of(
-            st.none(),
-            st.lists(
-                mostly(RECOMPUTE_MODULES, [*UNSUPPORTED_RECOMPUTE_MODULES, "bogus"], 8),
-                max_size=3,
-                unique=True,
-            ).map(tuple),
-        )
-    )
+    recompute_modules = draw(recompute_module_lists(8))
     # The MoE capture regions carry most rules: drawn more often than attn, mlp and mamba.
     graph_names = [*CUDA_GRAPH_MODULE_NAMES, "moe", "moe_router", "moe_preprocess"]
     graph_modules = draw(
@@ -478,16 +478,7 @@ def recompute_models(draw) -> tuple[ModelDescription, str | None]:
         recompute_granularity=draw(mostly([None, "full", "selective"], ["bogus"], 6)),
         recompute_method=draw(mostly([None, "uniform", "block"], ["bogus"], 6)),
         recompute_num_layers=draw(st.sampled_from([None, 1])),
-        recompute_modules=draw(
-            st.one_of(
-                st.none(),
-                st.lists(
-                    mostly(RECOMPUTE_MODULES, [*UNSUPPORTED_RECOMPUTE_MODULES, "bogus"], 4),
-                    max_size=3,
-                    unique=True,
-                ).map(tuple),
-            )
-        ),
+        recompute_modules=draw(recompute_module_lists(4)),
     )
     return model, draw(st.sampled_from(TE_VERSIONS))
 
@@ -566,6 +557,30 @@ def _case(id: str, *expected: str, te_version: str | None = None, **fields):
     return pytest.param(fields, te_version, *expected, id=id)
 
 
+def _graphs(impl: str, *modules: str) -> dict:
+    """CUDA graphs of ``impl`` capturing ``modules``."""
+    return {"cuda_graph_impl": impl, "cuda_graph_modules": modules}
+
+
+def _selective(*modules: str) -> dict:
+    """Selective recompute of ``modules``."""
+    return {"recompute_granularity": "selective", "recompute_modules": modules}
+
+
+def _full(method: str, layers: int) -> dict:
+    """Full recompute by ``method`` of ``layers`` layers."""
+    return {
+        "recompute_granularity": "full",
+        "recompute_method": method,
+        "recompute_num_layers": layers,
+    }
+
+
+def _fp8(fp8: str, recipe: str) -> dict:
+    """FP8 training in format ``fp8`` by recipe ``recipe``."""
+    return {"fp8": fp8, "fp8_recipe": recipe}
+
+
 REJECTED = [
     _case(
         "moe-bias-etp-defaults-to-tp",
@@ -580,19 +595,17 @@ REJECTED = [
         expert_tensor_parallel_size=2,
     ),
     _case("fp16-bf16", r"fp16=True and bf16=True", bf16=True, fp16=True),
-    _case("fp8-custom", r"fp8_quantizer_factory", fp8="hybrid", fp8_recipe="custom"),
+    _case("fp8-custom", r"fp8_quantizer_factory", **_fp8("hybrid", "custom")),
     _case(
         "bf16-layers-delayed",
         r"first_last_layers_bf16=True with fp8_recipe='delayed'",
-        fp8="hybrid",
-        fp8_recipe="delayed",
+        **_fp8("hybrid", "delayed"),
         first_last_layers_bf16=True,
     ),
     _case(
         "bf16-layers-over-a-stage",
         r"num_layers_at_end_in_bf16=3: .* = 2 layers",
-        fp8="hybrid",
-        fp8_recipe="tensorwise",
+        **_fp8("hybrid", "tensorwise"),
         first_last_layers_bf16=True,
         num_layers_at_end_in_bf16=3,
         pipeline_model_parallel_size=2,
@@ -641,13 +654,7 @@ REJECTED = [
         recompute_granularity="full",
         recompute_method="uniform",
     ),
-    _case(
-        "bad-method",
-        r"recompute_method='all'",
-        recompute_granularity="full",
-        recompute_method="all",
-        recompute_num_layers=1,
-    ),
+    _case("bad-method", r"recompute_method='all'", **_full("all", 1)),
     _case(
         "selective-layers",
         r"recompute_num_layers=None, got 2",
@@ -657,117 +664,78 @@ REJECTED = [
     _case(
         "unknown-recompute-module",
         r"recompute_modules has unknown names \['attention'\]",
-        recompute_granularity="selective",
-        recompute_modules=("attention",),
+        **_selective("attention"),
     ),
-    _case(
-        "moe-act-no-grouped-gemm",
-        r"'moe_act'.*moe_grouped_gemm",
-        recompute_granularity="selective",
-        recompute_modules=("moe_act",),
-    ),
+    _case("moe-act-no-grouped-gemm", r"'moe_act'.*moe_grouped_gemm", **_selective("moe_act")),
     _case(
         "shared-experts-recompute-overlap",
         r"'shared_experts'.*moe_shared_expert_overlap",
         **MOE,
-        recompute_granularity="selective",
-        recompute_modules=("shared_experts",),
+        **_selective("shared_experts"),
         moe_shared_expert_intermediate_size=1024,
         moe_shared_expert_overlap=True,
     ),
     _case(
         "fp8-delayed-layernorm-recompute",
         r"fp8_recipe='delayed'",
-        recompute_granularity="selective",
-        recompute_modules=("layernorm",),
+        **_selective("layernorm"),
         fp8="e4m3",
     ),
     _case(
         "fp8-layernorm-recompute-old-te",
         r"Transformer Engine >= 2\.6",
-        recompute_granularity="selective",
-        recompute_modules=("layernorm",),
-        fp8="e4m3",
-        fp8_recipe="tensorwise",
+        **_selective("layernorm"),
+        **_fp8("e4m3", "tensorwise"),
         te_version="2.5.1",
     ),
     _case("bad-impl", r"cuda_graph_impl='cudnn'", cuda_graph_impl="cudnn"),
     _case(
         "unknown-graph-module",
         r"cuda_graph_modules has unknown names \['attention'\]",
-        cuda_graph_impl="local",
-        cuda_graph_modules=("attention",),
+        **_graphs("local", "attention"),
     ),
-    _case(
-        "full-with-attn",
-        r"'full'.*cannot be combined",
-        cuda_graph_impl="local",
-        cuda_graph_modules=("full", "attn"),
-    ),
+    _case("full-with-attn", r"'full'.*cannot be combined", **_graphs("local", "full", "attn")),
     _case(
         "full-iteration-modules",
         r"cuda_graph_modules must be empty",
-        cuda_graph_impl="full_iteration",
-        cuda_graph_modules=("attn",),
+        **_graphs("full_iteration", "attn"),
     ),
     _case(
         "deprecated-full-iteration-migrates",
         r"cuda_graph_modules must be empty",
-        cuda_graph_impl="none",
-        cuda_graph_modules=("full_iteration", "attn"),
+        **_graphs("none", "full_iteration", "attn"),
     ),
     _case(
         "deprecated-full-iteration-te",
         r"deprecated 'full_iteration'.*cuda_graph_impl='transformer_engine'",
-        cuda_graph_impl="transformer_engine",
-        cuda_graph_modules=("full_iteration",),
+        **_graphs("transformer_engine", "full_iteration"),
     ),
     _case(
         "two-deprecated",
         r"deprecated names",
         cuda_graph_modules=("full_iteration", "full_iteration_inference"),
     ),
-    _case(
-        "moe-graph-dense",
-        r"num_moe_experts > 1",
-        cuda_graph_impl="transformer_engine",
-        cuda_graph_modules=("moe_router",),
-    ),
+    _case("moe-graph-dense", r"num_moe_experts > 1", **_graphs("transformer_engine", "moe_router")),
     _case(
         "local-preprocess-implies-router",
         r"'moe' and 'moe_router' cannot be captured together",
         **MOE_NO_BIAS,
-        cuda_graph_impl="local",
-        cuda_graph_modules=("moe", "moe_preprocess"),
+        **_graphs("local", "moe", "moe_preprocess"),
     ),
     _case(
         "te-preprocess-without-router",
         r"'moe_preprocess' needs 'moe_router'",
         **MOE_NO_BIAS,
-        cuda_graph_impl="transformer_engine",
-        cuda_graph_modules=("moe_preprocess",),
+        **_graphs("transformer_engine", "moe_preprocess"),
     ),
-    _case(
-        "mlp-graph-all-moe",
-        r"moe_layer_freq=1",
-        **MOE_NO_BIAS,
-        cuda_graph_impl="local",
-        cuda_graph_modules=("mlp",),
-    ),
-    _case(
-        "moe-graph-dropless",
-        r"drop-and-pad",
-        **MOE_NO_BIAS,
-        cuda_graph_impl="local",
-        cuda_graph_modules=("moe",),
-    ),
+    _case("mlp-graph-all-moe", r"moe_layer_freq=1", **MOE_NO_BIAS, **_graphs("local", "mlp")),
+    _case("moe-graph-dropless", r"drop-and-pad", **MOE_NO_BIAS, **_graphs("local", "moe")),
     _case(
         "preprocess-graph-with-capacity",
         r"preprocess step copies token counts to the host.*moe_expert_capacity_factor=1.0",
         **MOE_NO_BIAS,
         moe_expert_capacity_factor=1.0,
-        cuda_graph_impl="transformer_engine",
-        cuda_graph_modules=("moe_router", "moe_preprocess"),
+        **_graphs("transformer_engine", "moe_router", "moe_preprocess"),
     ),
     _case(
         "local-router-graph-with-fp8-padding",
@@ -775,8 +743,7 @@ REJECTED = [
         **MOE_NO_BIAS,
         fp8="e4m3",
         moe_router_padding_for_fp8=True,
-        cuda_graph_impl="local",
-        cuda_graph_modules=("moe_router",),
+        **_graphs("local", "moe_router"),
     ),
     _case(
         "capacity-with-sinkhorn",
@@ -823,9 +790,7 @@ REJECTED = [
         "full-recompute-per-layer-graph",
         r"cuda_graph_impl='full_iteration'",
         cuda_graph_impl="transformer_engine",
-        recompute_granularity="full",
-        recompute_method="uniform",
-        recompute_num_layers=1,
+        **_full("uniform", 1),
     ),
     _case(
         "selective-default-core-attn-whole-layer",
@@ -837,10 +802,8 @@ REJECTED = [
         "moe-recompute-router-graph",
         r"'moe'.*'moe_router'",
         **MOE_NO_BIAS,
-        cuda_graph_impl="transformer_engine",
-        cuda_graph_modules=("moe_router",),
-        recompute_granularity="selective",
-        recompute_modules=("moe",),
+        **_graphs("transformer_engine", "moe_router"),
+        **_selective("moe"),
     ),
     _case(
         "dense-moe-ffn-list-without-dense-layers",
@@ -853,8 +816,7 @@ REJECTED = [
         r"moe_layer_freq=\[1, 1, 1, 1\] every layer is an MoE layer",
         **MOE_NO_BIAS,
         moe_layer_freq=(1, 1, 1, 1),
-        cuda_graph_impl="transformer_engine",
-        cuda_graph_modules=("mlp",),
+        **_graphs("transformer_engine", "mlp"),
     ),
     _case(
         "mla-output-gate",
@@ -875,29 +837,21 @@ def test_rejected_like_megatron_core(fields: dict, te_version: str | None, messa
 
 ACCEPTED = [
     _case("default-dense"),
-    _case(
-        "router-padding-with-fp4",
-        **MOE,
-        fp4="e2m1",
-        moe_router_padding_for_quantization=True,
-    ),
+    _case("router-padding-with-fp4", **MOE, fp4="e2m1", moe_router_padding_for_quantization=True),
     # megatron-core keeps the preprocess step out of graphs for the old padding name only.
     _case(
         "preprocess-graph-with-quantization-padding",
         **MOE_NO_BIAS,
-        fp8="e4m3",
-        fp8_recipe="tensorwise",
+        **_fp8("e4m3", "tensorwise"),
         moe_router_padding_for_quantization=True,
-        cuda_graph_impl="transformer_engine",
-        cuda_graph_modules=("moe_router", "moe_preprocess"),
+        **_graphs("transformer_engine", "moe_router", "moe_preprocess"),
     ),
     _case(
         "drop-and-pad-moe-graph",
         **MOE_NO_BIAS,
         moe_expert_capacity_factor=1.0,
         moe_pad_expert_input_to_capacity=True,
-        cuda_graph_impl="transformer_engine",
-        cuda_graph_modules=("moe",),
+        **_graphs("transformer_engine", "moe"),
     ),
     _case("moe-no-bias", **MOE, tensor_model_parallel_size=2, add_bias_linear=False),
     _case("moe-bias-etp1", **MOE, tensor_model_parallel_size=2, expert_tensor_parallel_size=1),
@@ -911,32 +865,18 @@ ACCEPTED = [
         te_version="1.7.0.dev0",
     ),
     _case("selective-with-method", recompute_granularity="selective", recompute_method="uniform"),
-    _case(
-        "full-recompute",
-        recompute_granularity="full",
-        recompute_method="block",
-        recompute_num_layers=2,
-    ),
+    _case("full-recompute", **_full("block", 2)),
     _case(
         "deprecated-full-iteration-allows-full-recompute",
-        cuda_graph_impl="none",
-        cuda_graph_modules=("full_iteration",),
-        recompute_granularity="full",
-        recompute_method="uniform",
-        recompute_num_layers=1,
+        **_graphs("none", "full_iteration"),
+        **_full("uniform", 1),
     ),
-    _case(
-        "deprecated-inference-scope",
-        cuda_graph_impl="local",
-        cuda_graph_modules=("full_iteration_inference",),
-    ),
+    _case("deprecated-inference-scope", **_graphs("local", "full_iteration_inference")),
     _case(
         "partial-graph-selective-outside",
         **MOE_NO_BIAS,
-        cuda_graph_impl="local",
-        cuda_graph_modules=("attn", "moe_router"),
-        recompute_granularity="selective",
-        recompute_modules=("mlp",),
+        **_graphs("local", "attn", "moe_router"),
+        **_selective("mlp"),
     ),
     _case(
         "dispatch-backward-te",
@@ -949,8 +889,7 @@ ACCEPTED = [
         "mlp-graph-list-with-dense-layers",
         **MOE_NO_BIAS,
         moe_layer_freq=(0, 1, 1, 1),
-        cuda_graph_impl="transformer_engine",
-        cuda_graph_modules=("mlp",),
+        **_graphs("transformer_engine", "mlp"),
     ),
     _case(
         "mla-full-rank-queries", multi_latent_attention=True, q_lora_rank=None, window_size=(128, 0)
@@ -968,8 +907,7 @@ ACCEPTED = [
     ),
     _case(
         "bf16-layers-current-scaling",
-        fp8="hybrid",
-        fp8_recipe="tensorwise",
+        **_fp8("hybrid", "tensorwise"),
         first_last_layers_bf16=True,
         num_layers_at_start_in_bf16=0,
         num_layers_at_end_in_bf16=4,

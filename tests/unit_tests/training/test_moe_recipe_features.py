@@ -16,7 +16,7 @@ import pytest
 from megatron.bridge.training.comm_overlap import CommOverlapConfig, plan_comm_overlap
 from megatron.bridge.training.job import JobDescription, ModelDescription
 from megatron.bridge.training.model_rules import check_model
-from tests.unit_tests.conftest import make_configs
+from tests.unit_tests.conftest import layout_fields, make_configs
 
 #: DeepSeek-V3's MoE and attention fields as upstream's recipes set them (the shape is not read).
 _DEEPSEEK = dict(
@@ -38,9 +38,7 @@ _GRAPHS = ("attn", "moe_router", "moe_preprocess")
 def _deepseek_gb200(**model) -> JobDescription:
     fields = {
         **_DEEPSEEK,
-        "pipeline_model_parallel_size": 4,
-        "virtual_pipeline_model_parallel_size": 4,
-        "expert_model_parallel_size": 64,
+        **layout_fields(pp_size=4, vpp_size=4, ep_size=64),
         "expert_tensor_parallel_size": 1,
         "cuda_graph_impl": "transformer_engine",
         "cuda_graph_modules": _GRAPHS,

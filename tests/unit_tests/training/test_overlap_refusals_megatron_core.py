@@ -36,7 +36,7 @@ from packaging.version import Version
 
 from megatron.bridge.training.comm_overlap import CommOverlapConfig, check_layout, plan_comm_overlap
 from megatron.bridge.training.job import JobDescription, ModelDescription
-from tests.unit_tests.conftest import layout_fields
+from tests.unit_tests.conftest import core_config, layout_fields
 from tests.unit_tests.jobs import OPTIONAL_BOOL_KNOBS, bool_knob_requests
 from tests.unit_tests.training.test_model_rules_mirror import transformer_config_fields
 
@@ -246,16 +246,8 @@ def test_the_documented_refusals_are_the_migration_sections() -> None:
 def test_the_schedule_checks_are_megatron_cores(pp, vpp, overlap, batch, refused) -> None:
     # The helper above runs megatron-core's schedules; this pins what they decide, so a stand-in
     # that stopped reaching the checks would fail here.
-    config = TransformerConfig(
-        num_layers=8,
-        hidden_size=64,
-        num_attention_heads=4,
-        bf16=True,
-        pipeline_dtype=torch.bfloat16,
-        pipeline_model_parallel_size=pp,
-        virtual_pipeline_model_parallel_size=vpp,
-        overlap_p2p_comm=overlap,
-        batch_p2p_comm=batch,
+    config = core_config(
+        num_layers=8, pp=pp, vpp=vpp, bf16=True, overlap_p2p_comm=overlap, batch_p2p_comm=batch
     )
     exc = schedule_refusal(config)
     if refused is None:

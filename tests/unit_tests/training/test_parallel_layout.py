@@ -38,7 +38,7 @@ from megatron.bridge.training.parallel_layout import (
     check_parallel_layout,
     data_parallel_size,
 )
-from tests.unit_tests.conftest import core_config
+from tests.unit_tests.conftest import core_config, short_layout
 
 # ---------------------------------------------------------------------------- helpers
 
@@ -195,25 +195,24 @@ def test_wrong_type_is_a_type_error(layout, match):
         check_parallel_layout(**layout)
 
 
+#: The fields of ``check_parallel_layout`` that the model config names alike.
+_MODEL_FIELDS = (
+    "sequence_parallel",
+    "num_layers",
+    "num_attention_heads",
+    "num_query_groups",
+    "num_moe_experts",
+    "seq_length",
+    "account_for_embedding_in_pipeline_split",
+    "account_for_loss_in_pipeline_split",
+)
+
+
 def _recipe_layout(recipe, spec) -> dict:
     # The layout as the shipped recipe writes it onto its model, on its published GPU count.
     model = recipe().model
-    return dict(
-        world_size=spec.num_gpus,
-        tp_size=model.tensor_model_parallel_size,
-        pp_size=model.pipeline_model_parallel_size,
-        vpp_size=model.virtual_pipeline_model_parallel_size,
-        cp_size=model.context_parallel_size,
-        ep_size=model.expert_model_parallel_size,
-        sequence_parallel=model.sequence_parallel,
-        num_layers=model.num_layers,
-        num_attention_heads=model.num_attention_heads,
-        num_query_groups=model.num_query_groups,
-        num_moe_experts=model.num_moe_experts,
-        seq_length=model.seq_length,
-        account_for_embedding_in_pipeline_split=model.account_for_embedding_in_pipeline_split,
-        account_for_loss_in_pipeline_split=model.account_for_loss_in_pipeline_split,
-    )
+    fields = {name: getattr(model, name) for name in _MODEL_FIELDS}
+    return {"world_size": spec.num_gpus, **short_layout(model), **fields}
 
 
 @pytest.mark.parametrize(

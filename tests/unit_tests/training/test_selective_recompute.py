@@ -16,7 +16,7 @@ from megatron.bridge.training.estimate.comm import ep_transfers, tp_transfers
 from megatron.bridge.training.estimate.model_cost import ModelCost
 from megatron.bridge.training.estimate.stage import Stage, busiest_stage
 from megatron.bridge.training.job import ModelDescription
-from megatron.bridge.training.model_rules import _RECOMPUTE_MODULES
+from megatron.bridge.training.model_rules.recompute import RECOMPUTE_MODULES
 from tests.unit_tests.conftest import h100_job
 from tests.unit_tests.small_models import DENSE, MLA, MOE
 
@@ -73,7 +73,7 @@ MLA_BYTES = {
 
 def test_every_megatron_core_module_is_priced_here():
     priced = set(MOE_FLOPS) | set(MOE_BYTES) | set(MLA_FLOPS) | set(MLA_BYTES)
-    assert priced == set(_RECOMPUTE_MODULES)
+    assert priced == set(RECOMPUTE_MODULES)
 
 
 @pytest.mark.parametrize(

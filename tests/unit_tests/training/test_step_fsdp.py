@@ -20,16 +20,11 @@ from megatron.bridge.training.estimate.comm import FSDP_GATHER, FSDP_REDUCE
 from megatron.bridge.training.estimate.memory import memory_of_job
 from megatron.bridge.training.estimate.result import FSDP_PREFETCH
 from megatron.bridge.training.job import JobDescription, ModelDescription
+from tests.unit_tests.conftest import size_fields
 
 #: A dense GPT, 8 layers, on 16 H100 (two 8-GPU NVLink domains) at TP1: DP16.
 MODEL = ModelDescription(
-    num_layers=8,
-    hidden_size=2048,
-    num_attention_heads=16,
-    ffn_hidden_size=8192,
-    seq_length=2048,
-    vocab_size=32000,
-    bf16=True,
+    **size_fields(layers=8, hidden=2048, heads=16, ffn=8192, seq=2048, vocab=32000), bf16=True
 )
 
 

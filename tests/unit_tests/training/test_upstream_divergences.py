@@ -31,7 +31,10 @@ from megatron.bridge.training.comm_overlap import (
     userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192,
 )
 from megatron.bridge.training.job import JobDescription, ModelDescription
-from tests.unit_tests.conftest import make_configs
+from tests.unit_tests.conftest import make_configs, size_fields
+from tests.unit_tests.training.test_comm_overlap_validation import (
+    interleaved_optimizer_step_gather,
+)
 from tests.unit_tests.training.test_migration_section import UPSTREAM_FIELDS
 from tests.unit_tests.training.test_overlap_refusals_megatron_core import schedule_refusal
 
@@ -230,13 +233,8 @@ def test_case7_optimizer_step_gather_without_interleaving_is_written_with_a_note
 
 
 def test_case7_optimizer_step_gather_without_param_gather_says_it_does_nothing():
-    cfgs = make_configs(pp=4, vpp=2)
-    plan = _setup(
-        _request(overlap_param_gather_with_optimizer_step=True, overlap_param_gather=False),
-        cfgs,
-        dp=8,
-    )
-    assert cfgs.optimizer.overlap_param_gather_with_optimizer_step is True
+    knobs = {"overlap_param_gather_with_optimizer_step": True, "overlap_param_gather": False}
+    plan = interleaved_optimizer_step_gather(_request(**knobs))
     assert any("has no effect with overlap_param_gather=False" in w for w in plan.warnings)
 
 
@@ -295,10 +293,7 @@ def test_case9_preset_written_on_the_model_config_is_kept(te_available):
     preset = userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192
     cfgs = make_configs()
     model = GPTModelProvider(
-        num_layers=16,
-        hidden_size=8192,
-        num_attention_heads=16,
-        seq_length=8192,
+        **size_fields(layers=16, hidden=8192, heads=16, seq=8192),
         bf16=True,
         pipeline_dtype=torch.bfloat16,
         tp_comm_overlap_cfg=preset.to_ub_cfgs(),

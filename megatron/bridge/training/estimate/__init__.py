@@ -15,13 +15,18 @@ job description and overlap decisions) and returns an :class:`Estimate` for one 
 Times are lower bounds: bytes over peak bandwidth, FLOPs over peak dense tensor-core
 throughput. :attr:`Estimate.assumptions` lists what the numbers leave out.
 
-The parts, lowest first: ``model_cost`` (:class:`ModelCost`: FLOPs and parameters of a
-model), ``accuracy`` (how sure the estimate is: the error measured on published rows of the
-model's family, read from ``accuracy.json``), ``result`` (:class:`StepCost`, :class:`CommEntry`, :class:`Estimate` and their
-rendering), ``stage`` (the busiest pipeline stage), ``comm`` (bytes per parallelism and their
-link times), ``step`` (:func:`estimate_step`); ``memory`` (:func:`estimate_memory`: memory per GPU
-of the busiest pipeline rank by part, against the GPU's capacity). Pure arithmetic: importing it
-loads no torch.
+The parts, lowest first: ``model_cost`` (:class:`ModelCost`: FLOPs, memory-bound bytes and
+parameters of a model, made of ``model_flops``, ``model_bytes`` and ``model_params`` on
+``model_shape``'s widths and layer counts; ``hybrid_pattern`` parses hybrid layer patterns),
+``accuracy`` (how sure the estimate is: the error measured on published rows of the model's
+family, read from ``accuracy.json``), ``result`` (:class:`StepCost`, :class:`CommEntry`,
+:class:`Estimate` and their rendering), ``stage`` (the busiest pipeline stage), ``comm``
+(bytes per parallelism and their link times), ``compute`` (one GPU of a stage's compute: FLOPs at the achievable fraction,
+memory-bound bytes, the MoE and hybrid kernels' terms), ``step`` (:func:`estimate_step`, with
+``step_assumptions`` stating what it assumes); ``memory`` (:func:`estimate_memory`: memory per GPU
+of the busiest pipeline rank by part, against the GPU's capacity, and the cheapest fixes when
+it does not fit; one file a part: ``report``, ``activations``, ``parts``, ``fixes``). Pure
+arithmetic: importing it loads no torch.
 """
 
 from megatron.bridge.training.estimate.memory import MemoryEstimate, estimate_memory

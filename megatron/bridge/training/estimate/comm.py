@@ -100,36 +100,31 @@ def tp_transfers(job: JobDescription, stage: Stage) -> list[Transfer]:
     if tp <= 1:
         return []
     ring = (tp - 1) / tp
-    layers, moe_layers, recomputed_layers = stage.layers, stage.moe_layers, stage.recomputed_layers
-    recomputed_mlps = stage.recomputed_dense_mlps
-    first, last = stage.first, stage.last
+    # Collectives of act bytes per micro-batch. A recomputed layer and a recomputed dense MLP
+    # add as many either way; SP and all-reduces differ in what a layer and the heads run.
     if job.sequence_parallel:
-        per_mb = (
-            10 * (layers - moe_layers)
-            + 5 * moe_layers
-            + 4 * recomputed_layers
-            + 2 * recomputed_mlps
-            + (3 if last else 0)
-            + (2 if first else 0)
-        )
+        layers = 10 * (stage.layers - stage.moe_layers) + 5 * stage.moe_layers
+        output, embedding = 3, 2
         collective, formula = (
             "all-gather + reduce-scatter",
             "M x (10/layer + 4/recomputed layer + 2/recomputed MLP + 3 output + 2 embedding) x "
             "(TP-1)/TP x b s/CP h x 2B",
         )
     else:
-        per_mb = 2 * (
-            4 * layers
-            + 2 * recomputed_layers
-            + recomputed_mlps
-            + (1 if last else 0)
-            + (1 if first else 0)
-        )
+        layers = 8 * stage.layers
+        output = embedding = 2
         collective, formula = (
             "all-reduce",
             "M x 2 x (4/layer + 2/recomputed layer + 1/recomputed MLP + output + embedding) x "
             "(TP-1)/TP x b s/CP h x 2B",
         )
+    per_mb = (
+        layers
+        + 4 * stage.recomputed_layers
+        + 2 * stage.recomputed_dense_mlps
+        + output * stage.last
+        + embedding * stage.first
+    )
     act = _activation_bytes(job, stage)
     nbytes = stage.micro_batches * per_mb * ring * act
     return [Transfer("tp", collective, nbytes, tp, "tp_comm_overlap", formula)]

@@ -280,17 +280,32 @@ def _by_generation(
     return found.value, f"no fitted row for {gen}: the {fallback} figure ({found.source})"
 
 
+_CURRENT_RELEASE = "26.08"
+"""The release Megatron-Bridge's ``docs/performance-summary.md`` publishes; the rows of every
+earlier release are in ``docs/performance-summary-archive.md``."""
+
+
+def _published_row(
+    model: str, gpu: str, precision: str, release: str, tokens: float, label: str
+) -> FitRow:
+    """The row of ``release`` on the DGX system of ``gpu`` that Megatron-Bridge's docs list as
+    ``label``: ``model`` in ``precision`` at ``tokens`` tokens/s/GPU."""
+    page = "performance-summary" if release == _CURRENT_RELEASE else "performance-summary-archive"
+    return FitRow(
+        model=model,
+        gpu=gpu,
+        precision=precision,
+        release=release,
+        tokens_per_s_per_gpu=tokens,
+        source=f"Megatron-Bridge docs/{page}.md, {release}, DGX-{gpu.upper()}, {label}",
+    )
+
+
 #: The rows the scan fractions are fitted on, one per GPU generation.
 SSM_FIT_ROWS: Mapping[str, FitRow] = MappingProxyType(
     {
-        "blackwell": FitRow(
-            model="nemotron_3_nano",
-            gpu="gb300",
-            precision="fp8_mx",
-            release="26.08",
-            tokens_per_s_per_gpu=39936.0,
-            source="Megatron-Bridge docs/performance-summary.md, 26.08, DGX-GB300, "
-            "Nemotron_3_Nano MXFP8",
+        "blackwell": _published_row(
+            "nemotron_3_nano", "gb300", "fp8_mx", "26.08", 39936.0, "Nemotron_3_Nano MXFP8"
         ),
     }
 )
@@ -336,14 +351,8 @@ def _bf16_share_rate(
 #: The rows the sparse-attention shares are fitted on, one per GPU generation.
 SPARSE_ATTENTION_FIT_ROWS: Mapping[str, FitRow] = MappingProxyType(
     {
-        "blackwell": FitRow(
-            model="deepseek_v4_flash",
-            gpu="gb200",
-            precision="fp8_mx",
-            release="26.08",
-            tokens_per_s_per_gpu=7776.0,
-            source="Megatron-Bridge docs/performance-summary.md, 26.08, DGX-GB200, "
-            "DeepSeekV4 Flash MXFP8",
+        "blackwell": _published_row(
+            "deepseek_v4_flash", "gb200", "fp8_mx", "26.08", 7776.0, "DeepSeekV4 Flash MXFP8"
         ),
     }
 )
@@ -420,23 +429,11 @@ def routed_elements_per_token(model: ModelDescription) -> int:
 #: unfused experts, on the systems the release table publishes for both generations.
 UNFUSED_FIT_ROWS: Mapping[str, FitRow] = MappingProxyType(
     {
-        "blackwell": FitRow(
-            model="qwen3_30b_a3b",
-            gpu="gb200",
-            precision="fp8_mx",
-            release="26.04.01",
-            tokens_per_s_per_gpu=26112.0,
-            source="Megatron-Bridge docs/performance-summary-archive.md, 26.04.01, DGX-GB200, "
-            "Qwen3_30B_a3B MXFP8",
+        "blackwell": _published_row(
+            "qwen3_30b_a3b", "gb200", "fp8_mx", "26.04.01", 26112.0, "Qwen3_30B_a3B MXFP8"
         ),
-        "hopper": FitRow(
-            model="qwen3_30b_a3b",
-            gpu="h100",
-            precision="fp8_cs",
-            release="26.04.01",
-            tokens_per_s_per_gpu=8960.0,
-            source="Megatron-Bridge docs/performance-summary-archive.md, 26.04.01, DGX-H100, "
-            "Qwen3_30B_a3B FP8",
+        "hopper": _published_row(
+            "qwen3_30b_a3b", "h100", "fp8_cs", "26.04.01", 8960.0, "Qwen3_30B_a3B FP8"
         ),
     }
 )

@@ -127,29 +127,16 @@ def derive_overlap_grad_reduce(planner: Planner) -> None:
     gather, gather_where = planner.user_value("overlap_param_gather")
     if grad is not None:
         planner.set("overlap_grad_reduce", grad, "user", where)
-    elif f.dp_size > 1:
-        planner.set(
-            "overlap_grad_reduce",
-            True,
-            "derived",
-            f"DP={f.dp_size} > 1: hide the gradient reduction under backward",
-        )
+        return
+    if f.dp_size > 1:
+        value, why = True, f"DP={f.dp_size} > 1: hide the gradient reduction under backward"
     elif gather:
         # megatron-core overlaps the param all-gather only together with the grad reduce, so
         # a param-gather request brings it along (at DP=1 neither has anything to do).
-        planner.set(
-            "overlap_grad_reduce",
-            True,
-            "derived",
-            f"overlap_param_gather=True ({gather_where}) needs it",
-        )
+        value, why = True, f"overlap_param_gather=True ({gather_where}) needs it"
     else:
-        planner.set(
-            "overlap_grad_reduce",
-            False,
-            "derived",
-            f"DP={f.dp_size}: nothing to reduce across replicas",
-        )
+        value, why = False, f"DP={f.dp_size}: nothing to reduce across replicas"
+    planner.set("overlap_grad_reduce", value, "derived", why)
 
 
 @differs_from_upstream(
@@ -197,26 +184,19 @@ def derive_overlap_param_gather(planner: Planner) -> None:
     gather, gather_where = planner.user_value("overlap_param_gather")
     if gather is not None:
         planner.set("overlap_param_gather", gather, "user", gather_where)
-    elif f.dp_size <= 1:
-        planner.set("overlap_param_gather", False, "derived", f"DP={f.dp_size}: nothing to gather")
+        return
+    if f.dp_size <= 1:
+        value, why = False, f"DP={f.dp_size}: nothing to gather"
     elif not f.use_distributed_optimizer:
-        planner.set(
-            "overlap_param_gather",
+        value, why = (
             False,
-            "derived",
             "needs the distributed optimizer (off): only the gradient all-reduce is overlapped",
         )
     elif not planner.value("overlap_grad_reduce"):
-        planner.set(
-            "overlap_param_gather", False, "derived", "needs overlap_grad_reduce, which is off"
-        )
+        value, why = False, "needs overlap_grad_reduce, which is off"
     else:
-        planner.set(
-            "overlap_param_gather",
-            True,
-            "derived",
-            f"DP={f.dp_size} > 1 with the distributed optimizer",
-        )
+        value, why = True, f"DP={f.dp_size} > 1 with the distributed optimizer"
+    planner.set("overlap_param_gather", value, "derived", why)
 
 
 @differs_from_upstream(
@@ -232,27 +212,18 @@ def derive_align_param_gather(planner: Planner) -> None:
         planner.set("align_param_gather", align, "user", where)
         if align and not f.use_megatron_fsdp:
             note_align_without_interleaving(planner, where)
-    elif f.use_megatron_fsdp:
-        planner.set(
-            "align_param_gather",
+        return
+    if f.use_megatron_fsdp:
+        value, why = (
             False,
-            "derived",
             "Megatron-FSDP does not read it (only megatron-core's DistributedDataParallel does)",
         )
     elif gather and f.interleaved:
-        planner.set(
-            "align_param_gather",
-            True,
-            "derived",
-            "param-gather overlap with an interleaved pipeline",
-        )
+        value, why = True, "param-gather overlap with an interleaved pipeline"
     else:
-        planner.set(
-            "align_param_gather",
-            False,
-            "derived",
-            "no param-gather overlap" if not gather else "pipeline is not interleaved",
-        )
+        value = False
+        why = "no param-gather overlap" if not gather else "pipeline is not interleaved"
+    planner.set("align_param_gather", value, "derived", why)
 
 
 @differs_from_upstream(

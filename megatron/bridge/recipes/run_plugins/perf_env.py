@@ -1,221 +1,47 @@
-"""NeMo-Run plugins that prepare the launch of a training job.
-
-``PerfEnvPlugin`` writes the launch-time environment (``CUDA_DEVICE_MAX_CONNECTIONS``,
-LayerNorm SM margins, NCCL P2P chunk size, HybridEP's NVLink topology) onto an executor and
-passes manual-GC overrides to ``run.Script`` tasks. It decides nothing itself: the rules live in
-``megatron.bridge.training.launch_env`` and this module only applies that plan.
-
-``NsysPlugin`` turns on Nsight Systems profiling for a window of training steps on chosen
-ranks, so a trace shows whether communication really overlaps with compute.
-
-Both are idempotent: ``setup`` twice on the same task and executor gives the same result.
+"""``PerfEnvPlugin``: writes the launch-time environment a layout needs onto a NeMo-Run
+executor (``CUDA_DEVICE_MAX_CONNECTIONS``, LayerNorm SM margins, NCCL P2P chunk size, HybridEP's
+NVLink topology), raises the GPU boost slider on Slurm, and passes manual-GC overrides to
+``run.Script`` tasks. The plan comes from ``megatron.bridge.training.launch_env``; the plugin
+only applies it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-try:
-    import nemo_run as run
-    from nemo_run.core.execution.base import Executor
-except ImportError as exc:  # pragma: no cover - exercised in a test by hiding nemo_run
-    raise ImportError(
-        "megatron.bridge.recipes.run_plugins needs NeMo-Run, which is not importable "
-        f"({exc}). Install the `run` extra: pip install 'megatron-bridge-overlap[run]' "
-        "(it also pins leptonai<0.27, which nemo-run 0.11 needs)."
-    ) from exc
+import nemo_run as run
+from nemo_run.core.execution.base import Executor
 
 from megatron.bridge.recipes import recipe_spec
+from megatron.bridge.recipes.run_plugins.script_args import (
+    PerfEnvPluginScriptArgs,
+    add_script_overrides,
+    check_converter,
+    perf_env_hydra_overrides,
+)
 from megatron.bridge.recipes.spec import RecipeSpec
 from megatron.bridge.training import launch_env
 from megatron.bridge.training.comm_overlap import te_status
 from megatron.bridge.training.hardware import gpu_spec
 from megatron.bridge.training.job import JobDescription
 from megatron.bridge.training.parallel_layout import data_parallel_size
-from megatron.bridge.training.validators import check_bool, check_int, check_optional_bool
+from megatron.bridge.training.validators import check_bool, check_optional_bool
 
-__all__ = [
-    "VBOOST_SETUP_LINE",
-    "NsysPlugin",
-    "NsysPluginScriptArgs",
-    "PerfEnvPlugin",
-    "PerfEnvPluginScriptArgs",
-    "no_script_args",
-    "to_hydra_overrides",
-]
+__all__ = ["VBOOST_SETUP_LINE", "PerfEnvPlugin"]
 
-logger = logging.getLogger(__name__)
+# Each part logs under the plugins' import path, megatron.bridge.recipes.run_plugins: the
+# logger name a user's logging configuration names.
+logger = logging.getLogger(__package__)
+
 
 VBOOST_SETUP_LINE = (
     'srun --ntasks-per-node=1 --nodes="${SLURM_JOB_NUM_NODES}" '
     "sudo nvidia-smi boost-slider --vboost 1"
 )
 """Slurm setup line raising the GPU clock boost slider once on every node of the job."""
-
-
-@dataclasses.dataclass
-class PerfEnvPluginScriptArgs:
-    """What PerfEnvPlugin passes to a ``run.Script`` task, given to ``script_args_converter_fn``.
-
-    Same fields as upstream Megatron-Bridge's, so a converter written for it works here.
-    """
-
-    enable_manual_gc: bool
-    """Whether the training loop runs Python's garbage collector manually."""
-    manual_gc_interval: int
-    """Training steps between manual GC runs (0: none between steps)."""
-
-
-@dataclasses.dataclass
-class NsysPluginScriptArgs:
-    """What NsysPlugin passes to a ``run.Script`` task, given to ``script_args_converter_fn``.
-
-    The first four fields are upstream Megatron-Bridge's, with its types, so a converter written
-    for it works here; the last two are this plugin's and have defaults.
-    """
-
-    profile_step_start: int
-    """First profiled training step."""
-    profile_step_end: int
-    """Step at which profiling stops (exclusive)."""
-    profile_ranks: list[int]
-    """Global ranks that start the capture."""
-    record_shapes: bool
-    """Record operator input shapes (False when the plugin's record_shapes is None)."""
-    record_memory_history: bool | None = None
-    """Record the PyTorch CUDA memory history in the window; None: not passed."""
-    record_shapes_set: bool = True
-    """Whether the plugin's record_shapes was set (not None); the default converter passes
-    ``profiling.record_shapes`` only then."""
-
-
-ScriptArgs = PerfEnvPluginScriptArgs | NsysPluginScriptArgs
-ScriptArgsConverter = Callable[[Any], list[str]]
-"""Takes the plugin's ``*ScriptArgs`` dataclass, returns the script arguments to append."""
-
-
-def _format_override_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, list | tuple):
-        return "[" + ",".join(_format_override_value(v) for v in value) + "]"
-    return str(value)
-
-
-def no_script_args(_script_args: Any) -> list[str]:
-    """A ``script_args_converter_fn`` for tasks that take no overrides: passes nothing.
-
-    For entry points such as ``python -m megatron.bridge.check``, which run no training loop.
-    """
-    return []
-
-
-def to_hydra_overrides(overrides: dict[str, Any]) -> list[str]:
-    """Default script-args converter: ``{"train.manual_gc": True}`` -> ``["train.manual_gc=true"]``."""
-    return [f"{key}={_format_override_value(value)}" for key, value in overrides.items()]
-
-
-def _perf_env_hydra_overrides(args: PerfEnvPluginScriptArgs) -> list[str]:
-    # Default PerfEnvPlugin converter: train.manual_gc=true train.manual_gc_interval=N.
-    return to_hydra_overrides(
-        {
-            "train.manual_gc": args.enable_manual_gc,
-            "train.manual_gc_interval": args.manual_gc_interval,
-        }
-    )
-
-
-def _profiling_overrides(args: NsysPluginScriptArgs) -> dict[str, Any]:
-    # The profile window as profiling.* overrides, leaving out the optional settings the
-    # plugin did not set.
-    overrides: dict[str, Any] = {
-        "profiling.use_nsys_profiler": True,
-        "profiling.profile_step_start": args.profile_step_start,
-        "profiling.profile_step_end": args.profile_step_end,
-        "profiling.profile_ranks": list(args.profile_ranks),
-    }
-    if args.record_memory_history is not None:
-        overrides["profiling.record_memory_history"] = args.record_memory_history
-    if args.record_shapes_set:
-        overrides["profiling.record_shapes"] = args.record_shapes
-    return overrides
-
-
-def _nsys_hydra_overrides(args: NsysPluginScriptArgs) -> list[str]:
-    # Default NsysPlugin converter.
-    return to_hydra_overrides(_profiling_overrides(args))
-
-
-def _arg_name(token: str) -> str:
-    # "key=value", "--flag=value" and "--flag" (followed by its value) all name the same knob.
-    return token.split("=", 1)[0]
-
-
-def _starts_arg(token: str) -> bool:
-    # A hydra "key=value" or an argparse "--flag"/"-f" starts an argument; anything else (a
-    # number, a negative number, a bare word) is the value of the flag before it.
-    if token.startswith("-"):
-        return not token[1:2].isdigit() and token[1:2] != "."
-    return "=" in token
-
-
-def _group_args(tokens: list[str]) -> list[list[str]]:
-    groups: list[list[str]] = []
-    for token in tokens:
-        if groups and not _starts_arg(token):
-            groups[-1].append(token)
-        else:
-            groups.append([token])
-    return groups
-
-
-def _add_script_overrides(
-    task: run.Script,
-    args: ScriptArgs,
-    converter: ScriptArgsConverter | None,
-    default: Callable[[Any], list[str]],
-    *,
-    owner: str,
-) -> None:
-    """Convert ``args`` once and append the result to ``task.args``; a knob already there wins."""
-    if task.inline:
-        logger.warning(
-            "%s: run.Script(inline=...) takes no args, so %s were not passed; put them in the "
-            "inline script yourself.",
-            owner,
-            args,
-        )
-        return
-    tokens = (converter or default)(args)
-    if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
-        raise TypeError(
-            f"{owner}.script_args_converter_fn must return a list of str, got {tokens!r} for "
-            f"{args!r}."
-        )
-    existing = {_arg_name(arg) for arg in task.args}
-    for group in _group_args(tokens):
-        name = _arg_name(group[0])
-        if name in existing:
-            current = next(arg for arg in task.args if _arg_name(arg) == name)
-            logger.info(
-                "%s: script already has %r; not adding %s.", owner, current, " ".join(group)
-            )
-            continue
-        task.args.extend(group)
-        existing.add(name)
-        logger.info("%s: script arg %s added.", owner, " ".join(group))
-
-
-def _check_converter(owner: str, value: object) -> None:
-    if value is not None and not callable(value):
-        raise TypeError(
-            f"{owner}.script_args_converter_fn must be None or a callable taking the plugin's "
-            f"*ScriptArgs dataclass and returning a list of str, got {value!r}."
-        )
 
 
 def _warn_other_gpu(cfg: Any, resolved: Any) -> None:
@@ -342,7 +168,7 @@ class PerfEnvPlugin(run.Plugin):
         launch_env.validate_moe_flex_dispatcher_backend(
             self.moe_flex_dispatcher_backend, name=f"{owner}.moe_flex_dispatcher_backend"
         )
-        _check_converter(owner, self.script_args_converter_fn)
+        check_converter(owner, self.script_args_converter_fn)
         self.dp_size  # noqa: B018 - validates sizes and divisibility
         self.launch_env_plan()  # the rules validate the rest (EP sizes, gpu vs generation)
 
@@ -519,11 +345,11 @@ class PerfEnvPlugin(run.Plugin):
             logger.info("PerfEnvPlugin: manual GC overrides off (enable_manual_gc=False).")
             return
         if isinstance(task, run.Script):
-            _add_script_overrides(
+            add_script_overrides(
                 task,
                 self.script_args(),
                 self.script_args_converter_fn,
-                _perf_env_hydra_overrides,
+                perf_env_hydra_overrides,
                 owner="PerfEnvPlugin",
             )
         else:
@@ -551,153 +377,3 @@ class PerfEnvPlugin(run.Plugin):
             f"{lines.rstrip()}\n{VBOOST_SETUP_LINE}" if lines else VBOOST_SETUP_LINE
         )
         logger.info("PerfEnvPlugin: vboost setup line added: %s", VBOOST_SETUP_LINE)
-
-
-def _validate_ranks(owner: str, ranks: object) -> list[int]:
-    if not isinstance(ranks, list | tuple) or not ranks:
-        raise TypeError(f"{owner}.profile_ranks must be a non-empty list of ints, got {ranks!r}.")
-    for i, rank in enumerate(ranks):
-        # Any bad rank is a ValueError here, a wrong type included (the contract).
-        check_int(
-            owner, f"profile_ranks[{i}]", rank, minimum=0, unit="global rank", type_error=ValueError
-        )
-    return list(ranks)
-
-
-@dataclasses.dataclass(kw_only=True)
-class NsysPlugin(run.Plugin):
-    """Profile training steps ``[profile_step_start, profile_step_end)`` with Nsight Systems.
-
-    The launcher wraps every rank in ``nsys profile`` with capture range
-    ``cudaProfilerApi``; the training loop starts and stops the capture on the steps and
-    ranks given here, which this plugin passes to the task.
-    """
-
-    profile_step_start: int
-    """First profiled training step."""
-    profile_step_end: int
-    """Step at which profiling stops (exclusive); must be > profile_step_start."""
-    profile_ranks: list[int] = dataclasses.field(default_factory=lambda: [0])
-    """Global ranks that start the capture."""
-    nsys_trace: list[str] = dataclasses.field(default_factory=lambda: ["nvtx", "cuda"])
-    """APIs nsys traces (``nsys profile -t``)."""
-    nsys_extra_args: list[str] = dataclasses.field(default_factory=list)
-    """Extra ``nsys profile`` arguments, added after the launcher's defaults."""
-    nsys_gpu_metrics: bool = False
-    """Sample GPU metrics (SM and memory utilization) in the trace."""
-    record_memory_history: bool | None = None
-    """Also record the PyTorch CUDA memory history in the window (None: do not pass)."""
-    record_shapes: bool | None = None
-    """Also record operator input shapes (None: do not pass)."""
-    script_args_converter_fn: Callable[[NsysPluginScriptArgs], list[str]] | None = None
-    """Turns an NsysPluginScriptArgs into script args (called once); default is hydra style."""
-
-    def __post_init__(self) -> None:
-        self._validate()
-
-    def _validate(self) -> None:
-        owner = type(self).__name__
-        start = check_int(
-            owner, "profile_step_start", self.profile_step_start, minimum=0, unit="training step"
-        )
-        end = check_int(
-            owner, "profile_step_end", self.profile_step_end, minimum=0, unit="training step"
-        )
-        if start >= end:
-            raise ValueError(
-                f"{owner}.profile_step_start ({start}) must be < profile_step_end ({end})."
-            )
-        _validate_ranks(owner, self.profile_ranks)
-        if not isinstance(self.nsys_trace, list | tuple) or not all(
-            isinstance(t, str) and t for t in self.nsys_trace
-        ):
-            raise TypeError(
-                f"{owner}.nsys_trace must be a list of nsys trace names such as ['nvtx', "
-                f"'cuda'], got {self.nsys_trace!r}."
-            )
-        if not isinstance(self.nsys_extra_args, list | tuple) or not all(
-            isinstance(a, str) for a in self.nsys_extra_args
-        ):
-            raise TypeError(f"{owner}.nsys_extra_args must be a list of str.")
-        check_bool(owner, "nsys_gpu_metrics", self.nsys_gpu_metrics)
-        for name in ("record_memory_history", "record_shapes"):
-            check_optional_bool(owner, name, getattr(self, name), none_means="not passed")
-        _check_converter(owner, self.script_args_converter_fn)
-
-    def script_args(self) -> NsysPluginScriptArgs:
-        """What ``setup`` hands the converter for a ``run.Script`` task."""
-        return NsysPluginScriptArgs(
-            profile_step_start=self.profile_step_start,
-            profile_step_end=self.profile_step_end,
-            profile_ranks=list(self.profile_ranks),
-            record_shapes=bool(self.record_shapes),
-            record_memory_history=self.record_memory_history,
-            record_shapes_set=self.record_shapes is not None,
-        )
-
-    def profiling_overrides(self) -> dict[str, Any]:
-        """What the training loop needs to know, as ``profiling.*`` overrides."""
-        return _profiling_overrides(self.script_args())
-
-    def setup(self, task: run.Partial | run.Script, executor: Executor) -> None:
-        """Turn on nsys in the executor's launcher and pass the profile window to ``task``."""
-        self._validate()
-        launcher = executor.get_launcher()
-        launcher.nsys_profile = True
-        launcher.nsys_trace = list(self.nsys_trace)
-        launcher.nsys_gpu_metrics = self.nsys_gpu_metrics
-        for arg in self.nsys_extra_args:
-            if arg not in launcher.nsys_extra_args:
-                launcher.nsys_extra_args.append(arg)
-        if isinstance(executor, run.SlurmExecutor):
-            # nsys expands %q{VAR}; one file per node and rank instead of one per pid.
-            launcher.nsys_filename = (
-                "profile_%p_%q{SLURM_JOB_ID}_node%q{SLURM_NODEID}_rank%q{SLURM_PROCID}"
-            )
-        logger.info(
-            "NsysPlugin: nsys on %s (trace %s), steps [%d, %d) on ranks %s.",
-            type(executor).__name__,
-            ",".join(launcher.nsys_trace),
-            self.profile_step_start,
-            self.profile_step_end,
-            self.profile_ranks,
-        )
-        if isinstance(task, run.Script):
-            _add_script_overrides(
-                task,
-                self.script_args(),
-                self.script_args_converter_fn,
-                _nsys_hydra_overrides,
-                owner="NsysPlugin",
-            )
-        else:
-            self._apply_to_partial(task, self.profiling_overrides())
-
-    def _apply_to_partial(self, task: run.Partial, overrides: Mapping[str, Any]) -> None:
-        fn = task.__fn_or_cls__
-        try:
-            params = inspect.signature(fn).parameters
-        except (TypeError, ValueError):  # builtins and some C callables have no signature
-            params = {}
-        applied, missing = [], []
-        for key, value in overrides.items():
-            name = key.removeprefix("profiling.")
-            if name in params:
-                setattr(task, name, value)
-                applied.append(name)
-            else:
-                missing.append(name)
-        if applied:
-            logger.info("NsysPlugin: set %s on the run.Partial task.", applied)
-        window = {"profile_step_start", "profile_step_end", "profile_ranks"}
-        if window - set(applied):
-            logger.warning(
-                "NsysPlugin: %s takes no %s; set them in the training config's profiling "
-                "section, or nsys (capture range cudaProfilerApi) records nothing.",
-                getattr(fn, "__qualname__", fn),
-                missing,
-            )
-        elif missing:
-            logger.info(
-                "NsysPlugin: %s takes no %s; not passed.", getattr(fn, "__qualname__", fn), missing
-            )
