@@ -96,7 +96,10 @@ def _did_you_mean(word: str, choices: tuple[str, ...] | list[str]) -> str:
 
 def _read_yaml(path: str, label: str) -> Any:
     try:
+        # Deliberately lazy: PyYAML only where a preset is read from a file.
         import yaml
+
+        from megatron.bridge.training import yaml_loader
     except ImportError as exc:
         raise ImportError(
             f"Reading {label} needs PyYAML: pip install pyyaml, or "
@@ -114,7 +117,7 @@ def _read_yaml(path: str, label: str) -> Any:
     except UnicodeDecodeError as exc:
         raise ValueError(f"{label} is not UTF-8 text: {exc}.") from exc
     try:
-        return yaml.safe_load(text)
+        return yaml_loader.load(text, yaml_loader.BoundedSafeLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f", line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""

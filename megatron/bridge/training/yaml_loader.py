@@ -1,4 +1,4 @@
-"""The YAML loaders of config files and of ``KEY=VALUE`` overrides, with their bounds.
+"""The YAML loaders of configs, userbuffers files and ``KEY=VALUE`` overrides, with bounds.
 
 Its own module so that only the routes that read YAML import PyYAML: the plan, the estimate and
 ``bridge-overlap explain`` without overrides never do.

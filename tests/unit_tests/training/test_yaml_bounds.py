@@ -10,6 +10,7 @@ import yaml
 from megatron.bridge.training import yaml_loader
 from megatron.bridge.training.config_codec import read_document
 from megatron.bridge.training.overrides import _parse
+from megatron.bridge.training.userbuffers_file import load_preset
 
 # Nine times nine times ... "lol": a 250-byte text that PyYAML alone expands to 9**6 strings.
 _LAUGHS = "a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
@@ -67,3 +68,10 @@ def test_the_bounded_loaders_read_what_safe_load_reads():
     text = "model:\n  hidden_size: 4096\n  layers: [1, 2, {a: b}]\nddp:\n  bucket_size: null\n"
     assert yaml_loader.load(text, yaml_loader.BoundedSafeLoader) == yaml.safe_load(text)
     assert read_document(text)[0] == yaml.safe_load(text)
+
+
+def test_a_userbuffers_file_with_an_alias_is_refused(tmp_path):
+    preset = tmp_path / "ub.yaml"
+    preset.write_text("base: &b {method: ring_exchange}\nqkv_fprop: *b\n")
+    with pytest.raises(ValueError, match=r"line 2 column 12: invalid YAML \(alias \*b refused"):
+        load_preset(str(preset))
