@@ -221,12 +221,15 @@ def published_memory_table() -> str:
 
 
 def reference_memory() -> str:
-    """The memory table and error line ``bridge-overlap explain`` prints for the reference."""
+    """The memory table and the warning or error line ``bridge-overlap explain`` prints for the
+    reference."""
     args = build_parser().parse_args(["explain"])
     explain(args)
     memory = args._memory
     lines = ["```text", "Memory per GPU at its peak, busiest pipeline rank:"]
     lines.extend(f"  {line}" for line in memory.render())
+    if memory.warning is not None:
+        lines.append(f"WARNING: {memory.warning}")
     if memory.error is not None:
         lines.append(f"ERROR: {memory.error}")
     lines.append("```")

@@ -52,7 +52,8 @@ def test_json_document_has_stable_keys_and_the_resolved_values(capsys):
     assert values["align_param_gather"] is True
     env = {e["name"]: e["value"] for e in doc["launch_env"]}
     assert env["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"
-    assert doc["warnings"] == []
+    # The reference fits an H100 with 2.8 GiB to spare: the one warning is the allocator's.
+    assert len(doc["warnings"]) == 1 and "fragmentation" in doc["warnings"][0]
 
 
 def test_blackwell_layout_gets_32_connections_and_b200_preset(capsys):
@@ -63,7 +64,8 @@ def test_blackwell_layout_gets_32_connections_and_b200_preset(capsys):
 
 
 def test_refusal_is_reported_and_strict_exits_one(capsys):
-    doc = _json(capsys, "--no-sequence-parallel", "--tp-comm-overlap")
+    # PP 8: without sequence parallelism the reference's activations do not fit at PP 4.
+    doc = _json(capsys, "--no-sequence-parallel", "--tp-comm-overlap", "--pp", "8")
     assert any("sequence_parallel is False" in w for w in doc["warnings"])
     refused = [d for d in doc["overlap"]["decisions"] if d["source"] == "refused"]
     assert [d["knob"] for d in refused] == ["tp_comm_overlap"]
@@ -154,6 +156,9 @@ def test_te_version_plans_for_an_older_cluster(capsys):
         "--disable-bias-linear",
         "--no-bias-gelu-fusion",
         "--ep-overlap",
+        # 16 layers: eight GPT-3-sized experts in each of 96 would not fit an H100.
+        "--num-layers",
+        "16",
     ]
     assert main(argv) == EXIT_OK
     assert "assumed present where the job runs, version" in capsys.readouterr().out

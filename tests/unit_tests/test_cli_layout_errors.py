@@ -131,6 +131,8 @@ MOE_LAYOUT = [
     "--ep-overlap",
     # GPT-3's fused gelu adds biases, which experts split over ETP 2 cannot carry.
     *("--disable-bias-linear", "--no-bias-gelu-fusion"),
+    # 8 layers: eight GPT-3-sized experts in each of 96 would not fit an H100.
+    *("--num-layers", "8"),
 ]
 
 

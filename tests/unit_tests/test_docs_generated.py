@@ -339,7 +339,8 @@ def test_every_numeric_help_default_is_checked():
 
 def test_help_defaults_are_the_values_a_plan_uses():
     plain = _explain_json()
-    moe = _explain_json("--num-experts", "8", "--etp", "1")
+    # EP 8 and 8 layers: eight GPT-3-sized experts in each of 96 layers would not fit an H100.
+    moe = _explain_json("--num-experts", "8", "--etp", "1", "--ep", "8", "--num-layers", "8")
     for flag, said in _help_defaults().items():
         doc = moe if flag == "--moe-router-topk" else plain
         assert HELP_DEFAULTS[flag](doc) == said, f"explain --help: {flag} (default {said})"

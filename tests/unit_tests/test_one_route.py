@@ -62,6 +62,8 @@ def test_the_fix_the_message_names_plans_on_both_routes_alike(capsys):
         "--no-bias-gelu-fusion",
         "--global-batch-size",
         "2048",
+        "--gpu",  # a GPU whose memory holds it: a job that does not fit is refused (exit 1)
+        "b300",
     ]
     code, doc = _explain(capsys, *flags)
     with_override, doc_override = _explain(capsys, *flags, "train.global_batch_size=2048")

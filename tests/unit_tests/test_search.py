@@ -32,6 +32,10 @@ def _small(name: str) -> list[str]:
     argv = ["--world-size", "8", "--global-batch-size", "16", "--num-layers", "4"]
     if isinstance(model.moe_layer_freq, tuple):
         argv += ["--moe-layer-freq", "([0]*1+[1]*3)"]
+    if model.hybrid_layer_pattern is not None:
+        # The pattern spells the layers: its first four, and its MTP part.
+        main_pattern, *mtp = model.hybrid_layer_pattern.split("/")
+        argv += ["--hybrid-layer-pattern", "/".join([main_pattern.replace("|", "")[:4], *mtp])]
     if model.csa_compress_ratios:
         # One compression ratio per layer and MTP layer: the recipe's first four and last.
         ratios = [*model.csa_compress_ratios[:4], model.csa_compress_ratios[-1]]

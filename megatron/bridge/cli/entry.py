@@ -20,6 +20,7 @@ from megatron.bridge.exit_codes import (
     EXIT_INVALID,
     EXIT_OK,
     EXIT_OUTPUT,
+    EXIT_REFUSED,
 )
 
 
@@ -60,6 +61,12 @@ def _run(argv: list[str], *, as_json: bool) -> int:
         print(json.dumps(doc, indent=2))
     else:
         print(_render(doc, plan, env_plan, args._estimate, args._memory))
+    memory = args._memory
+    if memory is not None and memory.error is not None:
+        # The plan is printed (it says what to change), but a job that cannot run is refused:
+        # exit 1 with or without --strict (--strict refuses before printing it).
+        print(f"bridge-overlap: refused: {memory.error}", file=sys.stderr)
+        return EXIT_REFUSED
     return EXIT_OK
 
 

@@ -3,7 +3,8 @@
 Exit codes (every failure is a message on stderr, never a traceback):
 
 - 0: the plan is valid (``recipes``: the list was printed);
-- 1: ``--strict`` refused a requested overlap, or a layout that does not fit in memory;
+- 1: refused: a layout that does not fit in memory, with or without ``--strict`` (without it the
+  plan is printed first), or a requested overlap ``--strict`` refused;
 - 2: invalid input: a flag, an override, a recipe (unknown, not importable, returning neither a
   ``RecipeSpec`` nor a ``ConfigContainer``, failing), or a configuration megatron-core's own
   validation rejects (its message is quoted);

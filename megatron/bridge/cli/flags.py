@@ -17,14 +17,19 @@ from megatron.bridge.recipes.spec import RecipeSpec
 from megatron.bridge.training.comm_overlap import PUBLISHED_PRESETS, TEStatus, te_status
 from megatron.bridge.training.job import ModelDescription
 from megatron.bridge.training.model_rules import check_moe_layer_pattern
+from megatron.bridge.training.model_rules.architecture import check_bias_activation_fusion
 from megatron.bridge.training.parallel_layout import data_parallel_size
 
 #: The reference job ``explain`` plans without flags: GPT-3 175B's shape on 128 H100 GPUs, TP4
-#: with sequence parallelism, PP4 with VPP2, distributed optimizer, bf16.
+#: with sequence parallelism, PP4 with VPP2, distributed optimizer, bf16, and the precision knobs
+#: of the job SPEC.md section 1 describes: gradients reduced in bf16
+#: (``mixed_precision.grad_reduce_in_fp32 = False``; bf16 has no FP8 parameter gather, so
+#: ``fp8_param_gather`` is False too). With fp32 gradients it would not fit an H100.
 REFERENCE: RecipeSpec = gpt3_175b.SPEC.changed(
     name="reference",
     world_size=128,
     global_batch_size=None,
+    grad_reduce_in_fp32=False,
     **{"model.pipeline_model_parallel_size": 4, "model.virtual_pipeline_model_parallel_size": 2},
 )
 
@@ -192,6 +197,7 @@ def flags_spec(args: argparse.Namespace, base: RecipeSpec | None = None) -> Reci
         base = base.with_overrides(**picks)
     changes = flag_changes(args)
     changes["overlap"] = tuple({**dict(base.overlap), **dict(changes["overlap"])}.items())
+    args._flag_notes = _fusion_for_activation_flag(args, base, changes)
     spec = base.changed(**changes)
     _check_vpp_is_read(args, spec)
     _check_flags_are_read(args, spec)
@@ -208,6 +214,42 @@ def flags_spec(args: argparse.Namespace, base: RecipeSpec | None = None) -> Reci
         except ValueError as exc:
             raise ValueError(f"--world-size {args.world_size}: {exc}") from None
     return spec
+
+
+def _fusion_for_activation_flag(
+    args: argparse.Namespace, base: RecipeSpec, changes: dict[str, Any]
+) -> list[str]:
+    """An activation flag (``--squared-relu``, ``--swiglu``, ``--quick-geglu``) describes the MLP
+    anew: where the base job's ``bias_activation_fusion=True`` (chosen for its own activation, as
+    GPT-3's recipe does for gelu) has no fused kernel for the new MLP, the fusion takes
+    megatron-core's default (``TransformerConfig.bias_activation_fusion = False``) and the note
+    returned says so. Without an activation flag the check refuses as megatron-core does."""
+    if not (args.squared_relu or args.quick_geglu or args.swiglu is not None):
+        return []
+    if args.bias_activation_fusion is not None:  # --no-bias-*-fusion: the user's word
+        return []
+    model = base.job.model
+    activation = changes.get("model.activation_func", model.activation_func)
+    try:
+        check_bias_activation_fusion(
+            bias_activation_fusion=model.bias_activation_fusion,
+            activation_func=activation,
+            gated_linear_unit=changes.get("model.gated_linear_unit", model.gated_linear_unit),
+            add_bias_linear=changes.get("model.add_bias_linear", model.add_bias_linear),
+        )
+    except ValueError as exc:
+        changes["model.bias_activation_fusion"] = False
+        if args.squared_relu:
+            flag = "--squared-relu"
+        elif args.quick_geglu:
+            flag = "--quick-geglu"
+        else:
+            flag = "--swiglu" if args.swiglu else "--no-swiglu"
+        return [
+            f"{flag}: bias_activation_fusion=False (megatron-core's default): the "
+            f"{base.name} job's fused bias-activation kernel does not apply ({exc})"
+        ]
+    return []
 
 
 def _check_vpp_is_read(args: argparse.Namespace, spec: RecipeSpec) -> None:

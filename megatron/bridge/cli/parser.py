@@ -205,7 +205,10 @@ def _add_explain(ex: argparse.ArgumentParser) -> None:
     ex.add_argument(
         "--strict",
         action="store_true",
-        help="exit 1 instead of falling back, and for a layout that does not fit in memory",
+        help=(
+            "exit 1 instead of falling back, and for a layout that does not fit in memory "
+            "before printing the plan (without --strict it exits 1 after)"
+        ),
     )
     ex.add_argument("--json", action="store_true", help="print the plan as one JSON object")
     _bound_numeric_flags(ex)

@@ -90,6 +90,9 @@ def explain(
         plan, env_plan, recipe=args.recipe, te_mode=args.te, preset_info=_preset_info(args, spec)
     )
     doc["warnings"].extend(getattr(args, "_env_problems", []))
+    doc["warnings"].extend(getattr(args, "_flag_notes", []))
+    if memory is not None and memory.warning is not None:
+        doc["warnings"].append(memory.warning)
     unused = unused_flex_backend(plan.job.model) if args.moe_flex_backend is not None else None
     if unused is not None and unused not in plan.warnings:
         doc["warnings"].append(f"--moe-flex-backend {args.moe_flex_backend}: {unused}")

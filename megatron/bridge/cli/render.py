@@ -26,6 +26,7 @@ def _render(
         f"  dist-opt {'on' if lay['distributed_optimizer'] else 'off'}"
         f"  {lay['compute_dtype'] or 'custom quantization'} ({lay['precision']} presets)"
         f"  hidden {lay['hidden_size']} seq {lay['seq_length']} mbs {lay['micro_batch_size']}"
+        f" gbs {plan.job.effective_global_batch_size or '-'}"
     )
     if lay["expert_dp"] is not None:
         head += f"\nExperts: {lay['num_moe_experts']} over EP{lay['ep']} x ETP{lay['etp']} -> expert-DP{lay['expert_dp']}"

@@ -1,7 +1,7 @@
 """Llama-3.1 405B pre-training recipe, in the layout NVIDIA publishes for H100.
 
 Model: 126 layers, hidden 16384, 128 heads in 8 query groups, FFN 53248, sequence 8192,
-Llama-3.1 RoPE scaling (Llama-3 architecture, see :mod:`megatron.bridge.recipes.llama`).
+Llama-3.1 RoPE scaling (Llama-3 architecture, see :mod:`megatron.bridge.recipes.llama_provider`).
 Published layout: TP8 (with sequence parallelism) x PP8 with 8 virtual stages per rank x CP2,
 micro-batch 1. 126 layers do not split into 8 x 8 = 64 pipeline chunks, so the layout counts
 the embedding and the loss as one layer each (``account_for_embedding_in_pipeline_split`` and
@@ -21,7 +21,7 @@ CP2; on 256 GB200 GPUs FP8 current scaling at TP4 x PP16 (VPP4), MXFP8 and NVFP4
 
 from __future__ import annotations
 
-from megatron.bridge.recipes.llama import LLAMA3_PROVIDER
+from megatron.bridge.recipes.llama_provider import LLAMA3_PROVIDER
 from megatron.bridge.recipes.models import recipe_model
 from megatron.bridge.recipes.published import published_runs
 from megatron.bridge.recipes.spec import recipe_functions, spec_of

@@ -1,7 +1,7 @@
 """Llama-3 70B pre-training recipe, in the layout NVIDIA publishes for H100.
 
 Model: 80 layers, hidden 8192, 64 heads in 8 query groups, FFN 28672, sequence 8192 (Llama-3
-architecture, see :mod:`megatron.bridge.recipes.llama`). Published layout: TP4 (with sequence
+architecture, see :mod:`megatron.bridge.recipes.llama_provider`). Published layout: TP4 (with sequence
 parallelism) x PP4 with 5 virtual stages per rank x CP2, micro-batch 1. We run it on 64 GPUs
 (DP 2) with global batch 128, the size of NVIDIA's published Llama-3 70B H100 runs.
 
@@ -22,7 +22,7 @@ preset (``llama3_70b_pretrain_64gpu_b200_bf16_config``).
 
 from __future__ import annotations
 
-from megatron.bridge.recipes.llama import LLAMA3_PROVIDER
+from megatron.bridge.recipes.llama_provider import LLAMA3_PROVIDER
 from megatron.bridge.recipes.models import recipe_model
 from megatron.bridge.recipes.published import published_runs
 from megatron.bridge.recipes.spec import recipe_functions, spec_of

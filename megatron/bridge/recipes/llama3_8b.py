@@ -1,7 +1,7 @@
 """Llama-3 8B pre-training recipe, in the layouts NVIDIA publishes.
 
 Model: 32 layers, hidden 4096, 32 heads in 8 query groups, FFN 14336, sequence 8192 (Llama-3
-architecture, see :mod:`megatron.bridge.recipes.llama`).
+architecture, see :mod:`megatron.bridge.recipes.llama_provider`).
 
 Published layouts (Megatron-Bridge ``docs/performance-summary-archive.md``, 25.11, the most
 recent release with a Llama-3 8B row, and ``perf_recipes/llama/<system>/llama3.py``): 8 GPUs,
@@ -13,7 +13,7 @@ as data parallelism with the distributed optimizer.
 
 from __future__ import annotations
 
-from megatron.bridge.recipes.llama import LLAMA3_PROVIDER
+from megatron.bridge.recipes.llama_provider import LLAMA3_PROVIDER
 from megatron.bridge.recipes.spec import published_spec, recipe_functions
 
 __all__ = ["SPEC", "llama3_8b", "spec"]

@@ -45,6 +45,7 @@ from megatron.bridge.search.space import (
     parallel_layouts,
 )
 from megatron.bridge.training.estimate import estimate_step
+from megatron.bridge.training.estimate.memory.report import gib
 from megatron.bridge.training.hardware import gpu_spec
 
 if TYPE_CHECKING:
@@ -484,7 +485,7 @@ def _why_not(spec: RecipeSpec, state: _Search) -> str:
     memory = memory_of(plan)
     if not memory.fits:
         return (
-            f"does not fit by the estimate: {memory.total_bytes / 1e9:.1f} GB of "
-            f"{memory.capacity_bytes / 1e9:.1f} GB"
+            f"does not fit by the estimate: {gib(memory.total_bytes)} of "
+            f"{gib(memory.capacity_bytes)}"
         )
     return "its step estimate is refused"

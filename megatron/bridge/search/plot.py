@@ -17,14 +17,14 @@ __all__ = ["plot_search", "search_picture"]
 
 
 def search_picture(result: SearchResult, *, title: str | None = None) -> dict[str, Any]:
-    """What :func:`plot_search` draws for ``result``: every costed layout as (memory GB,
+    """What :func:`plot_search` draws for ``result``: every costed layout as (memory GiB,
     tokens/s/GPU), the top one and the published one with their labels, the GPU's capacity."""
     if not result.ranked:
         raise ValueError("the search costed no layout: there is nothing to draw.")
 
     def point(candidate: Candidate) -> list[float]:
         return [
-            round(candidate.memory.total_bytes / 1e9, 3),
+            round(candidate.memory.total_bytes / 2**30, 3),
             round(candidate.tokens_per_s_per_gpu, 3),
         ]
 
@@ -40,7 +40,7 @@ def search_picture(result: SearchResult, *, title: str | None = None) -> dict[st
             "at": point(published),
             "label": f"published (rank {result.published_rank}): {layout_label(published)}",
         },
-        "capacity_gb": round(best.memory.capacity_bytes / 1e9, 3),
+        "capacity_gib": round(best.memory.capacity_bytes / 2**30, 3),
     }
 
 
@@ -70,13 +70,13 @@ def plot_search(result: SearchResult, path: str | Path, *, title: str | None = N
             label=published["label"],
         )
     ax.axvline(
-        picture["capacity_gb"],
+        picture["capacity_gib"],
         color="black",
         linestyle="--",
         linewidth=0.8,
         label="GPU capacity",
     )
-    ax.set_xlabel("memory per GPU, busiest rank (GB)", fontsize=9)
+    ax.set_xlabel("memory per GPU, busiest rank (GiB)", fontsize=9)
     ax.set_ylabel("predicted tokens/s/GPU", fontsize=9)
     ax.legend(fontsize=7, loc="lower left")
     ax.tick_params(labelsize=8)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from megatron.bridge.search.engine import Candidate, SearchResult
+from megatron.bridge.training.estimate.memory.report import gib
 
 __all__ = ["SEARCH_SCHEMA_FILE", "SEARCH_SCHEMA_VERSION", "document", "layout_label", "render"]
 
@@ -140,10 +141,6 @@ def document(result: SearchResult, *, top: int, recipe: str | None) -> dict[str,
     }
 
 
-def _gb(n: float) -> str:
-    return f"{n / 1e9:.1f} GB"
-
-
 def render(result: SearchResult, *, top: int, recipe: str | None) -> str:
     """The text ``search`` prints: what was searched and counted, then one block per row."""
     job = result.base.job
@@ -174,9 +171,9 @@ def render(result: SearchResult, *, top: int, recipe: str | None) -> str:
         )
         overlap = ", ".join(_overlap_on(candidate)) or "none"
         lines.append(
-            f"      memory {_gb(candidate.memory.total_bytes)} of "
-            f"{_gb(candidate.memory.capacity_bytes)} (headroom "
-            f"{_gb(candidate.memory.headroom_bytes)}); step {prediction.step_seconds:.2f} s, "
+            f"      memory {gib(candidate.memory.total_bytes)} of "
+            f"{gib(candidate.memory.capacity_bytes)} (headroom "
+            f"{gib(candidate.memory.headroom_bytes)}); step {prediction.step_seconds:.2f} s, "
             f"bubble {prediction.bubble_seconds:.2f} s, exposed communication "
             f"{prediction.exposed_seconds:.2f} s; overlap: {overlap}"
         )

@@ -5,7 +5,8 @@ The sizes are generated as divisors (of the world, of the experts, of the layers
 candidate is then checked by the project's own rules, the ones ``explain`` and
 ``runtime_config_update`` apply: ``parallel_layout.check_parallel_layout`` for the grids, heads,
 query groups, experts and sequence split; ``pipeline_layout.check_pipeline_layout`` for the
-pipeline split; ``parallel_layout.micro_batches_per_step`` for the batch. Nothing here restates
+pipeline split (a hybrid model's by its ``hybrid_layer_pattern``);
+``parallel_layout.micro_batches_per_step`` for the batch. Nothing here restates
 a rule: what they reject is not a layout.
 
 The pipeline splits are the even split (with and without the embedding and the loss counted as
@@ -25,10 +26,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from megatron.bridge.training.hybrid_pipeline import check_hybrid_layer_count, hybrid_segments
 from megatron.bridge.training.job import ModelDescription
 from megatron.bridge.training.model_rules import fused_grouped_mlp
 from megatron.bridge.training.parallel_layout import check_parallel_layout, micro_batches_per_step
-from megatron.bridge.training.pipeline_layout import check_pipeline_layout, divisors
+from megatron.bridge.training.pipeline_layout import check_pipeline_layout
+from megatron.bridge.training.validators import divisors
 
 __all__ = [
     "RECOMPUTE",
@@ -137,14 +140,19 @@ def _rejected(check: Any, **kwargs: Any) -> bool:
 
 @functools.lru_cache(maxsize=4096)
 def pipeline_splits(
-    num_layers: int, pp: int, mtp_num_layers: int | None
+    num_layers: int, pp: int, mtp_num_layers: int | None, hybrid_layer_pattern: str | None = None
 ) -> tuple[PipelineSplit, ...]:
     """The pipeline splits of ``num_layers`` decoder layers over ``pp`` ranks that
-    ``check_pipeline_layout`` accepts (see the module docstring for which are generated)."""
-    if pp == 1:
-        return (PipelineSplit(),)
-    candidates: list[PipelineSplit] = []
-    for vpp in (None, *(v for v in divisors(num_layers) if v > 1)):
+    ``check_pipeline_layout`` accepts (see the module docstring for which are generated); a
+    hybrid model's ``hybrid_layer_pattern`` decides which of them its model can build."""
+    vpps = [v for v in divisors(num_layers) if v > 1]
+    if hybrid_layer_pattern is not None:
+        # A hybrid pattern's '|' segments are its (virtual) stages: the one VPP they can give.
+        segments = len(hybrid_segments(hybrid_layer_pattern))
+        if segments % pp == 0 and segments // pp > 1:
+            vpps.append(segments // pp)
+    candidates: list[PipelineSplit] = [PipelineSplit()] if pp == 1 else []
+    for vpp in () if pp == 1 else (None, *sorted(set(vpps))):
         for embedding in (False, True):
             for loss in (False, True):
                 candidates.append(PipelineSplit(vpp=vpp, embedding=embedding, loss=loss))
@@ -178,6 +186,7 @@ def pipeline_splits(
             account_for_embedding_in_pipeline_split=s.embedding,
             account_for_loss_in_pipeline_split=s.loss,
             mtp_num_layers=mtp_num_layers,
+            hybrid_layer_pattern=hybrid_layer_pattern,
         )
     ]
     return tuple(kept)
@@ -267,10 +276,18 @@ def parallel_layouts(
 ) -> Iterator[tuple[Layout, list[int]]]:
     """Each parallel layout of ``model`` (grid and pipeline split) that has a micro-batch size
     for ``global_batch_size``: the layout at its smallest micro-batch, without recompute, with
-    the distributed optimizer, and the micro-batch sizes it can run, smallest first."""
+    the distributed optimizer, and the micro-batch sizes it can run, smallest first.
+
+    ``ValueError`` for a hybrid model whose pattern disagrees with ``num_layers``: no layout
+    of it is right, so none is generated."""
+    if model.hybrid_layer_pattern is not None:
+        check_hybrid_layer_count(model.hybrid_layer_pattern, model.num_layers)
     for tp, pp, cp, ep, etp in grids(model, world_size):
         dp = world_size // (tp * cp * pp)
-        for split in pipeline_splits(model.num_layers, pp, model.mtp_num_layers):
+        splits = pipeline_splits(
+            model.num_layers, pp, model.mtp_num_layers, model.hybrid_layer_pattern
+        )
+        for split in splits:
             interleaved = split.vpp is not None and split.vpp > 1
             sizes = micro_batch_sizes(global_batch_size, dp, pp, interleaved)
             if not sizes:

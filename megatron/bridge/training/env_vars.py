@@ -16,12 +16,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from megatron.bridge.training import launch_env
+from megatron.bridge.training.validators import LIMITS
 from megatron.bridge.training.value_types import ConfigValueError
 
 __all__ = [
     "AppliedEnvVars",
     "DerivedEnv",
     "EnvValue",
+    "check_env_var_name",
     "check_env_vars",
     "env_var_text",
     "export_env_vars",
@@ -54,12 +56,15 @@ def env_var_text(value: EnvValue) -> str:
 
 #: Variables read as integers, by name: (smallest, largest or None, who reads it). Their readers
 #: parse the text as a number and ignore (CUDA) or misread anything else, so a value that is not
-#: an integer in range is refused where it is set. Bounds as ``launch_env`` plans them.
+#: an integer in range is refused where it is set. Bounds as ``launch_env`` plans them (the
+#: margins and the chunk size within ``LIMITS``, as the plugin's and the CLI's).
+_MARGIN = (LIMITS["layernorm_sm_margin"].minimum, LIMITS["layernorm_sm_margin"].maximum)
+_CHUNK = (LIMITS["nccl_pp_comm_chunksize"].minimum, LIMITS["nccl_pp_comm_chunksize"].maximum)
 _INTEGER_ENV_VARS: dict[str, tuple[int, int | None, str]] = {
     launch_env.CUDA_DEVICE_MAX_CONNECTIONS: (1, 32, "CUDA (hardware work queues, 1 to 32)"),
-    launch_env.NVTE_FWD_LAYERNORM_SM_MARGIN: (0, None, "Transformer Engine (SMs left free)"),
-    launch_env.NVTE_BWD_LAYERNORM_SM_MARGIN: (0, None, "Transformer Engine (SMs left free)"),
-    launch_env.NCCL_P2P_NET_CHUNKSIZE: (2, None, "NCCL (bytes per P2P network chunk)"),
+    launch_env.NVTE_FWD_LAYERNORM_SM_MARGIN: (*_MARGIN, "Transformer Engine (SMs left free)"),
+    launch_env.NVTE_BWD_LAYERNORM_SM_MARGIN: (*_MARGIN, "Transformer Engine (SMs left free)"),
+    launch_env.NCCL_P2P_NET_CHUNKSIZE: (*_CHUNK, "NCCL (bytes per P2P network chunk)"),
 }
 _INTEGER_TEXT = re.compile(r"-?[0-9]+")
 
@@ -81,15 +86,34 @@ def _check_integer_env_var(owner: str, name: str, value: EnvValue, text: str) ->
         )
 
 
+#: A portable environment variable name (POSIX.1-2017, 8.1: letters, digits and underscores,
+#: not starting with a digit). The OS takes more, but shells, Slurm and container runtimes drop
+#: or mangle other names (a newline, an accented letter), so the job would not see the variable.
+_POSIX_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def check_env_var_name(owner: str, name: str) -> str:
+    """``ValueError`` unless ``name`` is a portable environment variable name
+    (``[A-Za-z_][A-Za-z0-9_]*``, POSIX); ``owner`` names where it was set."""
+    if _POSIX_NAME.fullmatch(name) is None:
+        raise ValueError(
+            f"{owner} key {name!r} is not a valid environment variable name: use ASCII "
+            "letters, digits and underscores, not starting with a digit ([A-Za-z_][A-Za-z0-9_]*, "
+            "POSIX); shells and launchers drop or mangle other names. Rename the variable."
+        )
+    return name
+
+
 def check_env_vars(env_vars: object, *, owner: str = "ConfigContainer.env_vars") -> dict[str, str]:
     """Check a recipe's environment variables; return them as the strings that would be exported.
 
     ``TypeError`` for a non-mapping, a non-str name or a non-scalar value (naming the key);
-    ``ValueError`` for an empty name, a name with ``=`` or a NUL (the OS refuses them), a value
+    ``ValueError`` for a name that is not POSIX's ``[A-Za-z_][A-Za-z0-9_]*``
+    (:func:`check_env_var_name`: empty, ``=``, NUL, a newline, ``é``), a value
     with a NUL, and a name that looks like a secret (``*_API_KEY``, ``*TOKEN*``, ``*SECRET*``,
     ``*PASSWORD*``, any case): configs are serialized and shared, so secrets go on the launcher.
     A variable read as an integer (``CUDA_DEVICE_MAX_CONNECTIONS`` 1-32, the
-    ``NVTE_*_LAYERNORM_SM_MARGIN`` pair >= 0, ``NCCL_P2P_NET_CHUNKSIZE`` >= 2) must be an int
+    ``NVTE_*_LAYERNORM_SM_MARGIN`` pair 0-1024, ``NCCL_P2P_NET_CHUNKSIZE`` 2-2**30) must be an int
     or the text of one in that range: ``value_types.ConfigValueError`` (a ``ValueError``) naming
     ``owner.NAME`` otherwise. Every source of ``env_vars`` (Python, ``from_yaml``,
     ``env_vars.NAME=VALUE`` overrides) meets it.
@@ -105,11 +129,7 @@ def check_env_vars(env_vars: object, *, owner: str = "ConfigContainer.env_vars")
             raise TypeError(
                 f"{owner} key {name!r} is a {type(name).__name__}; variable names are str."
             )
-        if not name or "=" in name or "\0" in name:
-            raise ValueError(
-                f"{owner} key {name!r} is not a valid environment variable name (empty, or "
-                "holds '=' or NUL)."
-            )
+        check_env_var_name(owner, name)
         if _SECRET_NAME.search(name):
             raise ValueError(
                 f"{owner}[{name!r}] looks like a secret (*_API_KEY, *TOKEN*, *SECRET*, "

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from megatron.bridge.training.job import ModelDescription
+from megatron.bridge.training.validators import LIMITS
 
 __all__ = ["describe_model", "model_fields", "write_model"]
 
@@ -90,8 +91,11 @@ def _reader(field: dataclasses.Field) -> tuple[str, Any, str | Callable[[Any], A
     if isinstance(default, bool):
         # megatron-core reads these flags for truth; the description holds the bool.
         return name, default, _TRUTH
-    if default is None:
+    limit = LIMITS.get(f"model.{name}")
+    if default is None and (limit is None or limit.minimum <= 0):
         # megatron-core's "unset" for the shape counts (num_layers, hidden_size, heads) is 0.
+        # A 0 below the field's bound is held instead, so check_limits refuses it on every route
+        # (a model built with hidden_size=0 plans negative or zero bytes and FLOPs).
         return name, None, _ZERO_UNSET
     return name, default, _AS_HELD
 

@@ -49,7 +49,13 @@ from typing import TYPE_CHECKING, Any, Literal
 from megatron.bridge.training.hardware import gpu_spec
 from megatron.bridge.training.model_rules import fused_glu, fused_grouped_mlp
 from megatron.bridge.training.parallel_layout import validate_parallel_size
-from megatron.bridge.training.validators import check_bool, check_choice, check_int
+from megatron.bridge.training.validators import (
+    LIMITS,
+    check_bool,
+    check_choice,
+    check_int,
+    check_limit,
+)
 
 if TYPE_CHECKING:
     from megatron.bridge.training.job import JobDescription, ModelDescription
@@ -122,33 +128,40 @@ NVSHMEM starts."""
 
 
 def validate_layernorm_sm_margin(value: object, *, name: str = "layernorm_sm_margin") -> int:
-    """Check that a LayerNorm SM margin is a non-negative int (number of SMs left free)."""
-    return check_int(
+    """Check that a LayerNorm SM margin is an int within ``LIMITS["layernorm_sm_margin"]``
+    (number of SMs left free): the check of the ``--layernorm-sm-margin`` flag and the plugin."""
+    margin = check_int(
         "",
         name,
         value,
-        minimum=0,
+        minimum=LIMITS["layernorm_sm_margin"].minimum,
         unit="number of SMs",
         hint=(
             f"The default is {DEFAULT_LAYERNORM_SM_MARGIN}; use 0 to leave no SMs free, or "
             "disable the margin with enable_layernorm_sm_margin=False."
         ),
     )
+    check_limit("layernorm_sm_margin", margin, label=name)  # the top, as --layernorm-sm-margin
+    return margin
 
 
 def validate_nccl_pp_comm_chunksize(
     value: object, *, name: str = "nccl_pp_comm_chunksize"
 ) -> int | None:
-    """Check that an NCCL P2P chunk size is None (not set) or an int > 1 (bytes)."""
-    return check_int(
+    """Check that an NCCL P2P chunk size is None (not set) or an int within
+    ``LIMITS["nccl_pp_comm_chunksize"]`` (bytes): the check of ``--nccl-pp-chunksize`` and the
+    plugin."""
+    chunk = check_int(
         "",
         name,
         value,
-        minimum=2,
+        minimum=LIMITS["nccl_pp_comm_chunksize"].minimum,
         optional=True,
         unit="bytes",
         hint="Use None to keep NCCL's default chunk size.",
     )
+    check_limit("nccl_pp_comm_chunksize", chunk, label=name)  # the top, as --nccl-pp-chunksize
+    return chunk
 
 
 def validate_manual_gc_interval(value: object, *, name: str = "manual_gc_interval") -> int:

@@ -19,6 +19,11 @@ userbuffers preset by name (``null`` for TE's defaults, anything else is a YAML 
 must exist). ``env_vars.NAME=VALUE`` takes VALUE verbatim as a string (it is exported as text;
 ``true`` stays ``"true"``) after ``check_env_vars`` (a variable read as an integer must be one).
 
+A value typed for a field of ``model``, ``optimizer`` or ``ddp`` is recorded as typed
+(``write_record``, writer "typed"): the comm-overlap plan honours it as the user's even where it
+equals megatron-core's default (``ddp.overlap_grad_reduce=false``), which a field set in Python
+cannot show.
+
 A size or count above its bound (``validators.LIMITS``, the table flags and recipes meet too)
 raises ``validators.LimitError`` (a ``ValueError``) naming the key, before anything is written.
 
@@ -39,7 +44,7 @@ from typing import Any
 
 import yaml
 
-from megatron.bridge.training import hardware, yaml_loader
+from megatron.bridge.training import hardware, write_record, yaml_loader
 from megatron.bridge.training.comm_overlap import CommOverlapConfig
 from megatron.bridge.training.config import ConfigContainer, check_env_vars
 from megatron.bridge.training.mixed_precision import get_mixed_precision_config
@@ -66,6 +71,8 @@ OVERRIDE_SECTIONS = (
     "env_vars",
 )
 _TOP_LEVEL = ("gpu", "mixed_precision", "comm_overlap")
+#: Sections holding megatron-core configs, whose typed fields are recorded as the user's.
+_MEGATRON_SECTIONS = ("model", "optimizer", "ddp")
 #: Override keys outside ``model`` whose bound is a job field's (``validators.LIMITS``).
 _LIMITED_KEYS = {
     "train.micro_batch_size": "micro_batch_size",
@@ -149,6 +156,8 @@ def apply_overrides(cfg: ConfigContainer, overrides: Iterable[str]) -> ConfigCon
     top: dict[str, Any] = {}
     # Section objects are copied on first edit, so nothing is written until all checks pass.
     edited: dict[str, Any] = {}
+    # Section -> the fields typed in it, in order.
+    typed: dict[str, list[str]] = {}
     env = dict(cfg.env_vars)
     for text in overrides:
         key, raw = parse_override(text)
@@ -180,6 +189,7 @@ def apply_overrides(cfg: ConfigContainer, overrides: Iterable[str]) -> ConfigCon
                 )
             top[head] = value
             edited.pop(head, None)
+            typed.pop(head, None)
             continue
         if head == "env_vars":
             try:
@@ -222,6 +232,7 @@ def apply_overrides(cfg: ConfigContainer, overrides: Iterable[str]) -> ConfigCon
             if (limit := _limit_of(key)) is not None:
                 check_limit(limit, value, label=key)
         setattr(target, rest, value)
+        typed.setdefault(head, []).append(rest)
 
     try:
         check_env_vars(env)
@@ -232,13 +243,20 @@ def apply_overrides(cfg: ConfigContainer, overrides: Iterable[str]) -> ConfigCon
         setattr(cfg, head, value)
     for head, obj in edited.items():
         current = getattr(cfg, head)
-        if current is obj:
-            continue
-        # Into the user's object, field by field, so references to it see the change.
-        for f in dataclasses.fields(obj):
-            new = getattr(obj, f.name)
-            if getattr(current, f.name) is not new:
-                setattr(current, f.name, new)
+        if current is not obj:
+            # Into the user's object, field by field, so references to it see the change.
+            for f in dataclasses.fields(obj):
+                new = getattr(obj, f.name)
+                if getattr(current, f.name) is not new:
+                    setattr(current, f.name, new)
+        if head in _MEGATRON_SECTIONS and typed.get(head):
+            # A typed value is the user's even where it equals megatron-core's default (the
+            # plan reads a field at its default as not set, see comm_overlap.megatron_io).
+            write_record.record(
+                current,
+                "typed",
+                {name: (getattr(current, name), write_record.NOTHING) for name in typed[head]},
+            )
     cfg.env_vars.update(env)
     return cfg
 

@@ -16,11 +16,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from megatron.bridge.training.pipeline_layout import check_pipeline_layout, divisors
-from megatron.bridge.training.validators import check_bool, check_int
+from megatron.bridge.training.pipeline_layout import check_pipeline_layout
+from megatron.bridge.training.validators import check_bool, check_int, divisors
 
 __all__ = [
     "ParallelSizes",
+    "check_expert_grid",
     "check_parallel_layout",
     "data_parallel_size",
     "micro_batches_per_step",
@@ -84,6 +85,29 @@ def data_parallel_size(*, num_gpus: int, tp_size: int, cp_size: int, pp_size: in
     return num_gpus // model_parallel
 
 
+def check_expert_grid(
+    *, world_size: int, tp_size: int, pp_size: int, ep_size: int, etp_size: int | None
+) -> int:
+    """``ValueError`` unless ETP * EP * PP divides ``world_size``; return the expert TP size.
+
+    initialize_model_parallel builds ETP x EP x expert-DP x PP over the same world as the dense
+    grid (CP folds into expert-DP) and raises when ETP * EP * PP does not tile it. It does so for
+    dense models too, so a stray etp_size is caught even without experts. ``etp_size`` None
+    means "same as TP", as in megatron-core. The sizes are ints >= 1 (checked by the caller).
+    """
+    etp = tp_size if etp_size is None else etp_size
+    expert_model_pipeline = etp * ep_size * pp_size
+    if world_size % expert_model_pipeline:
+        raise ValueError(
+            f"world_size={world_size} is not divisible by expert_tensor_parallel_size * "
+            f"expert_model_parallel_size * pipeline_model_parallel_size = {etp} * {ep_size} * "
+            f"{pp_size} = {expert_model_pipeline}: the expert grid (ETP x EP x expert-DP x PP) "
+            "must tile the GPUs. Change expert_model_parallel_size, expert_tensor_parallel_size "
+            "or the GPU count."
+        )
+    return etp
+
+
 @dataclass(frozen=True, kw_only=True)
 class ParallelSizes:
     """The sizes megatron-core derives from a valid layout (``initialize_model_parallel``)."""
@@ -123,6 +147,7 @@ def check_parallel_layout(
     num_layers_in_first_pipeline_stage: int | None = None,
     num_layers_in_last_pipeline_stage: int | None = None,
     mtp_num_layers: int | None = None,
+    hybrid_layer_pattern: str | None = None,
 ) -> ParallelSizes:
     """Check a parallel layout the way megatron-core would at cluster start; return its sizes.
 
@@ -132,7 +157,8 @@ def check_parallel_layout(
     megatron-core. ``num_layers``, ``num_attention_heads``, ``num_query_groups`` and
     ``seq_length`` None mean "unknown here": the rule that needs them is skipped.
     ``num_moe_experts`` None means a dense model, megatron-core's own meaning of None, so
-    ``ep_size`` > 1 is then an error.
+    ``ep_size`` > 1 is then an error. ``hybrid_layer_pattern`` None is a transformer; a
+    pattern's ``|`` segments place a hybrid model's layers.
 
     Rules (each a ``ValueError`` naming the megatron-core field and the fix; a size that is not
     an int >= 1 is a ``TypeError``/``ValueError``):
@@ -144,7 +170,9 @@ def check_parallel_layout(
       ``num_layers_in_first/last_pipeline_stage``, or the even split (``num_layers``, +1
       embedding, +1 loss when counted, divisible by PP and each rank's share by VPP); see
       ``pipeline_layout.check_pipeline_layout``. A layout sets VPP (its stage count / PP) when
-      ``vpp_size`` is None and must agree with it otherwise;
+      ``vpp_size`` is None and must agree with it otherwise; a hybrid model's pattern has as
+      many layers as ``num_layers`` and splits as megatron-core's ``select_pipeline_segment``
+      splits it (``hybrid_pipeline.hybrid_stage_layers``);
     - interleaving (VPP > 1, given or from the layout) needs PP > 1;
     - ``sequence_parallel`` needs TP > 1;
     - ``num_attention_heads`` divisible by TP; ``num_query_groups`` a multiple or a divisor of
@@ -185,19 +213,9 @@ def check_parallel_layout(
             f"context_parallel_size * pipeline_model_parallel_size: {exc}"
         ) from exc
 
-    # Expert grid: initialize_model_parallel builds ETP x EP x expert-DP x PP over the same
-    # world (CP folds into expert-DP), and raises when ETP * EP * PP does not tile it. It does
-    # so for dense models too, so a stray etp_size is caught even without experts.
-    etp = tp_size if etp_size is None else etp_size
-    expert_model_pipeline = etp * ep_size * pp_size
-    if world_size % expert_model_pipeline:
-        raise ValueError(
-            f"world_size={world_size} is not divisible by expert_tensor_parallel_size * "
-            f"expert_model_parallel_size * pipeline_model_parallel_size = {etp} * {ep_size} * "
-            f"{pp_size} = {expert_model_pipeline}: the expert grid (ETP x EP x expert-DP x PP) "
-            "must tile the GPUs. Change expert_model_parallel_size, expert_tensor_parallel_size "
-            "or the GPU count."
-        )
+    etp = check_expert_grid(
+        world_size=world_size, tp_size=tp_size, pp_size=pp_size, ep_size=ep_size, etp_size=etp_size
+    )
 
     # TransformerConfig.__post_init__ and get_num_layers_to_build place the layers on the
     # (virtual) pipeline stages; initialize_model_parallel refuses an interleaved schedule, the
@@ -212,6 +230,7 @@ def check_parallel_layout(
         account_for_embedding_in_pipeline_split=account_for_embedding_in_pipeline_split,
         account_for_loss_in_pipeline_split=account_for_loss_in_pipeline_split,
         mtp_num_layers=mtp_num_layers,
+        hybrid_layer_pattern=hybrid_layer_pattern,
     )
 
     # ModelParallelConfig.__post_init__: sequence parallelism splits the activations over the
@@ -272,5 +291,5 @@ def check_parallel_layout(
         expert_tensor_parallel_size=etp,
         expert_data_parallel_size=None
         if num_moe_experts is None
-        else world_size // expert_model_pipeline,
+        else world_size // (etp * ep_size * pp_size),
     )

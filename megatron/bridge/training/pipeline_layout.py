@@ -11,6 +11,12 @@ megatron-core (0.19) places layers on pipeline ranks in one of three ways, chose
 - **the even split**, optionally counting the embedding and the loss as one layer each
   (``account_for_embedding_in_pipeline_split`` / ``account_for_loss_in_pipeline_split``).
 
+A hybrid (Mamba) model places its layers by its ``hybrid_layer_pattern`` instead: ``|`` splits
+the pattern into one segment per (pipeline rank, virtual stage), or, without ``|``, the pattern
+splits evenly (or by the first/last-stage sizes) over the pipeline ranks, with no interleaving
+(``models/hybrid/hybrid_layer_allocation.select_pipeline_segment``, run for every model chunk
+as ``HybridModel`` is built), which :mod:`~megatron.bridge.training.hybrid_pipeline` mirrors.
+
 It checks them in ``TransformerConfig.__post_init__`` and, for what that misses, with asserts in
 ``get_num_layers_to_build`` (``transformer/transformer_block.py``) while the model is built, on
 the cluster. :func:`check_pipeline_layout` applies the same rules to plain values and returns the
@@ -24,13 +30,20 @@ order. Pure standard library: importing this module loads neither torch nor mega
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from megatron.bridge.training.validators import LIMITS, LimitError, check_bool, check_int
+from megatron.bridge.training.hybrid_pipeline import check_hybrid_layer_count, hybrid_stage_layers
+from megatron.bridge.training.validators import (
+    LIMITS,
+    LimitError,
+    check_bool,
+    check_int,
+    divisors,
+    shown_value,
+)
 
 __all__ = [
     "LAYER_NAMES",
@@ -46,6 +59,9 @@ _LAYOUT = "pipeline_model_parallel_layout"
 _LAYOUT_LIMIT = "model.pipeline_model_parallel_layout"
 _FIRST = "num_layers_in_first_pipeline_stage"
 _LAST = "num_layers_in_last_pipeline_stage"
+_PATTERN = "hybrid_layer_pattern"
+# megatron-core's hybrid_layer_allocation.Symbols.PIPE and MTP_SEPARATOR.
+_PIPE, _MTP_SEPARATOR = "|", "/"
 
 LAYER_NAMES: dict[str, str] = {"E": "embedding", "L": "loss", "t": "decoder", "m": "mtp"}
 """The layout string's layer characters and the layer each stands for (megatron-core's
@@ -78,6 +94,7 @@ class PipelineFields(Protocol):
     account_for_embedding_in_pipeline_split: bool
     account_for_loss_in_pipeline_split: bool
     mtp_num_layers: int | None
+    hybrid_layer_pattern: str | None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,11 +107,6 @@ class PipelineSplit:
     layers: tuple[tuple[int, ...], ...] | None
     """Decoder layers built on each ``[pp_rank][vp_stage]`` (one virtual stage without
     interleaving); None when ``num_layers`` is unknown and there is no layout to count."""
-
-
-def _shown(layout: object) -> str:
-    text = repr(layout)
-    return text if len(text) <= 120 else text[:100] + " ... " + text[-15:]
 
 
 def parse_layout(layout: str | Sequence[Sequence[str]]) -> tuple[tuple[str, ...], ...]:
@@ -113,7 +125,7 @@ def parse_layout(layout: str | Sequence[Sequence[str]]) -> tuple[tuple[str, ...]
     if not isinstance(layout, list | tuple):
         raise TypeError(
             f"{_LAYOUT} must be a string such as 'Et*3|(tt|)*29,m|L' or a list of stages (lists "
-            f"of layer names), got {type(layout).__name__} {_shown(layout)}."
+            f"of layer names), got {type(layout).__name__} {shown_value(layout)}."
         )
     limit = LIMITS[_LAYOUT_LIMIT]
     size = len(layout) + sum(len(stage) for stage in layout if isinstance(stage, list | tuple))
@@ -156,7 +168,7 @@ def _unrolled(layout: str, text: str, pattern: re.Pattern[str]) -> str:
     limit = LIMITS[_LAYOUT_LIMIT]
     if length > limit.maximum:
         raise LimitError(
-            f"{_LAYOUT}={_shown(layout)} is {length} characters long once its repeats are "
+            f"{_LAYOUT}={shown_value(layout)} is {length} characters long once its repeats are "
             f"unrolled, above its bound {limit.maximum} ({limit.why}); a layout places each of num_layers decoder "
             "layers once, so check the repeat counts ('*n')."
         )
@@ -191,12 +203,15 @@ def check_pipeline_layout(
     account_for_embedding_in_pipeline_split: bool = False,
     account_for_loss_in_pipeline_split: bool = False,
     mtp_num_layers: int | None = None,
+    hybrid_layer_pattern: str | None = None,
 ) -> PipelineSplit:
     """Check a pipeline split the way megatron-core would; return what it derives.
 
     Field names and None meanings are ``TransformerConfig``'s: ``vpp_size`` None is no
     interleaving given (a layout then sets it), ``mtp_num_layers`` None is no MTP.
     ``num_layers`` None means "unknown here": the rules that need it are skipped.
+    ``hybrid_layer_pattern`` None is a transformer; a pattern is a hybrid model, whose layers
+    the pattern places (:func:`hybrid_stage_layers`).
 
     Rules (each a ``ValueError`` naming the field, the count found and the count needed):
 
@@ -211,7 +226,10 @@ def check_pipeline_layout(
     - the even split: ``num_layers`` (+1 embedding, +1 loss when counted) divides by PP, and
       each rank's share by VPP (``get_num_layers_to_build``);
     - every decoder layer is built exactly once (no stage with a negative count);
-    - VPP > 1 needs PP > 1 (``initialize_model_parallel``).
+    - VPP > 1 needs PP > 1 (``initialize_model_parallel``);
+    - a hybrid model: the pattern's decoder layers are ``num_layers``; no custom layout and no
+      ``account_for_*`` flags, which its model ignores (megatron's ``arguments.py`` refuses
+      them too); the pattern splits over the stages as :func:`hybrid_stage_layers` says.
     """
     check_int("", "num_layers", num_layers, optional=True, hint="Pass None when it is not known.")
     check_int("", "pipeline_model_parallel_size", pp_size)
@@ -232,6 +250,19 @@ def check_pipeline_layout(
             f"account_for_embedding_in_pipeline_split={embedding} / "
             f"account_for_loss_in_pipeline_split={loss} (megatron-core refuses both); size the "
             "first and last stages with the embedding and loss in mind, or drop them."
+        )
+
+    if hybrid_layer_pattern is not None:
+        return _check_hybrid(
+            hybrid_layer_pattern,
+            num_layers=num_layers,
+            pp_size=pp_size,
+            vpp_size=vpp_size,
+            layout=pipeline_model_parallel_layout,
+            first=first,
+            last=last,
+            embedding=embedding,
+            loss=loss,
         )
 
     if pipeline_model_parallel_layout is not None:
@@ -261,6 +292,56 @@ def check_pipeline_layout(
     return PipelineSplit(virtual_pipeline_model_parallel_size=vpp_size, layers=layers)
 
 
+def _check_hybrid(
+    pattern: str,
+    *,
+    num_layers: int | None,
+    pp_size: int,
+    vpp_size: int | None,
+    layout: str | Sequence[Sequence[str]] | None,
+    first: int | None,
+    last: int | None,
+    embedding: bool,
+    loss: bool,
+) -> PipelineSplit:
+    if not isinstance(pattern, str):
+        raise TypeError(
+            f"{_PATTERN} must be a string of layer symbols, got {type(pattern).__name__} "
+            f"{shown_value(pattern)}."
+        )
+    shown = f"{_PATTERN}={shown_value(pattern)}"
+    # HybridModel places its layers by the pattern alone: it never reads these (megatron's
+    # arguments.py refuses them with a pattern); accepting them would plan a split it ignores.
+    ignored = [
+        name
+        for name, value in (
+            (_LAYOUT, layout is not None),
+            ("account_for_embedding_in_pipeline_split", embedding),
+            ("account_for_loss_in_pipeline_split", loss),
+        )
+        if value
+    ]
+    if ignored:
+        raise ValueError(
+            f"{shown} places the hybrid model's layers itself ('|' between pipeline stages); "
+            f"megatron-core's HybridModel ignores {', '.join(ignored)}. Drop "
+            f"{'it' if len(ignored) == 1 else 'them'}, and mark the stages with '|'."
+        )
+    decoders = check_hybrid_layer_count(pattern, num_layers)
+    _check_interleaving(pp_size, vpp_size, source="")
+    if first is not None or last is not None:
+        # TransformerConfig.__post_init__ checks the uneven sizes for a hybrid model too.
+        _uneven_split(decoders, pp_size, vpp_size, first, last)
+    layers = hybrid_stage_layers(
+        pattern,
+        pp_size=pp_size,
+        vpp_size=vpp_size,
+        num_layers_in_first_pipeline_stage=first,
+        num_layers_in_last_pipeline_stage=last,
+    )
+    return PipelineSplit(virtual_pipeline_model_parallel_size=vpp_size, layers=layers)
+
+
 def _check_interleaving(pp_size: int, vpp_size: int | None, *, source: str) -> None:
     # initialize_model_parallel: "pipeline-model-parallel size should be greater than 1 with
     # interleaved schedule". TransformerConfig accepts it, but get_num_layers_to_build then
@@ -282,7 +363,7 @@ def _check_layout(
     mtp_num_layers: int | None,
 ) -> PipelineSplit:
     stages = parse_layout(layout)
-    shown = f"{_LAYOUT}={_shown(layout)}"
+    shown = f"{_LAYOUT}={shown_value(layout)}"
     count = len(stages)
     # PipelineParallelLayerLayout.__init__: one stage per (pipeline rank, virtual stage).
     if count == 0 or count % pp_size:
@@ -520,12 +601,6 @@ def _check_every_layer_once(
         )
 
 
-def divisors(n: int) -> list[int]:
-    """The positive divisors of ``n``, ascending: the sizes a layout error suggests."""
-    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0] if n > 0 else []
-    return sorted({*small, *(n // d for d in small)})
-
-
 def stage_layers(
     model: PipelineFields, *, pp_size: int | None = None, vpp_size: int | None = None
 ) -> list[list[int]]:
@@ -547,6 +622,7 @@ def stage_layers(
         account_for_embedding_in_pipeline_split=model.account_for_embedding_in_pipeline_split,
         account_for_loss_in_pipeline_split=model.account_for_loss_in_pipeline_split,
         mtp_num_layers=model.mtp_num_layers,
+        hybrid_layer_pattern=model.hybrid_layer_pattern,
     )
     if split.layers is None:
         raise ValueError(

@@ -9,6 +9,7 @@ not "one parameter". No ``assert``: these checks must hold under ``python -O``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -30,12 +31,24 @@ __all__ = [
 
 
 class LimitError(ValueError):
-    """A size or count above the bound ``bridge-overlap`` and the planner accept
+    """A size or count outside the bounds ``bridge-overlap`` and the planner accept
     (:data:`LIMITS`): raised before any planning or simulation."""
 
 
 def _label(owner: str, name: str) -> str:
     return f"{owner}.{name}" if owner else name
+
+
+def divisors(n: int) -> list[int]:
+    """The positive divisors of ``n``, ascending: the sizes a layout error suggests."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0] if n > 0 else []
+    return sorted({*small, *(n // d for d in small)})
+
+
+def shown_value(value: object) -> str:
+    """``repr(value)`` for an error message, its middle cut out past 120 characters."""
+    text = repr(value)
+    return text if len(text) <= 120 else text[:100] + " ... " + text[-15:]
 
 
 def is_int(value: object) -> bool:
@@ -291,22 +304,33 @@ LIMITS: Mapping[str, Limit] = MappingProxyType(
 
 
 def check_limit(name: str, value: object, *, label: str | None = None) -> None:
-    """``LimitError`` when ``value`` (an int, a list's entries, a layout's or pattern's length)
-    is above ``LIMITS[name]``'s maximum; ``label`` names it (default: ``name``).
+    """``LimitError`` when ``value`` is outside ``LIMITS[name]``: an int (a window's entries) below
+    its minimum or above its maximum, a list, layout or pattern longer than the maximum;
+    ``label`` names it (default: ``name``).
 
-    Values of another type pass: their type is checked where the field is read.
+    The one check of a size's range: the flags, ``KEY=VALUE`` overrides, YAML, recipe keywords
+    and every job description (``job.check_limits``) meet it. Values of another type pass: their
+    type is checked where the field is read.
     """
     limit = LIMITS[name]
     size = value
+    smallest = value if is_int(value) else None
     what = ""
     if isinstance(value, str):
         size, what = len(value), " characters long"
     elif isinstance(value, tuple | list) and name != "model.window_size":
         size, what = len(value), " entries long"
     elif isinstance(value, tuple | list):
-        size = max((v for v in value if is_int(v)), default=None)
+        entries = [v for v in value if is_int(v)]
+        size, smallest = max(entries, default=None), min(entries, default=None)
+    shown = f"{value!r:.60}" if isinstance(value, str | tuple | list) else str(value)
+    # A size below its minimum (hidden_size=-5) would be planned as negative bytes and FLOPs.
+    if smallest is not None and smallest < limit.minimum:
+        raise LimitError(
+            f"{label or name} must be >= {limit.minimum}, got {shown}: below its bound "
+            f"{limit.minimum} ({limit.why}); give at least {limit.minimum}."
+        )
     if is_int(size) and size > limit.maximum:
-        shown = f"{value!r:.60}" if isinstance(value, str | tuple | list) else str(value)
         raise LimitError(
             f"{label or name}={shown}{what} is above its bound {limit.maximum} "
             f"({limit.why}); give at most {limit.maximum}."

@@ -18,8 +18,10 @@ from typing import Any, Literal
 
 __all__ = ["NOTHING", "Writer", "forget", "record", "records"]
 
-Writer = Literal["finalize", "plan"]
-"""Who wrote: megatron-core's finalize derivations, or the comm-overlap plan."""
+Writer = Literal["finalize", "plan", "typed"]
+"""Who wrote: megatron-core's finalize derivations, the comm-overlap plan, or the user through a
+typed override (``apply_overrides``: a value typed on the command line is the user's even where
+it equals megatron-core's default, which a field alone cannot tell apart from an untouched one)."""
 
 NOTHING = object()
 """What a write replaced when the field held nothing of the user's (megatron-core's default)."""

@@ -27,6 +27,7 @@ from megatron.bridge.training.comm_overlap import (
     PUBLISHED_PRESETS,
     preset_shapes_of,
 )
+from megatron.bridge.training.estimate.memory.report import FRAGMENTATION_FRACTION, gib
 from megatron.bridge.training.resolve import runtime_config_update
 
 SPEC_LOGGER = "megatron.bridge.recipes.spec"
@@ -383,7 +384,13 @@ def test_bridge_overlap_explain_recipe_json(name, num_gpus, dp, preset, sizes, c
     assert main(["explain", "--recipe", name, "--json"]) == EXIT_OK
     doc = json.loads(capsys.readouterr().out)
     assert doc["recipe"] == name
-    assert doc["warnings"] == [] and doc["overlap"]["warnings"] == []
+    # The one warning a published run may carry: headroom under the allocator's fragmentation.
+    memory = doc["memory"]
+    thin = memory["headroom_bytes"] < memory["capacity_bytes"] * FRAGMENTATION_FRACTION
+    assert [w.split(" headroom, ")[0].split(" memory with ")[1] for w in doc["warnings"]] == (
+        [gib(memory["headroom_bytes"])] if thin else []
+    )
+    assert doc["overlap"]["warnings"] == []
     assert (doc["layout"]["world_size"], doc["layout"]["dp"]) == (num_gpus, dp)
     assert doc["preset"]["name"] == preset and doc["preset"]["matches_model"] is True
     values = {d["knob"]: d["value"] for d in doc["overlap"]["decisions"]}

@@ -35,10 +35,14 @@ def test_equal_values_of_other_types_are_told_apart():
 def test_flags_are_read_for_truth_and_a_zero_count_as_unset():
     provider = _provider()
     provider.sequence_parallel = 1  # megatron-core reads it for truth
-    provider.num_query_groups = 0  # megatron-core's "unset"
+    provider.mtp_num_layers = 0  # no MTP layers: the same job as None
+    # Below its bound (LIMITS): held as given, so check_limits refuses it (megatron-core would
+    # divide by it).
+    provider.num_query_groups = 0
     described = describe_model(provider)
     assert described.sequence_parallel is True
-    assert described.num_query_groups is None
+    assert described.mtp_num_layers is None
+    assert described.num_query_groups == 0
 
 
 def test_a_list_a_function_and_the_layout_are_read_as_they_stand():

@@ -16,7 +16,7 @@ import json
 
 import pytest
 
-from megatron.bridge.cli import EXIT_INVALID, EXIT_OK, main
+from megatron.bridge.cli import EXIT_INVALID, EXIT_OK, EXIT_REFUSED, main
 from megatron.bridge.recipes.published import offload_fields, published_runs
 from megatron.bridge.training.estimate.memory import memory_of_job, offloaded_layer_bytes
 from megatron.bridge.training.estimate.model_cost import ModelCost
@@ -212,7 +212,7 @@ def test_explain_says_ultra_fits_with_its_offloaded_activations(gpu, capsys):
 
 def test_explain_without_offloading_says_ultra_on_gb300_does_not_fit(capsys):
     argv = ["explain", "--json", "--recipe", "nemotron_3_ultra", "--gpu", "gb300"]
-    assert main([*argv, "--no-fine-grained-activation-offloading"]) == EXIT_OK
+    assert main([*argv, "--no-fine-grained-activation-offloading"]) == EXIT_REFUSED
     memory = json.loads(capsys.readouterr().out)["memory"]
     assert not memory["fits"] and memory["offloaded_bytes"] == 0
 

@@ -173,6 +173,10 @@ def test_explain_shows_the_topology(capsys):
         "flex",
         "--moe-flex-backend",
         "hybridep",
+        "--num-layers",  # a model small enough to fit: a job that does not fit is exit 1
+        "8",
+        "--moe-ffn-hidden-size",
+        "2048",
     ]
     assert main(argv) == EXIT_OK
     doc = json.loads(capsys.readouterr().out)

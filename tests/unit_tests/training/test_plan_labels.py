@@ -73,6 +73,8 @@ def test_a_flex_backend_without_the_flex_dispatcher_is_reported(capsys, backend)
         "1",
         "--moe-token-dispatcher",
         "alltoall",
+        "--num-layers",  # few enough layers to fit: a job that does not fit is exit 1
+        "8",
     ]
     doc = _explain(capsys, *moe, "--moe-flex-backend", backend)
     said = [w for w in doc["warnings"] if "has no effect" in w]
@@ -80,7 +82,9 @@ def test_a_flex_backend_without_the_flex_dispatcher_is_reported(capsys, backend)
 
 
 def test_a_flex_backend_with_the_flex_dispatcher_is_not_reported(capsys):
+    # Few enough layers to fit the GPU: a job that does not fit is refused (exit 1).
     moe = ["--num-moe-experts", "8", "--ep", "2", "--etp", "1", "--moe-token-dispatcher", "flex"]
+    moe += ["--num-layers", "8"]
     doc = _explain(capsys, *moe, "--moe-flex-backend", "hybridep")
     assert not [w for w in doc["warnings"] if "has no effect" in w]
 

@@ -25,10 +25,11 @@ from megatron.bridge.recipes.run_plugins.script_args import (
 from megatron.bridge.recipes.spec import RecipeSpec
 from megatron.bridge.training import launch_env
 from megatron.bridge.training.comm_overlap import te_status
+from megatron.bridge.training.env_vars import check_env_var_name
 from megatron.bridge.training.hardware import gpu_spec
 from megatron.bridge.training.job import JobDescription
-from megatron.bridge.training.parallel_layout import data_parallel_size
-from megatron.bridge.training.validators import check_bool, check_optional_bool
+from megatron.bridge.training.parallel_layout import check_expert_grid, data_parallel_size
+from megatron.bridge.training.validators import check_bool, check_limit, check_optional_bool
 
 __all__ = ["VBOOST_SETUP_LINE", "PerfEnvPlugin"]
 
@@ -80,6 +81,17 @@ _LAYOUT_FIELDS = (
     "moe_flex_dispatcher_backend",
     "megatron_fsdp",
     "cutedsl_fused_grouped_mlp",
+)
+
+#: The plugin's sizes and the entry of ``validators.LIMITS`` each meets: the bounds the CLI's
+#: ``--world-size``, ``--tp``, ... flags and every job description meet.
+_SIZE_LIMITS = (
+    ("num_gpus", "world_size"),
+    ("tp_size", "model.tensor_model_parallel_size"),
+    ("cp_size", "model.context_parallel_size"),
+    ("pp_size", "model.pipeline_model_parallel_size"),
+    ("ep_size", "model.expert_model_parallel_size"),
+    ("etp_size", "model.expert_tensor_parallel_size"),
 )
 
 
@@ -169,8 +181,29 @@ class PerfEnvPlugin(run.Plugin):
             self.moe_flex_dispatcher_backend, name=f"{owner}.moe_flex_dispatcher_backend"
         )
         check_converter(owner, self.script_args_converter_fn)
+        for name, limit in _SIZE_LIMITS:
+            check_limit(limit, getattr(self, name), label=f"{owner}.{name}")
         self.dp_size  # noqa: B018 - validates sizes and divisibility
+        self._check_expert_grid(owner)
         self.launch_env_plan()  # the rules validate the rest (EP sizes, gpu vs generation)
+
+    def _check_expert_grid(self, owner: str) -> None:
+        # megatron-core refuses an EP group that does not tile the GPUs at start; the plugin would
+        # otherwise export an environment for a layout that never runs.
+        try:
+            check_expert_grid(
+                world_size=self.num_gpus,
+                tp_size=self.tp_size,
+                pp_size=self.pp_size,
+                ep_size=self.ep_size,
+                etp_size=self.etp_size,
+            )
+        except ValueError as exc:
+            raise ValueError(
+                f"{owner}: num_gpus={self.num_gpus} with ep_size={self.ep_size}, etp_size="
+                f"{self.etp_size}, pp_size={self.pp_size}: {exc} Pass the sizes the job runs with "
+                "(PerfEnvPlugin.from_config / from_recipe read them from the job)."
+            ) from None
 
     @property
     def dp_size(self) -> int:
@@ -304,6 +337,10 @@ class PerfEnvPlugin(run.Plugin):
     def setup(self, task: run.Partial | run.Script, executor: Executor) -> None:
         """Write the plan onto ``executor.env_vars`` and GC overrides onto ``task``."""
         self._validate()  # fields are plain attributes and may have changed since __init__
+        # The plan is checked against the executor's variables: a name no shell or launcher
+        # passes on (a newline, 'é') is refused before anything is written.
+        for name in executor.env_vars:
+            check_env_var_name(f"PerfEnvPlugin: {type(executor).__name__}.env_vars", name)
         self._apply_env(executor)
         self._apply_manual_gc(task)
         self._apply_vboost(executor)

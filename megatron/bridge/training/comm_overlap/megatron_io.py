@@ -75,7 +75,9 @@ def _users_value(config: Any, knob: str) -> Any:
     what was written is ours, and the user's setting is the one that write replaced; any other
     value was set by the user since, megatron-core's default included. Where we never wrote it,
     a value other than megatron-core's default counts; the default itself cannot be told apart
-    from an untouched field and reads as not set (the plan says so where that matters).
+    from an untouched field and reads as not set (the plan says so where that matters). A value
+    typed as an override (``apply_overrides``, recorded by write_record's "typed") is the user's
+    while the field still holds it, megatron-core's default included.
     """
     return _seen_as_users(
         config, knob, getattr(config, knob, None), write_record.records(config, "plan").get(knob)
@@ -84,6 +86,10 @@ def _users_value(config: Any, knob: str) -> Any:
 
 def _seen_as_users(config: Any, knob: str, value: Any, written: tuple[Any, Any] | None) -> Any:
     # _users_value's rule on what was read: the field's value and our record of it (or None).
+    typed = write_record.records(config, "typed").get(knob)
+    if typed is not None and value == typed[0]:
+        # Typed as an override (command line, apply_overrides): the user's, default or not.
+        return value
     if written is not None:
         ours, replaced = written
         return replaced if value == ours else value

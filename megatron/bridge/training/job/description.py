@@ -161,15 +161,23 @@ class JobDescription:
         )
 
     @property
+    def effective_global_batch_size(self) -> int | None:
+        """Samples per optimizer step: ``global_batch_size``, or micro-batch x DP x PP where it
+        is None; None without a micro-batch size either."""
+        if self.global_batch_size is not None:
+            return self.global_batch_size
+        if self.micro_batch_size is None:
+            return None
+        return self.micro_batch_size * self.dp_size * self.pp_size
+
+    @property
     def micro_batches(self) -> int | None:
         """Micro-batches per replica and step (None without a micro-batch size); ``ValueError``
         where megatron-core cannot split or schedule the global batch
         (``parallel_layout.micro_batches_per_step``)."""
-        if self.micro_batch_size is None:
+        gbs = self.effective_global_batch_size
+        if self.micro_batch_size is None or gbs is None:
             return None
-        gbs = self.global_batch_size
-        if gbs is None:
-            gbs = self.micro_batch_size * self.dp_size * self.pp_size
         return micro_batches_per_step(
             global_batch_size=gbs,
             micro_batch_size=self.micro_batch_size,

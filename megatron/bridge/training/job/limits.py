@@ -17,10 +17,10 @@ __all__ = ["check_limits", "check_micro_batch_chunks"]
 
 _JOB_FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(JobDescription))
 
-# (bound's name, whether the field is the model's, field, maximum) of each bound of LIMITS a job
-# field has, in LIMITS's order: every plan checks them, so the names are split once.
+# (bound's name, whether the field is the model's, field, minimum, maximum) of each bound of
+# LIMITS a job field has, in LIMITS's order: every plan checks them, so the names are split once.
 _BOUNDED_FIELDS = tuple(
-    (name, bool(dot), field if dot else name, limit.maximum)
+    (name, bool(dot), field if dot else name, limit.minimum, limit.maximum)
     for name, limit in LIMITS.items()
     for _, dot, field in (name.partition("."),)
     if dot or name in _JOB_FIELD_NAMES
@@ -28,16 +28,19 @@ _BOUNDED_FIELDS = tuple(
 
 
 def check_limits(job: JobDescription) -> None:
-    """``LimitError`` naming the first field of ``job`` above its bound in :data:`LIMITS`.
+    """``LimitError`` naming the first field of ``job`` outside its bounds in :data:`LIMITS`
+    (below the minimum or above the maximum), the value and the bound.
 
-    Runs before any planning (``check_job``): only the maxima, the layout and the batch split
-    arithmetic are read, nothing is unrolled or simulated.
+    Runs before any planning (``check_job``), so every route to a plan (flags, ``KEY=VALUE``,
+    YAML, ``RecipeSpec.changed``, a ``ConfigContainer`` at ``runtime_config_update``) meets the
+    same bounds: only the bounds, the layout and the batch split arithmetic are read, nothing is
+    unrolled or simulated.
     """
     model = job.model
-    for name, of_model, field, maximum in _BOUNDED_FIELDS:
+    for name, of_model, field, minimum, maximum in _BOUNDED_FIELDS:
         value = getattr(model, field, None) if of_model else getattr(job, field)
-        # An int within its bound, the common case, needs no call; check_limit reads the rest.
-        if value is not None and not (type(value) is int and value <= maximum):
+        # An int within its bounds, the common case, needs no call; check_limit reads the rest.
+        if value is not None and not (type(value) is int and minimum <= value <= maximum):
             check_limit(name, value)
 
 

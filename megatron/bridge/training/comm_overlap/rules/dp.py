@@ -19,6 +19,7 @@ __all__ = [
     "derive_overlap_grad_reduce",
     "derive_overlap_param_gather",
     "note_align_without_interleaving",
+    "note_defaults_rederived",
 ]
 
 
@@ -34,6 +35,7 @@ def decide_dp(planner: Planner) -> None:
     check_overlap_param_gather(planner)
     derive_overlap_param_gather(planner)
     derive_align_param_gather(planner)
+    note_defaults_rederived(planner)
 
     size, where = planner.user_value("bucket_size")
     if size is not None and f.num_buckets is not None:
@@ -110,6 +112,31 @@ def decide_dp(planner: Planner) -> None:
                     f"{knob}=True ({decided.reason}) is kept but has no effect with "
                     f"{why_dp}: {idle}."
                 )
+
+
+#: DP switches on cfg.ddp that the rules derive when the user left them to the plan.
+_DERIVED_DP_SWITCHES = ("overlap_grad_reduce", "overlap_param_gather", "align_param_gather")
+
+
+def note_defaults_rederived(planner: Planner) -> None:
+    """Name each DP switch the plan turned on over megatron-core's default False.
+
+    A cfg.ddp field set in Python to megatron-core's default cannot be told apart from an
+    untouched one, so it reads as not set and the rules derive the knob; the note says which
+    default was replaced and how to keep it (CommOverlapConfig, or a typed override, is always
+    the user's).
+    """
+    if not planner.job.megatron_ddp:
+        return
+    for knob in _DERIVED_DP_SWITCHES:
+        decided = planner.decisions[knob]
+        if decided.source != "derived" or decided.value is not True:
+            continue
+        planner.notes.append(
+            f"cfg.ddp.{knob}=False is megatron-core's default, which cannot be told apart from "
+            f"a setting of yours, so the plan derived True ({decided.reason}); to keep False, "
+            f"set CommOverlapConfig({knob}=False) or type ddp.{knob}=false as an override."
+        )
 
 
 @differs_from_upstream(

@@ -76,6 +76,7 @@ def check_layout(job: JobDescription) -> None:
         num_layers_in_first_pipeline_stage=job.model.num_layers_in_first_pipeline_stage,
         num_layers_in_last_pipeline_stage=job.model.num_layers_in_last_pipeline_stage,
         mtp_num_layers=job.model.mtp_num_layers,
+        hybrid_layer_pattern=job.model.hybrid_layer_pattern,
     )
     _check_optimizer_instances(job)
     _ = job.micro_batches  # the global batch splits and schedules (ValueError otherwise)

@@ -15,6 +15,7 @@ from megatron.bridge.training.comm_overlap.rules.planner import Planner
 from megatron.bridge.training.job import JobDescription
 from megatron.bridge.training.upstream_divergence import differs_from_upstream
 from megatron.bridge.training.userbuffers import (
+    PresetChoice,
     TransformerLayerTPOverlapCfg,
     choose_userbuffers_preset,
     mtp_userbuffers_pitfall,
@@ -135,10 +136,7 @@ def decide_tp(planner: Planner) -> None:
             "default" if chosen_by is None else "derived",
             chosen_by or "no preset: Transformer Engine's defaults",
         )
-        planner.notes.append(
-            "TP overlap uses Transformer Engine's default userbuffer settings (no "
-            "tp_comm_overlap_cfg preset given); a published preset for your shape is often faster."
-        )
+        planner.notes.append(_te_defaults_note(planner, chosen_by))
     else:
         planner.preset_names = preset_names_of(preset)
         # One object published under several names shows the one that describes this run.
@@ -244,9 +242,25 @@ def _rechosen(
     the recipe chose (``cfg.gpu``, ``cfg.mixed_precision``, an override) chooses again.
     """
     f = planner.job
-    if f.gpu is None or f.model.hidden_size is None or f.model.seq_length is None:
+    choice = _published_choice(planner)
+    if choice is None or choice.preset is preset:
         return preset, chosen_by
-    choice = choose_userbuffers_preset(
+    facts = f"{f.gpu} {f.precision}, hidden {f.model.hidden_size}, TP{f.tp_size}, CP{f.cp_size}"
+    planner.notes.append(
+        f"the userbuffers preset was {chosen_by}; this job differs ({facts}), so it was chosen "
+        f"again: {choice.name or 'none'}."
+    )
+    return choice.preset, (
+        f"chosen automatically again for {facts}: {choice.name or 'none'} ({choice.detail})"
+    )
+
+
+def _published_choice(planner: Planner) -> PresetChoice | None:
+    """The preset the recipes would choose for this job's shape; None when the shape is unknown."""
+    f = planner.job
+    if f.gpu is None or f.model.hidden_size is None or f.model.seq_length is None:
+        return None
+    return choose_userbuffers_preset(
         tp_comm_overlap=True,
         precision="fp8" if f.precision == "fp8" else "bf16",
         gpu=f.gpu,
@@ -256,15 +270,28 @@ def _rechosen(
         micro_batch_size=f.micro_batch_size or 1,
         seq_length=f.model.seq_length,
     )
-    if choice.preset is preset:
-        return preset, chosen_by
-    facts = f"{f.gpu} {f.precision}, hidden {f.model.hidden_size}, TP{f.tp_size}, CP{f.cp_size}"
-    planner.notes.append(
-        f"the userbuffers preset was {chosen_by}; this job differs ({facts}), so it was chosen "
-        f"again: {choice.name or 'none'}."
+
+
+def _te_defaults_note(planner: Planner, chosen_by: str | None) -> str:
+    """The note for TP overlap on TE's defaults, naming the published preset that fits, if any.
+
+    A ``CommOverlapConfig(tp_comm_overlap=True)`` put in place of a recipe's request drops the
+    preset the recipe chose; saying which one fits (and how to set it) keeps that from passing
+    unnoticed. An automatic choice that found none already said why in ``chosen_by``.
+    """
+    note = (
+        "TP overlap uses Transformer Engine's default userbuffer settings (no "
+        "tp_comm_overlap_cfg preset given)"
     )
-    return choice.preset, (
-        f"chosen automatically again for {facts}: {choice.name or 'none'} ({choice.detail})"
+    choice = _published_choice(planner) if chosen_by is None else None
+    if choice is None or choice.name is None:
+        return f"{note}; a published preset for your shape is often faster."
+    return (
+        f"{note}; the published preset {choice.name} fits this shape ({choice.detail}): set "
+        f"CommOverlapConfig(tp_comm_overlap=True, tp_comm_overlap_cfg={choice.name}) with "
+        f"`from megatron.bridge.training.comm_overlap import {choice.name}`, or "
+        f"comm_overlap.tp_comm_overlap_cfg={choice.name} on the command line (a recipe's own "
+        "request chooses it: change that request's fields instead of replacing it)."
     )
 
 
