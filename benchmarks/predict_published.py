@@ -16,7 +16,9 @@ publish, a layout the plan refuses).
 The report: one line per row; the median error per group (model, GPU, precision, release), per
 model, per model family (:func:`~megatron.bridge.training.estimate.accuracy.model_family`) and per release
 (signed: how much older software differs); the median |error| over every row and over the two
-newest releases; the worst ten. Rows a constant of the estimate was fitted on
+newest releases; the worst ten; and the same medians per family and per model out of group: each
+(model, GPU, precision) group predicted with every constant fitted on its rows refit, by the
+same rule, without them (:func:`predict_out_of_group`). Rows a constant of the estimate was fitted on
 (:data:`~megatron.bridge.training.estimate.efficiency.FIT_ROWS`,
 :data:`~megatron.bridge.training.estimate.kernels.UNFUSED_FIT_ROWS`,
 :data:`~megatron.bridge.training.estimate.kernels.SSM_FIT_ROWS`,
@@ -32,6 +34,7 @@ published figure (bisection), in the order the constants depend on each other. N
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -47,11 +50,23 @@ from megatron.bridge.recipes.published import offload_fields, recompute_fields, 
 from megatron.bridge.training import hardware
 from megatron.bridge.training.estimate import estimate_step
 from megatron.bridge.training.estimate.accuracy import ACCURACY_FILE, FAMILIES, model_family
-from megatron.bridge.training.estimate.efficiency import FIT_ROWS, Achievable, FitRow
+from megatron.bridge.training.estimate.efficiency import (
+    ACHIEVABLE,
+    FIT_ROWS,
+    Achievable,
+    FitRow,
+    achievable_fraction,
+)
 from megatron.bridge.training.estimate.kernels import (
+    SPARSE_ATTENTION,
     SPARSE_ATTENTION_FIT_ROWS,
     SSM_FIT_ROWS,
+    SSM_SCAN,
+    UNFUSED_EXPERTS,
     UNFUSED_FIT_ROWS,
+    fused_expert_kernel,
+    generation,
+    tensor_core_format,
 )
 from megatron.bridge.training.precisions import published_precision
 
@@ -272,10 +287,28 @@ def worst(predictions: Iterable[Prediction], n: int = WORST) -> list[Prediction]
     return sorted((p for p in predictions if p.measured), key=lambda p: -abs(p.error))[:n]
 
 
-def report(predictions: list[Prediction]) -> dict[str, Any]:
-    """Every figure of the report as one JSON-ready document."""
+def out_of_group_report(out_of_group: list[Prediction], refits: list[OutOfGroup]) -> dict[str, Any]:
+    """The leave-one-group-out figures (:func:`predict_out_of_group`): medians over every row,
+    per family and per model, and what each group's refit was."""
+    return {
+        "overall": summarize(out_of_group).to_dict(),
+        "families": {k: v.to_dict() for k, v in grouped(out_of_group, lambda p: p.family).items()},
+        "models": {
+            k: v.to_dict() for k, v in grouped(out_of_group, lambda p: p.row["model"]).items()
+        },
+        "refits": [{"group": list(r.group), "refit": r.note} for r in refits],
+    }
+
+
+def report(
+    predictions: list[Prediction],
+    out_of_group: tuple[list[Prediction], list[OutOfGroup]] | None = None,
+) -> dict[str, Any]:
+    """Every figure of the report as one JSON-ready document (with ``out_of_group``, the
+    leave-one-group-out figures beside the in-sample ones)."""
     newest = newest_releases(predictions)
     by_release = grouped(predictions, lambda p: p.row["release"])
+    extra = {} if out_of_group is None else {"out_of_group": out_of_group_report(*out_of_group)}
     return {
         "rows": [
             {
@@ -312,6 +345,7 @@ def report(predictions: list[Prediction]) -> dict[str, Any]:
             for (m, g, pr, rel), s in grouped(predictions, group_key).items()
         ],
         "worst": [p.label for p in worst(predictions)],
+        **extra,
     }
 
 
@@ -336,9 +370,12 @@ def _summary_rows(title: str, summaries: dict[Any, Summary]) -> list[str]:
     return lines
 
 
-def table(predictions: list[Prediction]) -> str:
+def table(
+    predictions: list[Prediction],
+    out_of_group: tuple[list[Prediction], list[OutOfGroup]] | None = None,
+) -> str:
     """The report as markdown: the rows, the medians by group, model, family and release, the
-    worst."""
+    worst; with ``out_of_group``, the leave-one-group-out medians by family and model."""
     lines = [
         "| row | layout | predicted tok/s/GPU | published tok/s/GPU | error |",
         "|---|---|---:|---:|---:|",
@@ -380,13 +417,34 @@ def table(predictions: list[Prediction]) -> str:
         f"Worst {WORST}:",
     ]
     lines += [f"- {p.label}: {p.error:+.1%}" for p in worst(predictions)]
+    if out_of_group is not None:
+        held_out, refits = out_of_group
+        everything = summarize(held_out)
+        lines += [
+            "",
+            "Leave one group out: each (model, GPU, precision) group predicted with the "
+            "constants fitted on its rows refit without them.",
+        ]
+        lines += _summary_rows("family, out of group", grouped(held_out, lambda p: p.family))
+        lines += _summary_rows("model, out of group", grouped(held_out, lambda p: p.row["model"]))
+        lines += [
+            "",
+            f"Median |error| out of group over the {everything.rows} rows: "
+            f"{_pct(everything.median_abs_error)} (in sample {_pct(overall.median_abs_error)}).",
+            "",
+            "Refits:",
+        ]
+        lines += [f"- {' '.join(r.group)}: {r.note}" for r in refits]
     return "\n".join(lines)
 
 
-def accuracy_document(predictions: list[Prediction]) -> dict[str, Any]:
+def accuracy_document(
+    predictions: list[Prediction], out_of_group: list[Prediction] | None = None
+) -> dict[str, Any]:
     """What ``accuracy.json`` holds, every figure rounded to 0.1 %: per family the medians over
     its measured rows (the figure every estimate prints), and for the docs the medians over
-    every measured row, over the newest releases' and per release."""
+    every measured row, over the newest releases' and per release; with ``out_of_group``
+    (:func:`predict_out_of_group`) the same medians per family and overall out of group."""
 
     def rounded(s: Summary) -> dict[str, Any]:
         return {
@@ -402,11 +460,20 @@ def accuracy_document(predictions: list[Prediction]) -> dict[str, Any]:
     families = grouped(predictions, lambda p: p.family)
     by_release = grouped(predictions, lambda p: p.row["release"])
     newest = newest_releases(predictions)
+    held = {} if out_of_group is None else grouped(out_of_group, lambda p: p.family)
+
+    def family(f: str) -> dict[str, Any]:
+        figures = rounded(families[f])
+        if f in held:
+            figures["out_of_group"] = rounded(held[f])
+        return figures
+
     return {
         "written_by": "benchmarks/predict_published.py --write-accuracy",
         "rows_file": "tests/unit_tests/recipes/data/published_rows.yaml",
-        "families": {f: rounded(families[f]) for f in FAMILIES if f in families},
+        "families": {f: family(f) for f in FAMILIES if f in families},
         "overall": rounded(summarize(predictions)),
+        **({} if out_of_group is None else {"out_of_group": rounded(summarize(out_of_group))}),
         "newest_releases": {
             "releases": newest,
             **rounded(summarize(p for p in predictions if p.row["release"] in newest)),
@@ -492,6 +559,212 @@ def fit_unfused(row: FitRow) -> float:
     return _fit_keyword(row, "unfused_bytes", 0.0, 4096.0)
 
 
+# --- leave one group out ------------------------------------------------------------------------
+#
+# Each constant of the estimate is fitted on one named row by a rule fixed before fitting (the
+# Llama-3 70B row of a GPU and dtype, the Qwen3-30B-A3B rows of the unfused experts, ...). The
+# check below asks whether that rule generalizes: for every group of rows (model, GPU, precision)
+# each constant its rows use whose fit row is in the group is fitted again, by the same rule, on a
+# row of another group, and the group's rows are predicted with it. A constant whose rule finds
+# no other row falls back as the estimate does for a GPU without a fitted row.
+
+
+@dataclass(frozen=True)
+class FitConstant:
+    """One fitted constant of the estimate: what kind, for which GPU (and dtype) or generation,
+    and the row it is fitted on."""
+
+    kind: str
+    """achievable (per GPU and dtype), unfused, ssm or sparse (per GPU generation)."""
+    key: Any
+    """(gpu, dtype) for the achievable fraction, else the generation."""
+    row: FitRow
+    """The row it is fitted on."""
+
+
+def fit_constants() -> tuple[FitConstant, ...]:
+    """Every fitted constant of the estimate with its row."""
+    return (
+        *(FitConstant("achievable", k, r) for k, r in FIT_ROWS.items()),
+        *(FitConstant("unfused", k, r) for k, r in UNFUSED_FIT_ROWS.items()),
+        *(FitConstant("ssm", k, r) for k, r in SSM_FIT_ROWS.items()),
+        *(FitConstant("sparse", k, r) for k, r in SPARSE_ATTENTION_FIT_ROWS.items()),
+    )
+
+
+def leave_out_key(row: dict) -> tuple[str, str, str]:
+    """The group a row is left out with: (model, GPU, compute dtype), every release."""
+    return (row["model"], gpu_of(row), published_precision(row["precision"]))
+
+
+def _fit_key(row: FitRow) -> tuple[str, str, str]:
+    return (row.model, row.gpu, row.precision)
+
+
+def _row_plan(row: dict):
+    """The plan of a data row as :func:`predict` makes it (ValueError where it refuses)."""
+    return plan_recipe(
+        row["model"],
+        gpu=gpu_of(row),
+        precision=published_precision(row["precision"]),
+        changes=row_changes(row),
+    )
+
+
+def _uses(constant: FitConstant, row: dict, plan: Any) -> bool:
+    """Whether ``constant``'s fitting rule could pick ``row`` (``plan``: its plan): a dense row
+    of the GPU and dtype for the achievable fraction; on the generation, a MoE row (no MLA, no
+    Mamba) in FP8/FP4 outside the fused grouped MLP, a hybrid row, or a sparse-attention row for
+    the kernel constants."""
+    model = plan.job.model
+    family = model_family(model)
+    gpu = hardware.gpu_spec(gpu_of(row))
+    if constant.kind == "achievable":
+        return family == "dense" and (gpu.name, plan.job.compute_dtype) == constant.key
+    if generation(gpu) != constant.key:
+        return False
+    if constant.kind == "unfused":
+        quantized = tensor_core_format(plan.job.compute_dtype) != "bf16"
+        return family == "moe" and quantized and not fused_expert_kernel(model, gpu)
+    return family == {"ssm": "hybrid", "sparse": "sparse_attention"}[constant.kind]
+
+
+def _as_fit_row(row: dict) -> FitRow:
+    return FitRow(
+        model=row["model"],
+        gpu=gpu_of(row),
+        precision=published_precision(row["precision"]),
+        release=row["release"],
+        tokens_per_s_per_gpu=row["tokens_per_s_per_gpu"],
+        source=row["source"],
+    )
+
+
+def replacement_row(
+    constant: FitConstant, rows: list[dict], left_out: tuple[str, str, str]
+) -> FitRow | None:
+    """The row ``constant``'s rule picks once the group ``left_out`` is gone: among the rows of
+    other groups it could be fitted on (:func:`_uses`), the fit row's model first, then the
+    newest release, then the fit row's GPU; None when there is none."""
+    candidates = []
+    for row in rows:
+        if row.get("reason") or row["model"] not in RECIPES or leave_out_key(row) == left_out:
+            continue
+        try:
+            plan = _row_plan(row)
+        except ValueError:
+            continue
+        if _uses(constant, row, plan):
+            candidates.append(row)
+    if not candidates:
+        return None
+    fit_row = constant.row
+    best = min(
+        candidates,
+        key=lambda r: (
+            r["model"] != fit_row.model,
+            tuple(-part for part in release_key(r["release"])),
+            gpu_of(r) != fit_row.gpu,
+            -r["tokens_per_s_per_gpu"],
+        ),
+    )
+    return _as_fit_row(best)
+
+
+def refit(constant: FitConstant, row: FitRow) -> float:
+    """``constant`` fitted on ``row`` by its bisection."""
+    return {
+        "achievable": fit,
+        "unfused": fit_unfused,
+        "ssm": fit_ssm,
+        "sparse": fit_sparse_attention,
+    }[constant.kind](row)
+
+
+def _fallback(constant: FitConstant) -> dict[str, Any] | None:
+    """The estimate's keyword for ``constant`` when no other row can fit it: the achievable
+    fraction's fallback without it, or another generation's figure; None when there is none."""
+    if constant.kind == "achievable":
+        gpu, dtype = constant.key
+        table = {k: v for k, v in ACHIEVABLE.items() if k != constant.key}
+        return {"achievable": achievable_fraction(gpu, dtype, table=table)}
+    table = {"unfused": UNFUSED_EXPERTS, "ssm": SSM_SCAN, "sparse": SPARSE_ATTENTION}[constant.kind]
+    others = [v.value for gen, v in table.items() if gen != constant.key]
+    if not others:
+        return None
+    return {_KEYWORD[constant.kind]: others[0]}
+
+
+_KEYWORD = {
+    "unfused": "unfused_bytes",
+    "ssm": "ssm_scan_fraction",
+    "sparse": "sparse_attention_fraction",
+}
+
+
+@dataclass(frozen=True)
+class OutOfGroup:
+    """One group's refit for the leave-one-group-out check."""
+
+    group: tuple[str, str, str]
+    """(model, GPU, dtype)."""
+    keywords: dict[str, Any] | None
+    """:func:`estimate_step`'s keywords that replace the constants fitted in the group (empty:
+    none is; None: a constant has no other row and no fallback, the group is not predicted)."""
+    note: str
+    """What was refit on which row, in words."""
+
+
+def out_of_group(group: tuple[str, str, str], rows: list[dict]) -> OutOfGroup:
+    """The refit that leaves ``group``'s rows out (see the section comment)."""
+    keywords: dict[str, Any] = {}
+    notes = []
+    for constant in fit_constants():
+        if _fit_key(constant.row) != group:
+            continue
+        replacement = replacement_row(constant, rows, group)
+        if replacement is not None:
+            value = refit(constant, replacement)
+            where = f"{replacement.model} {replacement.gpu} {replacement.precision} {replacement.release}"
+            if constant.kind == "achievable":
+                keywords["achievable"] = Achievable(value, f"refit without the group on {where}")
+            else:
+                keywords[_KEYWORD[constant.kind]] = value
+            notes.append(f"{constant.kind} {constant.key} refit on {where}: {value:.4g}")
+            continue
+        fallback = _fallback(constant)
+        if fallback is None:
+            return OutOfGroup(group, None, f"{constant.kind} {constant.key}: no other row")
+        keywords.update(fallback)
+        notes.append(f"{constant.kind} {constant.key}: no other row, the estimate's fallback")
+    return OutOfGroup(group, keywords, "; ".join(notes))
+
+
+def predict_out_of_group(rows: list[dict]) -> tuple[list[Prediction], list[OutOfGroup]]:
+    """Every row predicted with the constants refit without its group (:func:`out_of_group`);
+    a row whose group has no refit is not predicted. No row counts as fitted here."""
+    refits: dict[tuple[str, str, str], OutOfGroup] = {}
+    out = []
+    for row in rows:
+        p = predict(row)
+        if p.predicted is None:
+            out.append(p)
+            continue
+        group = leave_out_key(row)
+        if group not in refits:
+            refits[group] = out_of_group(group, rows)
+        refit_ = refits[group]
+        if refit_.keywords is None:
+            out.append(Prediction(row, None, f"out of group: {refit_.note}", family=p.family))
+            continue
+        if not refit_.keywords:
+            out.append(dataclasses.replace(p, fitted=False))
+            continue
+        estimate = estimate_step(_row_plan(row), **refit_.keywords)
+        out.append(Prediction(row, estimate.prediction.tokens_per_s_per_gpu, family=p.family))
+    return out, [r for r in refits.values() if r.note]
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print the report (markdown or ``--json``), write the accuracy file, or fit."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -513,15 +786,17 @@ def main(argv: list[str] | None = None) -> int:
         for gen, sparse in SPARSE_ATTENTION_FIT_ROWS.items():
             print(f"sparse attention {gen}: {fit_sparse_attention(sparse):.4f}  ({sparse.source})")
         return 0
-    predictions = [predict(row) for row in load_rows()]
+    rows = load_rows()
+    predictions = [predict(row) for row in rows]
+    held_out = predict_out_of_group(rows)
     if args.write_accuracy:
-        text = json.dumps(accuracy_document(predictions), indent=2) + "\n"
+        text = json.dumps(accuracy_document(predictions, held_out[0]), indent=2) + "\n"
         ACCURACY_FILE.write_text(text, encoding="utf-8")
         print(f"wrote {ACCURACY_FILE.relative_to(ROOT)}", file=sys.stderr)
     if args.json:
-        print(json.dumps(report(predictions), indent=2))
+        print(json.dumps(report(predictions, held_out), indent=2))
     else:
-        print(table(predictions))
+        print(table(predictions, held_out))
     return 0
 
 

@@ -34,10 +34,12 @@ from typing import Any
 from megatron.bridge.cli.parser import build_parser
 from megatron.bridge.cli.planning import explain
 from megatron.bridge.cli.search import run_search
-from megatron.bridge.recipes import RECIPES
+from megatron.bridge.recipes import RECIPES, recipe_spec
 from megatron.bridge.recipes.published import published_runs
 from megatron.bridge.search import SearchResult
 from megatron.bridge.search.plot import plot_search, search_picture
+from megatron.bridge.search.rank import SIMPLICITY, band_width
+from megatron.bridge.search.report import layout_label
 from megatron.bridge.training.estimate import Estimate
 from megatron.bridge.training.estimate.accuracy import ACCURACY_FILE, FAMILIES
 from megatron.bridge.training.estimate.efficiency import ACHIEVABLE, FIT_ROWS, QUOTED_BF16
@@ -49,6 +51,7 @@ from megatron.bridge.training.estimate.kernels import (
     UNFUSED_EXPERTS,
     UNFUSED_FIT_ROWS,
 )
+from megatron.bridge.training.estimate.memory.report import gib
 from megatron.bridge.training.estimate_plot import picture_digest, plot_step, step_picture
 from megatron.bridge.training.precisions import PRECISIONS
 
@@ -127,11 +130,75 @@ def _benchmark(name: str) -> Any:
     return module
 
 
+def _recorded(name: str) -> Any:
+    """The rows ``benchmarks/<name>.py --write`` records."""
+    return json.loads(_benchmark(name).RESULTS_FILE.read_text(encoding="utf-8"))
+
+
 def search_published_table() -> str:
     """Where each published layout ranks in its group's search, from the rows
     ``benchmarks/search_published.py --write`` records (a search of every group takes minutes)."""
-    bench = _benchmark("search_published")
-    return bench.markdown(json.loads(bench.RESULTS_FILE.read_text(encoding="utf-8")))
+    return _benchmark("search_published").markdown(_recorded("search_published"))
+
+
+def search_published_far() -> str:
+    """The published groups far from their top pick, from the same record."""
+    return _benchmark("search_published").far_groups(_recorded("search_published"))
+
+
+def search_bench() -> str:
+    """The goal searches' CPU time and counts, from the rows ``benchmarks/bench_search.py
+    --write`` records."""
+    return _benchmark("bench_search").sentence(_recorded("bench_search"))
+
+
+def search_bands() -> str:
+    """The band width of each family of the recipes (``search.rank.band_width``: the estimate's
+    measured median error), and the simplicity order within a band (``search.rank.SIMPLICITY``)."""
+    families: dict[str, list[str]] = {}
+    widths: dict[str, Any] = {}
+    for name in sorted(RECIPES):
+        spec = recipe_spec(name)
+        if spec is None:
+            continue
+        width, accuracy = band_width(spec.job.model)
+        families.setdefault(accuracy.description, []).append(name)
+        widths[accuracy.description] = (width, accuracy.rows)
+    lines = ["| family | recipes | band width | published rows measured |", "|---|---|---:|---:|"]
+    for description, names in families.items():
+        width, rows = widths[description]
+        shown = f"{width:.1%}" if width else "equal predictions only"
+        lines.append(f"| {description} | {', '.join(names)} | {shown} | {rows} |")
+    lines += ["", "Within a band, criterion after criterion:", ""]
+    lines += [f"{i}. {words}" for i, (words, _value) in enumerate(SIMPLICITY, 1)]
+    return "\n".join(lines) + "\n"
+
+
+def search_summary(name: str) -> str:
+    """The worked search :data:`SEARCHES` ``[name]`` in words: its top pick, the fastest layout
+    when it is another, and where the published layout ranks."""
+    result = searched(name)[0]
+    top, fastest, published = result.ranked[0], result.fastest, result.published
+    assert fastest is not None
+    text = (
+        f"The top pick is `{layout_label(top)}` on {top.spec.job.world_size} GPUs "
+        f"(DP{top.spec.job.dp_size}), {top.tokens_per_s_per_gpu:.0f} tokens/s/GPU, with "
+        f"{gib(top.memory.headroom_bytes)} of headroom, the simplest layout of band 1 "
+        f"({result.band_width:.1%} wide, {sum(c.band == 1 for c in result.ranked)} layouts)."
+    )
+    if fastest.key != top.key:
+        text += (
+            f" The fastest, `{layout_label(fastest)}`, predicts "
+            f"{fastest.tokens_per_s_per_gpu / top.tokens_per_s_per_gpu - 1:.1%} more: within the "
+            "estimate's error, so the simpler layout comes first."
+        )
+    if published is not None:
+        text += (
+            f" The published layout, `{layout_label(published)}`, ranks "
+            f"{result.published_rank} in band {result.published_band}, "
+            f"{result.published_gap:.1%} below the top pick."
+        )
+    return text + "\n"
 
 
 def _layout(doc: dict[str, Any]) -> str:
@@ -252,27 +319,33 @@ def published_accuracy() -> str:
     newest releases, and per release."""
     doc = json.loads(ACCURACY_FILE.read_text(encoding="utf-8"))
     lines = [
-        "| Model family | Rows | Median \\|error\\| | Median error |",
-        "|---|---:|---:|---:|",
+        "| Model family | Rows | Median \\|error\\| | Median error "
+        "| Median \\|error\\|, group left out |",
+        "|---|---:|---:|---:|---:|",
     ]
+
+    def held_out(s: dict[str, Any]) -> str:
+        return _share(s.get("out_of_group", {}).get("median_abs_error"))
+
     for family, description in FAMILIES.items():
         s = doc["families"].get(family)
         if s is None:
-            lines.append(f"| {description} | 0 | no published rows | |")
+            lines.append(f"| {description} | 0 | no published rows | | |")
             continue
         lines.append(
             f"| {description} | {s['rows']} | {_share(s['median_abs_error'])} "
-            f"| {_share(s['median_signed_error'], signed=True)} |"
+            f"| {_share(s['median_signed_error'], signed=True)} | {held_out(s)} |"
         )
     overall, newest = doc["overall"], doc["newest_releases"]
     lines.append(
         f"| every family | {overall['rows']} | {_share(overall['median_abs_error'])} "
-        f"| {_share(overall['median_signed_error'], signed=True)} |"
+        f"| {_share(overall['median_signed_error'], signed=True)} "
+        f"| {_share(doc.get('out_of_group', {}).get('median_abs_error'))} |"
     )
     lines.append(
         f"| every family, releases {' and '.join(newest['releases'])} | {newest['rows']} "
         f"| {_share(newest['median_abs_error'])} "
-        f"| {_share(newest['median_signed_error'], signed=True)} |"
+        f"| {_share(newest['median_signed_error'], signed=True)} | |"
     )
     lines += ["", "| Release | Rows | Median error | Median \\|error\\| |", "|---|---:|---:|---:|"]
     for release, s in doc["releases"].items():
@@ -379,7 +452,11 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "published-memory-table": published_memory_table,
     "reference-memory": reference_memory,
     **{f"search-{name}": functools.partial(search_text, name) for name in SEARCHES},
+    **{f"search-{name}-summary": functools.partial(search_summary, name) for name in SEARCHES},
+    "search-bands": search_bands,
+    "search-bench": search_bench,
     "search-published-table": search_published_table,
+    "search-published-far": search_published_far,
 }
 
 

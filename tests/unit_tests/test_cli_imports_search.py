@@ -10,6 +10,9 @@ _SEARCH_MODULES = (
     "megatron.bridge.search",
     "megatron.bridge.search.engine",
     "megatron.bridge.search.space",
+    "megatron.bridge.search.overlap",
+    "megatron.bridge.search.candidate",
+    "megatron.bridge.search.rank",
     "megatron.bridge.search.report",
     "megatron.bridge.cli.search",
 )

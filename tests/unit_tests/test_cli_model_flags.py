@@ -15,6 +15,10 @@ from megatron.bridge.cli.flags import flags_spec
 
 MOE = ("--num-experts", "8", "--ep", "8")
 """Routed experts on the reference model: the MoE flags are read only with experts."""
+MLA = ("--multi-latent-attention",)
+"""The MLA ranks and head dims are read only with multi-latent attention."""
+MAMBA = ("--hybrid-layer-pattern", "M*M-")
+"""The Mamba flags are read only by a hybrid pattern's Mamba layers."""
 
 
 def _spec(*argv: str):
@@ -26,15 +30,19 @@ def _spec(*argv: str):
     [
         (["--kv-channels", "128"], "kv_channels", 128),
         (["--multi-latent-attention"], "multi_latent_attention", True),
-        (["--q-lora-rank", "1536"], "q_lora_rank", 1536),
-        (["--kv-lora-rank", "256"], "kv_lora_rank", 256),
-        (["--qk-head-dim", "192"], "qk_head_dim", 192),
-        (["--qk-pos-emb-head-dim", "32"], "qk_pos_emb_head_dim", 32),
-        (["--v-head-dim", "96"], "v_head_dim", 96),
+        ([*MLA, "--q-lora-rank", "1536"], "q_lora_rank", 1536),
+        ([*MLA, "--kv-lora-rank", "256"], "kv_lora_rank", 256),
+        ([*MLA, "--qk-head-dim", "192"], "qk_head_dim", 192),
+        ([*MLA, "--qk-pos-emb-head-dim", "32"], "qk_pos_emb_head_dim", 32),
+        ([*MLA, "--v-head-dim", "96"], "v_head_dim", 96),
         (["--window-size", "128,0"], "window_size", (128, 0)),
         (["--window-size", "(4096,0)"], "window_size", (4096, 0)),
-        (["--window-attn-skip-freq", "2"], "window_attn_skip_freq", 2),
-        (["--window-attn-skip-freq", "[1,0]*48"], "window_attn_skip_freq", (1, 0) * 48),
+        (["--window-size", "128,0", "--window-attn-skip-freq", "2"], "window_attn_skip_freq", 2),
+        (
+            ["--window-size", "128,0", "--window-attn-skip-freq", "[1,0]*48"],
+            "window_attn_skip_freq",
+            (1, 0) * 48,
+        ),
         ([*MOE, "--moe-router-topk", "8"], "moe_router_topk", 8),
         ([*MOE, "--moe-ffn-hidden-size", "2048"], "moe_ffn_hidden_size", 2048),
         (
@@ -47,10 +55,10 @@ def _spec(*argv: str):
         (["--mtp-num-layers", "0"], "mtp_num_layers", 0),
         (["--hybrid-layer-pattern", "M*M-"], "hybrid_layer_pattern", "M*M-"),
         (["--hybrid-override-pattern", "M-M*"], "hybrid_layer_pattern", "M-M*"),
-        (["--mamba-state-dim", "64"], "mamba_state_dim", 64),
-        (["--mamba-head-dim", "32"], "mamba_head_dim", 32),
-        (["--mamba-num-groups", "4"], "mamba_num_groups", 4),
-        (["--mamba-num-heads", "96"], "mamba_num_heads", 96),
+        ([*MAMBA, "--mamba-state-dim", "64"], "mamba_state_dim", 64),
+        ([*MAMBA, "--mamba-head-dim", "32"], "mamba_head_dim", 32),
+        ([*MAMBA, "--mamba-num-groups", "4"], "mamba_num_groups", 4),
+        ([*MAMBA, "--mamba-num-heads", "96"], "mamba_num_heads", 96),
         (["--num-experts", "8", "--ep", "8"], "num_moe_experts", 8),
     ],
 )

@@ -655,4 +655,48 @@ def test_the_shipped_accuracy_file_is_what_the_current_code_measures(predictions
     the file.
     """
     shipped = json.loads(predict_published.ACCURACY_FILE.read_text(encoding="utf-8"))
-    assert shipped == predict_published.accuracy_document(predictions)
+    held_out, _refits = predict_published.predict_out_of_group(ROWS)
+    assert shipped == predict_published.accuracy_document(predictions, held_out)
+
+
+# --- leave one group out -------------------------------------------------------------------------
+
+
+def test_a_group_without_a_fit_row_keeps_its_in_sample_prediction(predictions):
+    """Leaving out a group that no constant was fitted on refits nothing."""
+    row = next(r for r in ROWS if r["model"] == "deepseek_v3" and not r.get("reason"))
+    group = predict_published.leave_out_key(row)
+    refit = predict_published.out_of_group(group, ROWS)
+    assert refit.keywords == {} and refit.note == ""
+    (held,), _ = predict_published.predict_out_of_group([row])
+    assert held.predicted == predict_published.predict(row).predicted
+
+
+def test_a_fit_rows_group_is_refit_on_another_groups_row():
+    """The Llama-3 70B H100 FP8 group holds the H100 FP8 fraction's fit row: left out, the
+    fraction is refit on a dense H100 FP8 row of another model, and the group's rows move."""
+    fit_row = predict_published.FIT_ROWS[("h100", "fp8_cs")]
+    group = (fit_row.model, fit_row.gpu, fit_row.precision)
+    constant = next(c for c in predict_published.fit_constants() if c.row == fit_row)
+    replacement = predict_published.replacement_row(constant, ROWS, group)
+    assert replacement is not None
+    assert (replacement.model, replacement.gpu, replacement.precision) != group
+    assert (replacement.gpu, replacement.precision) == ("h100", "fp8_cs")
+    refit = predict_published.out_of_group(group, ROWS)
+    achievable = refit.keywords["achievable"]
+    assert achievable.fraction != predict_published.ACHIEVABLE[("h100", "fp8_cs")].fraction
+    assert replacement.model in refit.note
+    row = predict_published.data_row(fit_row, ROWS)
+    held = predict_published.predict_out_of_group([row, *[r for r in ROWS if r is not row]])[0][0]
+    assert held.predicted != pytest.approx(fit_row.tokens_per_s_per_gpu, rel=1e-3)
+    assert not held.fitted
+
+
+def test_the_report_carries_the_out_of_group_figures_beside_the_in_sample_ones(predictions):
+    held_out = predict_published.predict_out_of_group(ROWS)
+    doc = predict_published.report(predictions, held_out)
+    assert doc["out_of_group"]["overall"]["rows"] >= doc["overall"]["rows"]
+    assert set(doc["out_of_group"]["families"]) <= set(doc["families"]) | {None}
+    assert any("refit on" in r["refit"] for r in doc["out_of_group"]["refits"])
+    text = predict_published.table(predictions, held_out)
+    assert "Leave one group out" in text and "model, out of group" in text

@@ -59,8 +59,14 @@ def test_search_runs_for_every_recipe(capsys: pytest.CaptureFixture[str], name: 
     assert code == EXIT_OK, err
     doc = json.loads(out)
     jsonschema.validate(doc, _schema())
-    speeds = [row["tokens_per_s_per_gpu"] for row in doc["top"]]
-    assert speeds and speeds == sorted(speeds, reverse=True)
+    rows = doc["top"]
+    assert rows and [row["band"] for row in rows] == sorted(row["band"] for row in rows)
+    # Band 1 holds the fastest costed layout and every row within the band width of it.
+    width = doc["bands"]["width"]
+    fastest = doc["fastest_tokens_per_s_per_gpu"]
+    for row in rows:
+        assert row["tokens_per_s_per_gpu"] <= fastest
+        assert (row["band"] == 1) == (row["tokens_per_s_per_gpu"] >= fastest * (1 - width))
     assert all(
         row["memory"]["total_bytes"] <= row["memory"]["capacity_bytes"] for row in doc["top"]
     )
@@ -106,7 +112,7 @@ def test_the_counts_account_for_every_layout_tried(name: str) -> None:
     result = SEARCH_PUBLISHED.published_search(recipe_spec(name), top=3)
     counts = result.counts
     assert result.published is not None
-    ends = ("pruned", "rejected", "no_fit", "skipped", "costed")
+    ends = ("pruned", "rejected", "overlap_refused", "no_fit", "skipped", "costed")
     assert counts["layouts"] == sum(counts[k] for k in ends), counts
     assert counts["costed"] == len(result.ranked)
 
@@ -121,8 +127,9 @@ def test_published_layout_is_costed_and_ranked(capsys: pytest.CaptureFixture[str
     assert published is not None and published["published"]
     assert published["layout"]["world_size"] == 8 and published["layout"]["micro_batch_size"] == 2
     top = doc["top"][0]["tokens_per_s_per_gpu"]
-    assert published["gap_to_top"] == pytest.approx(1 - published["tokens_per_s_per_gpu"] / top)
-    assert published["rank"] >= 1
+    gap = max(0.0, 1 - published["tokens_per_s_per_gpu"] / top)
+    assert published["gap_to_top"] == pytest.approx(gap)
+    assert published["rank"] >= 1 and published["band"] >= 1
 
 
 def test_every_generated_layout_passes_the_layout_rules() -> None:
@@ -174,8 +181,9 @@ def test_top_rows_are_exact_against_costing_everything() -> None:
     quick = search(spec, world_sizes=[8], global_batch_size=32, top=3)
     full = search(spec, world_sizes=[8], global_batch_size=32, top=10_000, refined=10_000)
     assert quick.counts["skipped"] > 0
-    speeds = [c.tokens_per_s_per_gpu for c in quick.ranked[:3]]
-    assert speeds == pytest.approx([c.tokens_per_s_per_gpu for c in full.ranked[:3]])
+    # The same rows in the same order: the bands shown, and the simplest of each, are complete.
+    assert [c.key for c in quick.ranked[:3]] == [c.key for c in full.ranked[:3]]
+    assert [c.band for c in quick.ranked[:3]] == [c.band for c in full.ranked[:3]]
 
 
 @pytest.mark.parametrize(

@@ -23,7 +23,11 @@ The parts, one file each:
 - ``recipes``: ``bridge-overlap recipes`` (:func:`list_recipes`);
 - ``planning``: ``bridge-overlap explain`` (:func:`explain`);
 - ``container``: a recipe's ``ConfigContainer`` with KEY=VALUE overrides (the only part that
-  imports megatron-core; ``planning`` imports it only for overrides);
+  imports megatron-core; ``planning`` imports it only for overrides, after their text is
+  checked, and ``gpu=``/``mixed_precision=`` are ``--gpu``/``--precision``:
+  :func:`~megatron.bridge.cli.flags.overrides_as_flags`);
+- ``quiet_import``: the warnings torch and megatron-core print while imported, kept off the
+  screen;
 - ``json_document``: the ``--json`` document (:func:`document`, :data:`JSON_SCHEMA_VERSION`);
 - ``render``: the text ``explain`` prints;
 - ``errors``: the exit codes and the message of each failure;

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from megatron.bridge.cli.flags import FLAG_FIELDS, flag_changes, flags_spec, te_of
 from megatron.bridge.recipes import change_container, get_recipe, recipe_spec
 from megatron.bridge.training.comm_overlap import OverlapPlan
+from megatron.bridge.training.env_vars import user_env_vars
 from megatron.bridge.training.overrides import apply_overrides, parse_override
 from megatron.bridge.training.resolve import check_launch_environment, resolve_config
 
@@ -42,11 +43,15 @@ def _plan_container(args: argparse.Namespace) -> OverlapPlan:
     env = {name: str(value) for name, value in resolved.env_vars.items()}
     problems = check_launch_environment(cfg, resolved, env=env)
     args._env_problems = [f"launch environment (cfg.env_vars): {p}" for p in problems]
+    # The variables the user set (not the recipe's derived ones): explain's launch environment
+    # shows them as written, beside the plan's.
+    args._user_env_vars = user_env_vars(resolved.env_vars, resolved.derived_env)
     return resolved.plan
 
 
 #: The override keys that set the field a flag sets, beyond ``model.<field>`` (which share the
-#: job description's names).
+#: job description's names). ``gpu=`` and ``mixed_precision=`` are no longer overrides here:
+#: ``flags.overrides_as_flags`` made them ``--gpu`` and ``--precision``, refusing a conflict.
 _OVERRIDE_KEYS = {
     "micro_batch_size": ("train.micro_batch_size",),
     "global_batch_size": ("train.global_batch_size",),
@@ -55,7 +60,6 @@ _OVERRIDE_KEYS = {
         "optimizer.use_distributed_optimizer",
     ),
     "tp_comm_overlap": ("comm_overlap.tp_comm_overlap",),
-    "gpu": ("gpu",),
 }
 
 

@@ -15,10 +15,14 @@ from typing import Any
 from megatron.bridge.recipes import gpt3_175b, recipe_spec
 from megatron.bridge.recipes.spec import RecipeSpec
 from megatron.bridge.training.comm_overlap import PUBLISHED_PRESETS, TEStatus, te_status
-from megatron.bridge.training.job import ModelDescription
+from megatron.bridge.training.estimate.hybrid_pattern import MAMBA
+from megatron.bridge.training.job import JobDescription
+from megatron.bridge.training.megatron_core_support import DSV4_HYBRID
 from megatron.bridge.training.model_rules import check_moe_layer_pattern
 from megatron.bridge.training.model_rules.architecture import check_bias_activation_fusion
+from megatron.bridge.training.override_syntax import parse_overrides
 from megatron.bridge.training.parallel_layout import data_parallel_size
+from megatron.bridge.training.precisions import canonical_precision, precision_of_preset
 
 #: The reference job ``explain`` plans without flags: GPT-3 175B's shape on 128 H100 GPUs, TP4
 #: with sequence parallelism, PP4 with VPP2, distributed optimizer, bf16, and the precision knobs
@@ -175,6 +179,47 @@ def flag_changes(args: argparse.Namespace) -> dict[str, Any]:
     return changes
 
 
+#: The top-level overrides that say what a flag says: the override key, the flag's destination.
+_FLAG_OVERRIDES = {"gpu": "gpu", "mixed_precision": "precision"}
+
+
+def overrides_as_flags(args: argparse.Namespace) -> None:
+    """Check the KEY=VALUE overrides' text (``override_syntax.parse_overrides``, no torch) and
+    move ``gpu=NAME`` and ``mixed_precision=NAME`` onto ``args`` as ``--gpu`` and
+    ``--precision``; ``args.overrides`` keeps the others, as typed.
+
+    One change of GPU or precision, one route: ``mixed_precision=`` moves when it names a
+    training precision or the preset one trains with (``fp8_cs``,
+    ``bf16_with_fp8_current_scaling_mixed``), and the recipe then starts from its published run
+    for that GPU and precision (:func:`flags_spec`) on every route. ``gpu=null``,
+    ``mixed_precision=null`` and a preset no precision trains with (``fp32_no_mixed``) stay
+    overrides of the container. An override and a flag naming different values: ``ValueError``
+    naming both (neither silently wins).
+    """
+    rest: list[str] = []
+    for override in parse_overrides(getattr(args, "overrides", None) or []):
+        dest = _FLAG_OVERRIDES.get(override.key)
+        if dest is None:
+            rest.append(override.text)
+            continue
+        value = override.value
+        if dest == "precision" and value is not None:
+            value = precision_of_preset(str(value))
+        given = getattr(args, dest, None)
+        if given is not None:
+            same = given if dest == "gpu" else canonical_precision(given)
+            if value != same:
+                raise ValueError(
+                    f"--{dest} {given} and the override {override.text!r} name different "
+                    f"{'GPUs' if dest == 'gpu' else 'precisions'}; give one of them."
+                )
+        if value is None:
+            rest.append(override.text)
+        else:
+            setattr(args, dest, value)
+    args.overrides = rest
+
+
 def flags_spec(args: argparse.Namespace, base: RecipeSpec | None = None) -> RecipeSpec:
     """The job the flags describe: ``base`` (default: the recipe's spec, or the reference job)
     with the flags applied.
@@ -272,35 +317,23 @@ def _check_vpp_is_read(args: argparse.Namespace, spec: RecipeSpec) -> None:
     )
 
 
+def _runs_dsa_indexer(job: JobDescription) -> bool:
+    """Whether the model builds a DSA indexer, the only reader of the ``dsa_indexer_*`` fields
+    (megatron-core's ``experimental_attention_variant/dsa.py`` ``DSAIndexer``): a hybrid model's
+    ``D`` layers (``hybrid_layer_allocation.Symbols.DS_ATTENTION``; ``HybridModel`` builds its
+    layers from the pattern alone), else a transformer with experimental_attention_variant
+    ``dsa`` (``experimental_attention_variant_module_specs``) or DeepSeek-V4's dsv4_hybrid,
+    whose compressed sparse attention layers run the indexer."""
+    model = job.model
+    if model.hybrid_layer_pattern is not None:
+        return "D" in model.hybrid_layer_pattern
+    return model.experimental_attention_variant in ("dsa", DSV4_HYBRID)
+
+
 #: Flags whose field megatron-core reads only when the job has some other setting: (the flags'
-#: destinations, whether the job reads them, what is off when it does not, the fix).
-_READ_ONLY_WITH: tuple[
-    tuple[tuple[str, ...], Callable[[ModelDescription], bool], str, str], ...
-] = (
-    (
-        ("use_fused_weighted_squared_relu",),
-        lambda m: m.activation_func == "squared_relu",
-        "megatron-core reads it only for a squared-ReLU activation",
-        "add --squared-relu",
-    ),
-    (
-        ("cpu_offloading_num_layers",),
-        lambda m: m.cpu_offloading,
-        "the job does not offload activations (cpu_offloading is off)",
-        "add --cpu-offloading",
-    ),
-    (
-        ("recompute_method", "recompute_num_layers"),
-        lambda m: m.recompute_granularity == "full",
-        "they are read only with full recompute",
-        "add --recompute-granularity full",
-    ),
-    (
-        ("recompute_modules",),
-        lambda m: m.recompute_granularity == "selective",
-        "they are read only with selective recompute",
-        "add --recompute-granularity selective",
-    ),
+#: destinations, whether the job reads them, what is off when it does not, the fix). The first
+#: entry whose flags are given and unread is the one refused.
+_READ_ONLY_WITH: tuple[tuple[tuple[str, ...], Callable[[JobDescription], bool], str, str], ...] = (
     (
         (
             "moe_token_dispatcher",
@@ -315,46 +348,137 @@ _READ_ONLY_WITH: tuple[
             "moe_router_enable_expert_bias",
             "moe_router_topk_scaling_factor",
             "moe_n_hash_layers",
+            # Read only by the routed experts (megatron-core's transformer/moe/experts.py).
+            "use_fused_weighted_squared_relu",
         ),
-        lambda m: m.moe,
+        lambda job: job.model.moe,
         "the model has no routed experts (num_moe_experts is unset)",
         "add --num-moe-experts",
     ),
     (
+        ("use_fused_weighted_squared_relu",),
+        lambda job: job.model.activation_func == "squared_relu",
+        "megatron-core reads it only for a squared-ReLU activation",
+        "add --squared-relu",
+    ),
+    (
+        # Fields of megatron-core's MLATransformerConfig alone (transformer_config.py), the
+        # config of a multi_latent_attention model.
+        ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"),
+        lambda job: job.model.multi_latent_attention,
+        "the model has no multi-latent attention (multi_latent_attention is off)",
+        "add --multi-latent-attention",
+    ),
+    (
+        ("dsa_indexer_n_heads", "dsa_indexer_head_dim", "dsa_indexer_topk"),
+        _runs_dsa_indexer,
+        "the model runs no DSA indexer (experimental_attention_variant is neither 'dsa' nor "
+        "'dsv4_hybrid'; a hybrid layer pattern: no 'D' layer)",
+        "add --experimental-attention-variant dsa or dsv4_hybrid (a hybrid layer pattern: 'D' "
+        "layers)",
+    ),
+    (
+        # Megatron-Bridge's DeepSeek-V4 provider sets them for its attention
+        # (megatron_core_support.DSV4_HYBRID_FIELDS).
+        ("o_lora_rank", "o_groups", "csa_window_size", "csa_compress_ratios"),
+        lambda job: job.model.experimental_attention_variant == DSV4_HYBRID,
+        "the model has no DeepSeek-V4 hybrid attention (experimental_attention_variant is not "
+        "'dsv4_hybrid')",
+        "add --experimental-attention-variant dsv4_hybrid",
+    ),
+    (
+        # Read only by megatron-core's ssm/mamba_mixer.py MambaMixer, a hybrid model's 'M' layer.
+        ("mamba_state_dim", "mamba_head_dim", "mamba_num_groups", "mamba_num_heads"),
+        lambda job: MAMBA in (job.model.hybrid_layer_pattern or ""),
+        "the model has no Mamba layers (no 'M' in a hybrid layer pattern)",
+        "add --hybrid-layer-pattern with Mamba ('M') layers",
+    ),
+    (
+        # megatron-core's transformer/utils.py is_layer_window_attention: no window, no skip.
+        ("window_attn_skip_freq",),
+        lambda job: bool(job.model.window_size),
+        "the model has no sliding-window attention (window_size is unset)",
+        "add --window-size",
+    ),
+    (
+        ("cpu_offloading_num_layers",),
+        lambda job: job.model.cpu_offloading,
+        "the job does not offload activations (cpu_offloading is off)",
+        "add --cpu-offloading",
+    ),
+    (
+        # megatron-core's GPTModel/HybridModel preprocess_for_fine_grained_offloading and the
+        # layers' offload_* attributes read them only with fine_grained_activation_offloading.
+        (
+            "offload_modules",
+            "min_offloaded_tensor_size",
+            "activation_offload_fraction",
+            "fine_grained_offloading_max_inflight_offloads",
+        ),
+        lambda job: job.model.fine_grained_activation_offloading,
+        "the job does not offload activations fine-grained (fine_grained_activation_offloading "
+        "is off)",
+        "add --fine-grained-activation-offloading",
+    ),
+    (
+        ("recompute_method", "recompute_num_layers"),
+        lambda job: job.model.recompute_granularity == "full",
+        "they are read only with full recompute",
+        "add --recompute-granularity full",
+    ),
+    (
+        ("recompute_modules",),
+        lambda job: job.model.recompute_granularity == "selective",
+        "they are read only with selective recompute",
+        "add --recompute-granularity selective",
+    ),
+    (
         ("num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16"),
-        lambda m: m.first_last_layers_bf16,
+        lambda job: job.model.first_last_layers_bf16,
         "they are read only with first_last_layers_bf16",
         "add --first-last-layers-bf16",
     ),
     (
         ("first_last_layers_bf16",),
-        lambda m: bool(m.fp8 or m.fp4),
+        lambda job: bool(job.model.fp8 or job.model.fp4),
         "the precision has no FP8/FP4 recipe to keep layers out of",
         "choose an FP8 or NVFP4 --precision",
     ),
     (
         ("num_residual_streams",),
-        lambda m: m.enable_hyper_connections,
+        lambda job: job.model.enable_hyper_connections,
         "the model has no hyper-connections",
         "add --enable-hyper-connections",
     ),
     (
         ("mtp_use_repeated_layer",),
-        lambda m: bool(m.mtp_num_layers),
+        lambda job: bool(job.model.mtp_num_layers),
         "the model has no multi-token-prediction layers",
         "add --mtp-num-layers",
+    ),
+    (
+        # Read only by Megatron-FSDP under hybrid sharding (megatron-core's
+        # distributed/fsdp/mcore_fsdp_adapter.py: enable_hsdp, hsdp_outer_dp_shard).
+        ("outer_dp_sharding_strategy",),
+        lambda job: job.use_megatron_fsdp and job.num_distributed_optimizer_instances > 1,
+        "the job is not HSDP (Megatron-FSDP with more than one distributed-optimizer "
+        "instance), the only sharding that reads it",
+        "add --use-megatron-fsdp and --num-distributed-optimizer-instances N (N > 1)",
     ),
 )
 
 
 def _check_flags_are_read(args: argparse.Namespace, spec: RecipeSpec) -> None:
     """A flag whose field the job does not read (:data:`_READ_ONLY_WITH`) would do nothing:
-    refused naming it, what is off, and the fix."""
-    model = spec.job.model
+    refused naming it as given (``--no-X`` for a switch turned off), what is off, and the fix."""
     for dests, reads, off, fix in _READ_ONLY_WITH:
-        given = [d for d in dests if getattr(args, d, None) is not None]
-        if given and not reads(model):
-            flags = ", ".join("--" + d.replace("_", "-") for d in given)
+        given = [
+            f"--{'no-' if value is False else ''}{d.replace('_', '-')}"
+            for d in dests
+            if (value := getattr(args, d, None)) is not None
+        ]
+        if given and not reads(spec.job):
+            flags = ", ".join(given)
             raise ValueError(
                 f"{flags} would have no effect: {off}. To use {'it' if len(given) == 1 else 'them'}, "
                 f"{fix}; otherwise drop {flags}."

@@ -75,7 +75,14 @@ def document(
         "preset": {"name": name, **preset_info, "matches_model": matches},
         "overlap": plan.to_dict(),
         "launch_env": [
-            {"name": e.name, "value": e.value, "reason": e.reason} for e in env_plan.entries
+            {
+                "name": e.name,
+                "value": e.value,
+                "reason": e.reason,
+                "source": e.source,
+                "note": e.note,
+            }
+            for e in env_plan.entries
         ],
         "warnings": list(plan.warnings),
     }

@@ -105,8 +105,10 @@ def _add_search(se: argparse.ArgumentParser) -> None:
     se.description = (
         "Search every layout megatron-core accepts for a model (a recipe, or the model flags "
         "explain takes) on a GPU, precision, world size(s) and global batch: keep those that "
-        "fit by the memory estimate, plan their overlap as explain does, and rank them by "
-        "predicted tokens/s/GPU. Exit code 0: printed; 2: invalid input, or no layout fits."
+        "fit by the memory estimate, plan their overlap as explain does (with and without TP and "
+        "EP overlap), and rank them by predicted tokens/s/GPU in bands of the estimate's "
+        "measured error, the simpler layout first within a band. Exit code 0: printed; 2: "
+        "invalid input, or no layout fits."
     )
     se.add_argument(
         "--recipe",
@@ -122,6 +124,35 @@ def _add_search(se: argparse.ArgumentParser) -> None:
         ),
     )
     add_job_flags(se, layout=False)
+    # Deliberately lazy: the search package is the search command's alone (explain and recipes
+    # build only their own subcommand's parser, and stay without it).
+    from megatron.bridge.search.overlap import OVERLAP_MODES
+
+    for flag, dest, what in (
+        (
+            "--tp-comm-overlap",
+            "search_tp_overlap",
+            "TP comm overlap (tp_comm_overlap): 'auto' (default) tries each layout with it on, "
+            "where the layout can run it, and off",
+        ),
+        (
+            "--ep-overlap",
+            "search_ep_overlap",
+            "EP all-to-all overlap (overlap_moe_expert_parallel_comm): 'auto' (default) tries "
+            "each MoE layout with EP > 1 with it on, where megatron-core's gate allows it, and "
+            "off",
+        ),
+    ):
+        se.add_argument(
+            flag,
+            dest=dest,
+            nargs="?",
+            const="on",
+            default="auto",
+            choices=OVERLAP_MODES,
+            help=f"{what}; 'on' (the flag alone) requests it on every layout, as explain does "
+            "(the rules refuse or turn it off where megatron-core would); 'off' never",
+        )
     se.add_argument(
         "--top", type=positive_int_argument, default=10, help="rows to print (default 10)"
     )
@@ -192,7 +223,8 @@ def _add_explain(ex: argparse.ArgumentParser) -> None:
         help=(
             "with --recipe: overrides of the recipe's ConfigContainer, e.g. "
             "model.tensor_model_parallel_size=8 comm_overlap.tp_comm_overlap=false "
-            "env_vars.CUDA_DEVICE_MAX_CONNECTIONS=8 (builds the container: imports torch)"
+            "env_vars.CUDA_DEVICE_MAX_CONNECTIONS=8 (builds the container: imports torch); "
+            "gpu=NAME and mixed_precision=PRECISION are --gpu and --precision"
         ),
     )
     add_job_flags(ex, layout=True)

@@ -3,8 +3,8 @@
 Flags, a shipped recipe, a recipe that builds a container, and KEY=VALUE overrides of a recipe's
 container all end in one overlap plan, its launch environment, its step estimate and its
 ``--json`` document. Without overrides or a container-only recipe nothing here imports torch or
-megatron-core; a recipe's container with overrides is planned by
-:mod:`megatron.bridge.cli.container`, imported only then.
+megatron-core; a recipe's container (with overrides, or a container-only recipe's) is planned
+by :mod:`megatron.bridge.cli.container`, imported only then.
 """
 
 from __future__ import annotations
@@ -14,13 +14,15 @@ import os
 from pathlib import Path
 from typing import Any
 
-from megatron.bridge.cli.flags import flag_changes, flags_spec, te_of
+from megatron.bridge.cli.flags import flags_spec, overrides_as_flags, te_of
 from megatron.bridge.cli.json_document import document
-from megatron.bridge.recipes import plan_recipe, recipe_spec
+from megatron.bridge.cli.quiet_import import quiet_third_party_import
+from megatron.bridge.recipes import recipe_spec
 from megatron.bridge.recipes.spec import RecipeSpec
 from megatron.bridge.training import launch_env
 from megatron.bridge.training.comm_overlap import OverlapPlan, OverlapRefusedError
 from megatron.bridge.training.comm_overlap.rules.ep import unused_flex_backend
+from megatron.bridge.training.env_vars import with_user_env
 from megatron.bridge.training.estimate import estimate_step
 from megatron.bridge.training.estimate.memory import MemoryEstimate, estimate_memory
 from megatron.bridge.training.validators import LimitError
@@ -55,24 +57,40 @@ def explain(
             f"KEY=VALUE overrides ({overrides[0]!r}, ...) apply to a recipe's container: "
             "give --recipe NAME."
         )
+    # The overrides' text is checked, and gpu=/mixed_precision= become the flags they mean,
+    # before a recipe is called or megatron-core imported (seconds).
+    overrides_as_flags(args)
+    overrides = args.overrides
     if args.plot is not None:
         _check_plot_path(args.plot)  # before planning, which can take seconds
     spec = None
     if overrides:
         # megatron-core: only for a recipe container.
-        from megatron.bridge.cli.container import _plan_container
+        with quiet_third_party_import():
+            from megatron.bridge.cli.container import _plan_container
 
         plan = _plan_container(args)
     elif args.recipe and (base := recipe_spec(args.recipe)) is None:
-        plan = plan_recipe(args.recipe, te=te_of(args), changes=flag_changes(args))
+        # A container-only recipe: resolved from its container, whose env_vars are the user's.
+        with quiet_third_party_import():
+            from megatron.bridge.cli.container import _plan_container
+
+        plan = _plan_container(args)
     else:
         spec = flags_spec(args, base if args.recipe else None)
         plan = spec.plan(te=te_of(args))
-    env_plan = launch_env.plan_launch_env_for(
-        plan.job,
+    # The plan's launch environment with the variables the user set in the container's
+    # cfg.env_vars laid over it, as PerfEnvPlugin.from_config applies it.
+    env_plan = with_user_env(
+        launch_env.plan_launch_env_for(
+            plan.job,
+            a2a_overlap=plan.a2a_overlap,
+            layernorm_sm_margin=args.layernorm_sm_margin,
+            nccl_pp_comm_chunksize=args.nccl_pp_chunksize,
+        ),
+        getattr(args, "_user_env_vars", {}),
+        layout=launch_env.launch_layout(plan.job),
         a2a_overlap=plan.a2a_overlap,
-        layernorm_sm_margin=args.layernorm_sm_margin,
-        nccl_pp_comm_chunksize=args.nccl_pp_chunksize,
     )
     refused = None
     try:

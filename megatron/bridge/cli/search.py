@@ -1,7 +1,8 @@
 """``bridge-overlap search``: the job the flags describe, searched (:func:`run_search`).
 
 The model, GPU and precision come from the flags exactly as ``explain`` reads them
-(:func:`~megatron.bridge.cli.flags.flags_spec`); the search chooses the layout. A recipe with a
+(:func:`~megatron.bridge.cli.flags.flags_spec`); the search chooses the layout, and searches the
+TP and EP overlap as ``--tp-comm-overlap`` and ``--ep-overlap`` say. A recipe with a
 published run for the GPU, precision, GPU count and global batch has that run costed and
 ranked beside the search's.
 """
@@ -43,6 +44,14 @@ class _ProgressBar:
             sys.stderr.write("\n")
         sys.stderr.flush()
 
+    def close(self) -> None:
+        """End a bar left unfinished (the search stopped: Ctrl-C, an error) with its line, so
+        that what is printed next starts a line of its own."""
+        if self.active and 0 <= self.shown < 100:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+            self.shown = 100
+
 
 def _published(spec: RecipeSpec, world_sizes: tuple[int, ...], gbs: int) -> RecipeSpec | None:
     """The recipe's published run for the spec's GPU and precision as a job on this model,
@@ -80,23 +89,30 @@ def run_search(args: argparse.Namespace) -> tuple[SearchResult, dict[str, Any], 
             "search needs the global batch size: give --global-batch-size (the samples per "
             "optimizer step), or a --recipe that has one."
         )
-    result = search(
-        spec,
-        world_sizes=world_sizes,
-        global_batch_size=gbs,
-        top=args.top,
-        te=te_of(args),
-        progress=None if args.json else _ProgressBar(),
-        published=_published(spec, world_sizes, gbs) if args.recipe else None,
-        gpus_per_node=args.gpus_per_node,
-        nvlink_domain=args.nvlink_domain,
-    )
+    bar = None if args.json else _ProgressBar()
+    try:
+        result = search(
+            spec,
+            world_sizes=world_sizes,
+            global_batch_size=gbs,
+            top=args.top,
+            te=te_of(args),
+            progress=bar,
+            published=_published(spec, world_sizes, gbs) if args.recipe else None,
+            tp_overlap=args.search_tp_overlap,
+            ep_overlap=args.search_ep_overlap,
+            gpus_per_node=args.gpus_per_node,
+            nvlink_domain=args.nvlink_domain,
+        )
+    finally:
+        if bar is not None:
+            bar.close()
     if not result.ranked:
         counts = result.counts
         raise ValueError(
             f"no layout of this model fits {', '.join(map(str, world_sizes))} x "
             f"{spec.job.gpu} at global batch {gbs}: {counts['layouts']} layouts tried, "
-            f"{counts['rejected']} refused by a layout rule, "
+            f"{counts['rejected'] + counts['overlap_refused']} refused by a layout rule, "
             f"{counts['pruned'] + counts['no_fit']} above the GPU's memory by the estimate "
             f"({counts['pruned']} by their 16-bit weights alone). Use "
             "more GPUs, a GPU with more memory, or a smaller global batch or sequence."

@@ -14,10 +14,12 @@ hides at most its ``hideable`` share of its seconds. Hence, summed over the segm
   achievable fraction of the peaks they run at, plus the memory-bound kernels' bytes at the HBM
   peak, plus the estimate's kernel terms (grouped GEMMs, unfused experts, Mamba scans, loss);
 - TP: its collectives' seconds at link peak (``comm.tp_transfers`` priced by ``comm.price``);
-  TP overlap hides at most (TP - 1) / TP of them;
-- EP: the all-to-alls' seconds; EP overlap hides at most ``EP_OVERLAP.hidden_share`` of them.
+  with ``tp_comm_overlap`` on, TP overlap hides at most (TP - 1) / TP of them, off none;
+- EP: the all-to-alls' seconds; with ``overlap_moe_expert_parallel_comm`` on (and EP > 1, the
+  estimate's condition), EP overlap hides at most ``EP_OVERLAP.hidden_share`` of them, off none.
 
-Both shares are taken as if the overlap were on, so the bound holds whatever the plan decided.
+The shares are those of the overlap the plan runs: a search plans each layout with and without
+them (:mod:`.overlap`), and the bound of each is its own.
 tokens / step / world size then bounds the prediction from above. The search costs layouts best
 bound first and skips those whose bound is below what they must beat: a skipped layout could
 not have ranked there. ``tests/unit_tests/test_search_bound.py`` holds the bound to the estimate
@@ -29,6 +31,7 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING
 
+from megatron.bridge.search.candidate import knob_on
 from megatron.bridge.training.estimate.comm import ep_transfers, price, tp_transfers
 from megatron.bridge.training.estimate.efficiency import EP_OVERLAP, achievable_fraction
 from megatron.bridge.training.estimate.model_cost import ModelCost
@@ -51,13 +54,21 @@ def _cost(model: ModelDescription) -> ModelCost:
     return ModelCost(model)
 
 
-def throughput_ceiling(
-    plan: OverlapPlan, *, gpus_per_node: int | None = None, nvlink_domain: int | None = None
-) -> float:
-    """An upper bound on ``estimate_step(plan, ...)``'s tokens/s/GPU (see the module docstring);
-    the options are ``estimate_step``'s. ``ValueError`` where the job lacks what the estimate
-    needs."""
+#: The overlap-free parts of the bound, by (job, NVLink domain): a search plans each layout with
+#: several overlap choices, whose jobs are one and the same.
+_PARTS: dict[tuple, tuple[float, float, float, float]] = {}
+_PARTS_KEPT = 4096
+
+
+def _parts(plan: OverlapPlan, domain: int) -> tuple[float, float, float, float]:
+    """(tokens of the step, compute with the bubble, TP seconds at link peak, EP seconds at link
+    peak) of ``plan``'s job, none of which depends on the plan's overlap (``comm.price`` reads
+    the plan for what it hides, not for what a transfer takes at peak)."""
     job = plan.job
+    key = (job, domain)
+    found = _PARTS.get(key)
+    if found is not None:
+        return found
     if job.gpu is None or job.micro_batch_size is None:
         raise ValueError("the throughput bound needs the job's GPU and micro-batch size")
     gpu = gpu_spec(job.gpu)
@@ -78,19 +89,35 @@ def throughput_ceiling(
         job, cost, micro_batch_size=mbs, micro_batches=micro_batches, seconds=seconds
     )
     segments = micro_batches * stage.vpp
-    compute = seconds(stage)
-    step = compute * (1 + (job.pp_size - 1) / segments)
-    # estimate_step's NVLink domain.
-    domain = nvlink_domain or gpu.nvlink_domain or gpus_per_node or gpu.gpus_per_node
+    compute = seconds(stage) * (1 + (job.pp_size - 1) / segments)
     entries, _ = price(
         [*tp_transfers(job, stage), *ep_transfers(job, stage)],
         plan=plan,
         gpu=gpu,
         nvlink_domain=domain,
     )
-    for entry in entries:
-        if entry.mode == "tp":
-            step += entry.seconds_at_link_peak / job.tp_size
-        elif entry.mode == "ep":
-            step += entry.seconds_at_link_peak * (1 - EP_OVERLAP.hidden_share)
-    return tokens / step / job.world_size
+    tp = sum(e.seconds_at_link_peak for e in entries if e.mode == "tp")
+    ep = sum(e.seconds_at_link_peak for e in entries if e.mode == "ep")
+    if len(_PARTS) >= _PARTS_KEPT:
+        _PARTS.clear()
+    _PARTS[key] = found = (float(tokens), compute, tp, ep)
+    return found
+
+
+def throughput_ceiling(
+    plan: OverlapPlan, *, gpus_per_node: int | None = None, nvlink_domain: int | None = None
+) -> float:
+    """An upper bound on ``estimate_step(plan, ...)``'s tokens/s/GPU (see the module docstring);
+    the options are ``estimate_step``'s. ``ValueError`` where the job lacks what the estimate
+    needs."""
+    job = plan.job
+    if job.gpu is None:
+        raise ValueError("the throughput bound needs the job's GPU and micro-batch size")
+    gpu = gpu_spec(job.gpu)
+    # estimate_step's NVLink domain.
+    domain = nvlink_domain or gpu.nvlink_domain or gpus_per_node or gpu.gpus_per_node
+    tokens, step, tp, ep = _parts(plan, domain)
+    tp_exposed = 1 / job.tp_size if knob_on(plan, "tp_comm_overlap") else 1.0
+    ep_on = job.ep_size > 1 and knob_on(plan, "overlap_moe_expert_parallel_comm")
+    ep_exposed = 1 - EP_OVERLAP.hidden_share if ep_on else 1.0
+    return tokens / (step + tp * tp_exposed + ep * ep_exposed) / job.world_size

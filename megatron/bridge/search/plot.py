@@ -1,5 +1,5 @@
 """The search picture: each costed layout's predicted tokens/s/GPU against its memory per GPU,
-the GPU's capacity as a line, the best layout and the published one marked (:func:`plot_search`).
+the GPU's capacity as a line, the top pick and the published layout marked (:func:`plot_search`).
 
 matplotlib is imported when :func:`plot_search` runs (the ``plot`` extra), never on import.
 """
@@ -9,7 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from megatron.bridge.search.engine import Candidate, SearchResult
+from megatron.bridge.search.candidate import Candidate
+from megatron.bridge.search.engine import SearchResult
 from megatron.bridge.search.report import layout_label
 from megatron.bridge.training.estimate_plot import load_pyplot, picture_digest, picture_path
 
@@ -18,7 +19,7 @@ __all__ = ["plot_search", "search_picture"]
 
 def search_picture(result: SearchResult, *, title: str | None = None) -> dict[str, Any]:
     """What :func:`plot_search` draws for ``result``: every costed layout as (memory GiB,
-    tokens/s/GPU), the top one and the published one with their labels, the GPU's capacity."""
+    tokens/s/GPU), the top pick and the published one with their labels, the GPU's capacity."""
     if not result.ranked:
         raise ValueError("the search costed no layout: there is nothing to draw.")
 
@@ -33,7 +34,7 @@ def search_picture(result: SearchResult, *, title: str | None = None) -> dict[st
     return {
         "title": title,
         "points": [point(c) for c in result.ranked],
-        "top": {"at": point(best), "label": f"top: {layout_label(best)}"},
+        "top": {"at": point(best), "label": f"top pick: {layout_label(best)}"},
         "published": None
         if published is None
         else {

@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from megatron.bridge.search.overlap import AS_REQUESTED, OverlapChoice
 from megatron.bridge.training.hybrid_pipeline import check_hybrid_layer_count, hybrid_segments
 from megatron.bridge.training.job import ModelDescription
 from megatron.bridge.training.model_rules import fused_grouped_mlp
@@ -95,6 +96,9 @@ class Layout:
     micro_batch_size: int
     recompute: Recompute
     sharding: Sharding
+    overlap: OverlapChoice = AS_REQUESTED
+    """The overlap request it is planned with (:mod:`.overlap`; the spec fields it changes are
+    :meth:`OverlapChoice.changes`, not :meth:`changes`)."""
 
     @property
     def grid(self) -> tuple[int, int, int, int, int | None]:

@@ -47,7 +47,7 @@ from typing import Any
 
 import yaml
 
-from megatron.bridge.training import hardware, yaml_loader
+from megatron.bridge.training import hardware, write_record, yaml_loader
 from megatron.bridge.training.comm_overlap import CommOverlapConfig
 from megatron.bridge.training.env_vars import DerivedEnv, check_env_vars
 from megatron.bridge.training.mixed_precision import (
@@ -382,6 +382,8 @@ def decode_container(
     for name in SECTIONS:
         if name in doc:
             kwargs[name] = _decode_dataclass(doc[name], bases[name], f"{at}{name}")
+            if name in write_record.TYPED_SECTIONS:
+                _record_listed_fields(kwargs[name], doc[name])
     mixed = doc.get("mixed_precision")
     if isinstance(mixed, Mapping):
         mixed = _decode_dataclass(mixed, MixedPrecisionConfig, f"{at}mixed_precision")
@@ -421,6 +423,20 @@ def decode_container(
     check_env_vars(env_vars, owner=f"{at}env_vars")
     kwargs["env_vars"] = dict(env_vars)
     return kwargs, _decode_derived_env(doc.get("derived_env"), f"{at}derived_env")
+
+
+def _record_listed_fields(config: Any, section: Mapping[str, Any]) -> None:
+    """A megatron-core section that lists some of its fields, not all (a hand-written document;
+    ``to_dict`` writes every field), holds the user's values: each field it lists is recorded as
+    typed, so the plan honours it even where it equals megatron-core's default. A complete
+    section tells typed values from written-out defaults by nothing, and records none."""
+    names = [f.name for f in dataclasses.fields(config) if f.init and not f.name.startswith("_")]
+    listed = [name for name in names if name in section]
+    if len(listed) == len(names):
+        return
+    write_record.record(
+        config, "typed", {name: (getattr(config, name), write_record.NOTHING) for name in listed}
+    )
 
 
 def dump_document(doc: Mapping[str, Any]) -> str:

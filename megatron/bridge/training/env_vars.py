@@ -4,6 +4,11 @@
 secrets, integer variables in range). :func:`plan_env_vars` splits the checked variables against
 a live environment into those to export and those the environment already sets (launcher and
 shell values win); :func:`export_env_vars` exports the first and logs both.
+
+The variables a user set are theirs (:func:`user_env_vars` tells them from what a recipe
+derived): :func:`with_user_env` lays them over a launch plan, kept as written, and refuses only
+a value that breaks what the layout requires. ``PerfEnvPlugin`` and ``bridge-overlap explain``
+read that plan.
 """
 
 from __future__ import annotations
@@ -14,8 +19,10 @@ import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from megatron.bridge.training import launch_env
+from megatron.bridge.training.launch_env import LaunchEnvEntry, LaunchEnvPlan
 from megatron.bridge.training.validators import LIMITS
 from megatron.bridge.training.value_types import ConfigValueError
 
@@ -30,6 +37,8 @@ __all__ = [
     "forget_exports",
     "launcher_environment",
     "plan_env_vars",
+    "user_env_vars",
+    "with_user_env",
 ]
 
 logger = logging.getLogger(__name__)
@@ -250,3 +259,86 @@ def export_env_vars(applied: AppliedEnvVars) -> None:
         ", ".join(f"{n}={v}" for n, v in applied.from_recipe.items()) or "none",
         kept or "none",
     )
+
+
+def user_env_vars(env_vars: Mapping[str, EnvValue], derived: DerivedEnv | None) -> dict[str, str]:
+    """The user's variables of ``env_vars``, as exported strings (:func:`check_env_vars`).
+
+    Every variable whose value is not the one the recipe derived (``derived``, the container's
+    or a resolution's ``derived_env``); with ``derived`` None, every variable is the user's.
+    """
+    checked = check_env_vars(env_vars)
+    derived_env = {} if derived is None else derived.env
+    return {name: text for name, text in checked.items() if derived_env.get(name) != text}
+
+
+def with_user_env(
+    plan: LaunchEnvPlan,
+    user: Mapping[str, EnvValue],
+    *,
+    layout: Mapping[str, Any],
+    a2a_overlap: bool,
+    owner: str = "cfg.env_vars",
+) -> LaunchEnvPlan:
+    """``plan`` with the user's variables (``user``, e.g. :func:`user_env_vars`) laid over it.
+
+    Each user variable is kept as written, in an entry of source ``user``: one the plan decides
+    takes the place of the plan's entry, with a note saying what the plan would have set where
+    the values differ (the plan's values are tuned, not required); one the plan does not decide
+    passes through unchanged, after the plan's entries. A value that breaks what the layout
+    requires (``launch_env.check_live_environment``: one CUDA queue under EP all-to-all overlap
+    or Megatron-FSDP, HybridEP ranks that do not divide the EP size,
+    ``NVTE_CUTEDSL_FUSED_GROUPED_MLP`` below 1 under the op fuser) is a ``ValueError`` naming
+    ``owner[NAME]``, the value, the reason and the fix. ``layout`` is
+    ``launch_env.launch_layout``'s keywords; ``user`` meets :func:`check_env_vars`.
+    """
+    wanted = check_env_vars(user, owner=owner)
+    planned = {entry.name: entry for entry in plan.entries}
+    baseline = launch_env.check_live_environment(**layout, a2a_overlap=a2a_overlap, env=plan.env)
+    for name, text in wanted.items():
+        problems = launch_env.check_live_environment(
+            **layout, a2a_overlap=a2a_overlap, env={**plan.env, name: text}
+        )
+        added = [problem for problem in problems if problem not in baseline]
+        if added:
+            raise ValueError(_refusal(owner, name, text, added[0], planned.get(name)))
+    entries = [
+        _user_entry(owner, entry, wanted[entry.name]) if entry.name in wanted else entry
+        for entry in plan.entries
+    ]
+    entries += [
+        LaunchEnvEntry(
+            name=name,
+            value=text,
+            source="user",
+            reason=f"set in {owner}; the launch plan does not decide it: passed through unchanged",
+        )
+        for name, text in wanted.items()
+        if name not in planned
+    ]
+    return LaunchEnvPlan(entries=tuple(entries))
+
+
+def _user_entry(owner: str, entry: LaunchEnvEntry, text: str) -> LaunchEnvEntry:
+    """The user's value in place of the plan's ``entry``, with a note where the two differ."""
+    if text == entry.value:
+        reason, note = f"set in {owner}, the plan's value too ({entry.reason})", None
+    else:
+        reason = f"set in {owner}, kept as written"
+        would = "leave it unset" if entry.value is None else f"set {entry.value}"
+        note = f"the plan would {would} ({entry.reason}); that value is tuned, not required"
+    return LaunchEnvEntry(name=entry.name, value=text, reason=reason, source="user", note=note)
+
+
+def _refusal(owner: str, name: str, text: str, problem: str, planned: LaunchEnvEntry | None) -> str:
+    """Why the user's ``name=text`` is refused, and the fix."""
+    if planned is not None and planned.value is not None:
+        fix = (
+            f"Set {owner}[{name!r}] = {planned.value!r} (the plan's value: {planned.reason}), or "
+            f"remove it from {owner} so the plan sets it."
+        )
+    elif planned is not None:
+        fix = f"Remove it from {owner}: the plan leaves it unset ({planned.reason})."
+    else:
+        fix = f"Remove it from {owner}, or set a value the layout allows."
+    return f"{owner}[{name!r}]={text!r} breaks what this job needs: {problem} {fix}"

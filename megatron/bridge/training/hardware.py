@@ -57,6 +57,9 @@ class GpuSpec:
     """GPUs sharing one NVLink domain beyond a node (GB200 NVL72: 72); None: NVLink spans a node."""
     gpus_per_node: int = 8
     """GPUs in one node (a DGX/HGX board: 8; a Grace Blackwell compute tray: 4)."""
+    streaming_multiprocessors: int = 0
+    """SMs a kernel's thread blocks are spread over (0: not known): a GEMM's tiles run in waves
+    of this many."""
     memory_gb: float = 0.0
     """HBM capacity of one GPU as NVIDIA's datasheet states it, in GB; the memory estimate plans
     against what the device reports of it (:attr:`memory_bytes`)."""
@@ -139,6 +142,7 @@ def _gpu(
     memory_gb: float,
     nvlink_domain: int | None = None,
     gpus_per_node: int = 8,
+    sms: int = 0,
 ) -> GpuSpec:
     """One catalogue entry: ``peaks`` are the dense BF16, FP8 and FP4 TFLOP/s (None: no such
     tensor cores), ``links`` the NVLink and scale-out GB/s per direction, ``hbm_gb_per_s`` the
@@ -158,6 +162,7 @@ def _gpu(
         memory_gb=memory_gb,
         nvlink_domain=nvlink_domain,
         gpus_per_node=gpus_per_node,
+        streaming_multiprocessors=sms,
     )
 
 
@@ -176,6 +181,7 @@ def _nvl72(
         memory_gb=memory_gb,
         nvlink_domain=72,
         gpus_per_node=4,
+        sms=chip.streaming_multiprocessors,
     )
 
 
@@ -228,6 +234,11 @@ def _nvl72(
 #: - B300: 288 GB HBM3e (DGX B300 datasheet: 2.3 TB total GPU memory for 8 GPUs).
 #: - GB300 NVL72: 288 GB HBM3e (GB300 NVL72 datasheet: up to 20.7 TB HBM3e over 72 GPUs).
 #: Compute capabilities: CUDA's table (A100 8.0, H100/H200 9.0, B200/GB200 10.0, B300/GB300 10.3).
+#: Streaming multiprocessors: A100 SXM 108 (NVIDIA A100 Tensor Core GPU Architecture whitepaper),
+#: H100 SXM5 132 (NVIDIA H100 Tensor Core GPU Architecture whitepaper; H200 is the same chip),
+#: B200 148 (the multiprocessor count CUDA reports on B200, the figure DeepGEMM's and
+#: FlashAttention-4's Blackwell kernels schedule over), Blackwell Ultra 160 (NVIDIA technical blog
+#: "Inside NVIDIA Blackwell Ultra", 2025); GB200 and GB300 are those chips.
 _H100 = _gpu(
     "h100",
     (9, 0),
@@ -236,6 +247,7 @@ _H100 = _gpu(
     links=(450.0, 50.0),
     hbm_gb_per_s=3350.0,
     memory_gb=80.0,
+    sms=132,
 )
 _B200 = _gpu(
     "b200",
@@ -245,6 +257,7 @@ _B200 = _gpu(
     links=(900.0, 50.0),
     hbm_gb_per_s=8000.0,
     memory_gb=180.0,
+    sms=148,
 )
 # Blackwell Ultra (SM103): the B200's BF16/FP8 peaks, NVLink and HBM bandwidth; its own FP4
 # peak and ConnectX-8 NIC.
@@ -255,6 +268,7 @@ _B300 = dataclasses.replace(
     peak_fp4_tflops=13500.0,
     network_gb_per_s=100.0,
     memory_gb=288.0,
+    streaming_multiprocessors=160,
 )
 
 GPUS: Mapping[str, GpuSpec] = MappingProxyType(
@@ -269,6 +283,7 @@ GPUS: Mapping[str, GpuSpec] = MappingProxyType(
                 links=(300.0, 25.0),
                 hbm_gb_per_s=2039.0,
                 memory_gb=80.0,
+                sms=108,
             ),
             _H100,
             # The H100 chip with more and faster memory: the same tensor cores, NVLink and NIC.

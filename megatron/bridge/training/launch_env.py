@@ -12,6 +12,10 @@ inputs. It is pure (standard library only) so its consumers share it:
 - model-build code calls :func:`check_live_environment` to compare ``os.environ`` with what
   the resolved layout *requires*.
 
+The variables a user set in ``cfg.env_vars`` are theirs: ``env_vars.with_user_env`` lays them
+over a plan (entries of source ``user``), kept as written, or refused where they break what the
+layout requires.
+
 Two kinds of value live here, kept apart:
 
 - **Required**: a value outside it breaks an enabled feature (:func:`check_live_environment`
@@ -67,6 +71,7 @@ __all__ = [
     "HYBRID_EP_ENV_NAMES",
     "LaunchEnvEntry",
     "LaunchEnvPlan",
+    "LaunchEnvSource",
     "MoeFlexDispatcherBackend",
     "check_live_environment",
     "cuda_device_max_connections",
@@ -330,6 +335,11 @@ def hybrid_ep_environment(
     )
 
 
+LaunchEnvSource = Literal["derived", "user"]
+"""Where a launch variable's value comes from: ``derived`` by this plan from the layout, or
+``user``: set in ``cfg.env_vars`` and kept as written (``env_vars.with_user_env``)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class LaunchEnvEntry:
     """One launch-time environment variable and the decision about it."""
@@ -340,6 +350,13 @@ class LaunchEnvEntry:
     """Value to export; None means deliberately not set (``reason`` says why)."""
     reason: str
     """One line saying why this value (or why nothing)."""
+    source: LaunchEnvSource = "derived"
+    """``derived`` (this plan's value) or ``user`` (``cfg.env_vars``'s, kept as written)."""
+    note: str | None = None
+    """For a user's value other than the plan's: what the plan would have set, and why."""
+
+    def __post_init__(self) -> None:
+        check_choice("LaunchEnvEntry", "source", self.source, LaunchEnvSource)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -366,7 +383,8 @@ class LaunchEnvPlan:
         lines = []
         for e in self.entries:
             shown = f"{e.name}={e.value}" if e.value is not None else f"{e.name} (not set)"
-            lines.append(f"{shown}  # {e.reason}")
+            why = e.reason if e.source == "derived" else f"user: {e.reason}"
+            lines.append(f"{shown}  # {why}" + (f"; NOTE: {e.note}" if e.note else ""))
         return lines
 
 

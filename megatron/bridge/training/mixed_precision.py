@@ -26,7 +26,7 @@ from typing import Any, Literal, get_args
 import torch
 
 from megatron.bridge.training.job import BF16_LAYER_DEFAULTS
-from megatron.bridge.training.precisions import PRECISION_ALIASES, PRECISIONS, precision_choices
+from megatron.bridge.training.precisions import mixed_precision_preset_name, precision_choices
 from megatron.bridge.training.validators import check_bool, check_choice, check_int
 
 __all__ = [
@@ -508,11 +508,7 @@ def get_mixed_precision_config(name: str) -> MixedPrecisionConfig:
     """
     if not isinstance(name, str):
         raise TypeError(f"Mixed precision preset name must be a str, got {type(name).__name__}.")
-    key = name.replace("-", "_")
-    key = PRECISION_ALIASES.get(key, key)
-    if key in PRECISIONS:
-        key = PRECISIONS[key].mixed_precision
-    factory = MIXED_PRECISION_PRESETS.get(key)
+    factory = MIXED_PRECISION_PRESETS.get(mixed_precision_preset_name(name))
     if factory is None:
         raise ValueError(
             f"Unknown mixed precision preset {name!r}; valid names: "

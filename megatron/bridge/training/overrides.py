@@ -27,8 +27,11 @@ cannot show.
 A size or count above its bound (``validators.LIMITS``, the table flags and recipes meet too)
 raises ``validators.LimitError`` (a ``ValueError``) naming the key, before anything is written.
 
-An unknown key gets a "did you mean" with the close field names and raises
-:class:`OverrideError` (a ``ValueError``). A bad value raises :class:`OverrideValueError`, both
+What the text alone decides is checked first, for all overrides, by
+:func:`~megatron.bridge.training.override_syntax.parse_overrides` (torch-free, so the CLI checks
+it before megatron-core is imported): ``key=value`` form, known keys and sections, a key given
+twice with different values, a field set before its section is replaced. An unknown key gets a
+"did you mean" with the close names and raises :class:`OverrideError` (a ``ValueError``). A bad value raises :class:`OverrideValueError`, both
 an ``OverrideError`` and a ``value_types.ConfigValueError`` (the error a bad value from YAML or
 Python raises), naming the override as typed, the expected type and the value:
 ``model.sequence_parallel='maybe': expected bool, got str 'maybe'``.
@@ -37,17 +40,22 @@ Python raises), naming the override as typed, the expected type and the value:
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import os
 from collections.abc import Iterable
 from typing import Any
 
-import yaml
-
-from megatron.bridge.training import hardware, write_record, yaml_loader
+from megatron.bridge.training import write_record
 from megatron.bridge.training.comm_overlap import CommOverlapConfig
 from megatron.bridge.training.config import ConfigContainer, check_env_vars
 from megatron.bridge.training.mixed_precision import get_mixed_precision_config
+from megatron.bridge.training.override_syntax import (
+    OVERRIDE_SECTIONS,
+    OverrideError,
+    OverrideValueError,
+    did_you_mean,
+    parse_override,
+    parse_overrides,
+)
 from megatron.bridge.training.userbuffers import PUBLISHED_PRESETS
 from megatron.bridge.training.validators import LIMITS, check_limit
 from megatron.bridge.training.value_types import ConfigValueError, check_field
@@ -58,21 +66,11 @@ __all__ = [
     "OverrideValueError",
     "apply_overrides",
     "parse_override",
+    "parse_overrides",
 ]
 
-#: Sections a dotted key may start with (``env_vars`` takes one variable name after the dot).
-OVERRIDE_SECTIONS = (
-    "model",
-    "train",
-    "optimizer",
-    "ddp",
-    "mixed_precision",
-    "comm_overlap",
-    "env_vars",
-)
-_TOP_LEVEL = ("gpu", "mixed_precision", "comm_overlap")
 #: Sections holding megatron-core configs, whose typed fields are recorded as the user's.
-_MEGATRON_SECTIONS = ("model", "optimizer", "ddp")
+_MEGATRON_SECTIONS = write_record.TYPED_SECTIONS
 #: Override keys outside ``model`` whose bound is a job field's (``validators.LIMITS``).
 _LIMITED_KEYS = {
     "train.micro_batch_size": "micro_batch_size",
@@ -84,34 +82,6 @@ def _limit_of(key: str) -> str | None:
     """The ``LIMITS`` entry an override key meets (``model.<field>`` are the job's names)."""
     name = _LIMITED_KEYS.get(key, key)
     return name if name in LIMITS else None
-
-
-class OverrideError(ValueError):
-    """An override that names no setting, or gives a value of the wrong type."""
-
-
-class OverrideValueError(OverrideError, ConfigValueError):
-    """An override whose value its field's annotation does not admit.
-
-    The same check, and the same kind of error, as a bad value in a YAML file or set in Python
-    (:class:`~megatron.bridge.training.value_types.ConfigValueError`).
-    """
-
-
-def parse_override(text: str) -> tuple[str, str]:
-    """Split ``"key=value"`` into its key and its raw value text."""
-    if not isinstance(text, str) or "=" not in text:
-        raise OverrideError(f"Override {text!r} is not key=value (e.g. model.num_layers=32).")
-    key, raw = text.split("=", 1)
-    key = key.strip()
-    if not key:
-        raise OverrideError(f"Override {text!r} has no key before '='.")
-    return key, raw
-
-
-def _did_you_mean(word: str, choices: Iterable[str]) -> str:
-    close = difflib.get_close_matches(word, list(choices), n=3, cutoff=0.6)
-    return f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
 
 
 def _check(cls: type, name: str, key: str, raw: str, value: Any) -> Any:
@@ -136,7 +106,7 @@ def _preset(key: str, raw: str, value: Any) -> Any:
             return value
         raise OverrideError(
             f"{key}={raw!r} is neither a published userbuffers preset nor a file."
-            f"{_did_you_mean(value, PUBLISHED_PRESETS)} Use null for TE's defaults."
+            f"{did_you_mean(value, PUBLISHED_PRESETS)} Use null for TE's defaults."
         )
     raise OverrideError(f"{key}={raw!r}: expected a published preset name, a file path or null.")
 
@@ -151,62 +121,27 @@ def apply_overrides(cfg: ConfigContainer, overrides: Iterable[str]) -> ConfigCon
     """
     if not isinstance(cfg, ConfigContainer):
         raise TypeError(f"apply_overrides expects a ConfigContainer, got {type(cfg).__name__}.")
-    if isinstance(overrides, str):
-        raise TypeError("apply_overrides takes a list of 'key=value' strings, not one string.")
+    # The text is checked whole first (parse_overrides): a bad key or a conflict changes nothing.
+    parsed = parse_overrides(overrides)
     top: dict[str, Any] = {}
     # Section objects are copied on first edit, so nothing is written until all checks pass.
     edited: dict[str, Any] = {}
     # Section -> the fields typed in it, in order.
     typed: dict[str, list[str]] = {}
     env = dict(cfg.env_vars)
-    for text in overrides:
-        key, raw = parse_override(text)
-        head, _, rest = key.partition(".")
+    for o in parsed:
+        key, head, rest, raw, value = o.key, o.section, o.field, o.raw, o.value
         if not rest:
-            if head not in _TOP_LEVEL:
-                raise OverrideError(
-                    f"Unknown override key {key!r}: give a field as SECTION.FIELD (sections: "
-                    f"{', '.join(OVERRIDE_SECTIONS)}) or one of {list(_TOP_LEVEL)}."
-                    f"{_did_you_mean(head, (*_TOP_LEVEL, *OVERRIDE_SECTIONS))}"
-                )
-            value = _parse(raw)
-            if head == "gpu":
-                if value is not None:
-                    try:
-                        value = hardware.gpu_spec(str(value)).name
-                    except ValueError as exc:
-                        raise OverrideError(f"{key}={raw!r}: {exc}") from None
-            elif head == "mixed_precision":
-                if value is not None:
-                    try:
-                        value = get_mixed_precision_config(str(value))
-                    except (ValueError, KeyError) as exc:
-                        raise OverrideError(f"{key}={raw!r}: {exc}") from None
-            elif value is not None:
-                raise OverrideError(
-                    f"{key}={raw!r}: only comm_overlap=null is taken here; set its fields as "
-                    "comm_overlap.FIELD=VALUE."
-                )
+            if head == "mixed_precision" and value is not None:
+                try:
+                    value = get_mixed_precision_config(str(value))
+                except (ValueError, KeyError) as exc:
+                    raise OverrideError(f"{key}={raw!r}: {exc}") from None
             top[head] = value
-            edited.pop(head, None)
-            typed.pop(head, None)
             continue
         if head == "env_vars":
-            try:
-                check_env_vars({rest: raw}, owner="env_vars")
-            except ConfigValueError as exc:  # it names env_vars.NAME
-                raise OverrideValueError(exc.where, exc.problem) from None
-            except (TypeError, ValueError) as exc:
-                raise OverrideError(str(exc)) from None
             env[rest] = raw
             continue
-        if head not in OVERRIDE_SECTIONS:
-            raise OverrideError(
-                f"Unknown override section {head!r} in {key!r}; sections: "
-                f"{', '.join(OVERRIDE_SECTIONS)}.{_did_you_mean(head, OVERRIDE_SECTIONS)}"
-            )
-        if "." in rest:
-            raise OverrideError(f"{key!r}: {head} fields are one level deep ({head}.FIELD).")
         target = edited.get(head)
         if target is None:
             current = top[head] if head in top else getattr(cfg, head)
@@ -222,9 +157,8 @@ def apply_overrides(cfg: ConfigContainer, overrides: Iterable[str]) -> ConfigCon
         if rest not in names:
             raise OverrideError(
                 f"Unknown override key {key!r}: {type(target).__name__} has no field "
-                f"{rest!r}.{_did_you_mean(rest, names)}"
+                f"{rest!r}.{did_you_mean(rest, names)}"
             )
-        value = _parse(raw)
         if isinstance(target, CommOverlapConfig) and rest == "tp_comm_overlap_cfg":
             value = _preset(key, raw, value)
         else:
@@ -259,13 +193,6 @@ def apply_overrides(cfg: ConfigContainer, overrides: Iterable[str]) -> ConfigCon
             )
     cfg.env_vars.update(env)
     return cfg
-
-
-def _parse(raw: str) -> Any:
-    try:
-        return yaml_loader.load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
-        return raw
 
 
 def _shallow_copy(obj: Any) -> Any:

@@ -31,7 +31,9 @@ __all__ = [
     "TensorCoreFormat",
     "canonical_precision",
     "compute_dtype_of",
+    "mixed_precision_preset_name",
     "precision_choices",
+    "precision_of_preset",
     "published_precision",
 ]
 
@@ -199,6 +201,23 @@ def canonical_precision(name: object) -> ComputeDtype:
         if key in PRECISIONS:
             return key  # type: ignore[return-value]
     raise ValueError(f"precision must be one of {precision_choices()}, got {name!r}.")
+
+
+def mixed_precision_preset_name(name: str) -> str:
+    """The mixed-precision preset ``name`` names: a preset name as given (upstream's hyphen
+    spelling, ``bf16-mixed``, read as ``bf16_mixed``), or a training precision's preset (an alias
+    resolved). A name that is neither comes back as read; the preset table refuses it."""
+    key = name.replace("-", "_")
+    key = PRECISION_ALIASES.get(key, key)
+    return PRECISIONS[key].mixed_precision if key in PRECISIONS else key
+
+
+def precision_of_preset(name: str) -> ComputeDtype | None:
+    """The training precision that trains with the mixed-precision preset ``name`` names
+    (:func:`mixed_precision_preset_name`), or None for a preset no precision of
+    :data:`PRECISIONS` trains with (``fp32_no_mixed``, the fp16 presets with FP8)."""
+    key = mixed_precision_preset_name(name)
+    return next((p for p, setting in PRECISIONS.items() if setting.mixed_precision == key), None)
 
 
 def published_precision(label: str) -> ComputeDtype:

@@ -16,12 +16,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-__all__ = ["NOTHING", "Writer", "forget", "record", "records"]
+__all__ = ["NOTHING", "TYPED_SECTIONS", "Writer", "forget", "record", "records"]
 
 Writer = Literal["finalize", "plan", "typed"]
 """Who wrote: megatron-core's finalize derivations, the comm-overlap plan, or the user through a
 typed override (``apply_overrides``: a value typed on the command line is the user's even where
 it equals megatron-core's default, which a field alone cannot tell apart from an untouched one)."""
+
+TYPED_SECTIONS = ("model", "optimizer", "ddp")
+"""The container's sections that hold megatron-core configs: a value typed for one of their
+fields (a KEY=VALUE override, a field a hand-written document lists) is recorded as "typed"."""
 
 NOTHING = object()
 """What a write replaced when the field held nothing of the user's (megatron-core's default)."""

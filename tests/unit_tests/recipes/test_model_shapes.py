@@ -114,7 +114,7 @@ def test_lists_become_tuples_and_null_is_none():
     deepseek = recipe_model("deepseek_v3")
     assert deepseek.moe_layer_freq == (0,) * 3 + (1,) * 58
     assert isinstance(deepseek.moe_layer_freq, tuple)
-    assert recipe_model("gpt_oss_120b").window_size == (128, 0)
+    assert recipe_model("gpt_oss_120b").window_size == (127, 0)
     kimi = recipe_model("kimi_k2")
     assert kimi.mtp_num_layers is None and deepseek.mtp_num_layers == 1
     assert kimi.moe_layer_freq == (0,) + (1,) * 60

@@ -93,7 +93,8 @@ def test_the_step_prices_the_kept_layers_linear_flops_at_the_16_bit_peak():
     share = 2 * per_layer / stage.flops_per_token
     fp8, bf16 = gpu.peak_tflops("fp8_cs") * 1e12, gpu.peak_tflops("bf16") * 1e12
     added = (
-        _seconds_per_flop(kept, gpu, dims, stage)[0] - _seconds_per_flop(job, gpu, dims, plain)[0]
+        _seconds_per_flop(kept, gpu, dims, stage).per_flop
+        - _seconds_per_flop(job, gpu, dims, plain).per_flop
     )
     assert added == pytest.approx(share * (1 / bf16 - 1 / fp8))
     slower = estimate_step(_plan(kept)).prediction.step_seconds

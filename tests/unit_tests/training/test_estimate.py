@@ -268,6 +268,9 @@ def test_to_dict_has_exactly_the_documented_keys():
         "flops_per_gpu",
         "compute_seconds_at_peak",
         "memory_seconds_at_peak",
+        "gemm_seconds",
+        "attention_seconds",
+        "attention_source",
     }
     assert {frozenset(c) for c in data["communication"]} == {
         frozenset(

@@ -69,14 +69,23 @@ def test_the_line_says_the_figures_or_that_there_are_none():
         "rows": 0,
         "median_abs_error": None,
         "median_signed_error": None,
+        "out_of_group_median_abs_error": None,
     }
+    held_out = MeasuredAccuracy("moe", 91, 0.536, 0.5, 0.61)
+    assert held_out.line().endswith(
+        "published rows of MoE transformers; 61.0% with each model's rows left out of the fit"
+    )
 
 
 def test_measured_accuracy_reads_the_familys_figures():
     model = recipe_job_model("deepseek_v3")
     figures = FIGURES["moe_mla"]
     assert measured_accuracy(model) == MeasuredAccuracy(
-        "moe_mla", figures["rows"], figures["median_abs_error"], figures["median_signed_error"]
+        "moe_mla",
+        figures["rows"],
+        figures["median_abs_error"],
+        figures["median_signed_error"],
+        figures["out_of_group"]["median_abs_error"],
     )
     # DeepSeek-V4 Flash's rows are the sparse-attention family's (its dsv4_hybrid attention).
     sparse = dataclasses.replace(model, experimental_attention_variant="dsa")

@@ -9,7 +9,7 @@ import yaml
 
 from megatron.bridge.training import yaml_loader
 from megatron.bridge.training.config_codec import read_document
-from megatron.bridge.training.overrides import _parse
+from megatron.bridge.training.override_syntax import parse_value
 from megatron.bridge.training.userbuffers_file import load_preset
 
 # Nine times nine times ... "lol": a 250-byte text that PyYAML alone expands to 9**6 strings.
@@ -61,7 +61,7 @@ def test_an_override_value_with_an_alias_is_read_as_text_not_expanded():
     # A KEY=VALUE value that is not plain YAML stays the text typed; the field's type check
     # then refuses it by name.
     value = "[&a [1, 1], [*a, *a]]"
-    assert _parse(value) == value
+    assert parse_value(value) == value
 
 
 def test_the_bounded_loaders_read_what_safe_load_reads():

@@ -1,8 +1,9 @@
 """``PerfEnvPlugin``: writes the launch-time environment a layout needs onto a NeMo-Run
 executor (``CUDA_DEVICE_MAX_CONNECTIONS``, LayerNorm SM margins, NCCL P2P chunk size, HybridEP's
-NVLink topology), raises the GPU boost slider on Slurm, and passes manual-GC overrides to
-``run.Script`` tasks. The plan comes from ``megatron.bridge.training.launch_env``; the plugin
-only applies it.
+NVLink topology) with the variables the user set in ``cfg.env_vars`` as written, raises the GPU
+boost slider on Slurm, and passes manual-GC overrides to ``run.Script`` tasks. The plan comes
+from ``megatron.bridge.training.launch_env`` with the user's variables laid over it
+(``env_vars.with_user_env``); the plugin only applies it.
 """
 
 from __future__ import annotations
@@ -25,7 +26,13 @@ from megatron.bridge.recipes.run_plugins.script_args import (
 from megatron.bridge.recipes.spec import RecipeSpec
 from megatron.bridge.training import launch_env
 from megatron.bridge.training.comm_overlap import te_status
-from megatron.bridge.training.env_vars import check_env_var_name
+from megatron.bridge.training.env_vars import (
+    EnvValue,
+    check_env_var_name,
+    check_env_vars,
+    user_env_vars,
+    with_user_env,
+)
 from megatron.bridge.training.hardware import gpu_spec
 from megatron.bridge.training.job import JobDescription
 from megatron.bridge.training.parallel_layout import check_expert_grid, data_parallel_size
@@ -99,10 +106,13 @@ _SIZE_LIMITS = (
 class PerfEnvPlugin(run.Plugin):
     """Set the launch-time performance environment on a NeMo-Run executor.
 
-    Values already on ``executor.env_vars`` win over the plan: a tuned value other than the
-    plan's is kept quietly, one that breaks what the layout requires
-    (``launch_env.check_live_environment``) is kept with a warning. Build it from a
-    ``ConfigContainer`` with :meth:`from_config` so the parallel sizes are written once.
+    Precedence, per variable: ``executor.env_vars`` (the launcher's, as at
+    ``runtime_config_update``), then ``user_env_vars`` (what the user set in ``cfg.env_vars``),
+    then the plan. A tuned value other than the plan's is kept (a user's with a logged note); a
+    user's value that breaks what the layout requires is refused when the plugin is built; an
+    executor's is kept with a warning, and so is an executor's value that differs from the
+    user's. Build it from a ``ConfigContainer`` with :meth:`from_config` so the parallel sizes
+    and the user's variables are written once.
     """
 
     enable_layernorm_sm_margin: bool = True
@@ -146,6 +156,9 @@ class PerfEnvPlugin(run.Plugin):
     needs NVTE_CUTEDSL_FUSED_GROUPED_MLP=1."""
     a2a_overlap: bool = False
     """Whether EP all-to-all communication overlap is on."""
+    user_env_vars: dict[str, EnvValue] = dataclasses.field(default_factory=dict)
+    """The variables the user set in ``cfg.env_vars`` (:meth:`from_config` reads them; a
+    recipe's derived ones are the plan's): exported as written, never replaced by the plan."""
     script_args_converter_fn: Callable[[PerfEnvPluginScriptArgs], list[str]] | None = None
     """Turns a PerfEnvPluginScriptArgs into script args (called once); default is hydra style."""
 
@@ -181,6 +194,7 @@ class PerfEnvPlugin(run.Plugin):
             self.moe_flex_dispatcher_backend, name=f"{owner}.moe_flex_dispatcher_backend"
         )
         check_converter(owner, self.script_args_converter_fn)
+        check_env_vars(self.user_env_vars, owner=f"{owner}.user_env_vars")
         for name, limit in _SIZE_LIMITS:
             check_limit(limit, getattr(self, name), label=f"{owner}.{name}")
         self.dp_size  # noqa: B018 - validates sizes and divisibility
@@ -227,18 +241,29 @@ class PerfEnvPlugin(run.Plugin):
         copies: ``cfg`` is not changed) for ``num_gpus`` GPUs, with Transformer Engine assumed
         present where the job runs. The parallel sizes, the MoE flex backend and whether EP
         all-to-all overlap survived come from that plan, so the exported environment is the one
-        the build-time check expects. ``gpu`` (a GPU catalogue name, else ``cfg.gpu``) sets the
+        the build-time check expects. The variables the user set in ``cfg.env_vars`` (those not
+        derived by the recipe: ``env_vars.user_env_vars``) become ``user_env_vars``; one that
+        breaks what the layout requires is a ``ValueError`` naming it and the fix. ``gpu`` (a GPU catalogue name, else ``cfg.gpu``) sets the
         GPU generation; without either, ``gpu_sm100_or_newer`` may be passed in ``overrides``
         (default: Hopper). ``overrides`` set the other fields.
         """
         cls._refuse_layout_overrides("from_config", overrides)
+        if "user_env_vars" in overrides:
+            raise TypeError(
+                "PerfEnvPlugin.from_config reads user_env_vars from cfg.env_vars; set the "
+                "variables there, or construct PerfEnvPlugin(...) directly. Choose one."
+            )
         # megatron-core: only for a plugin built from a container.
         from megatron.bridge.training.resolve import resolve_config
 
         resolved = resolve_config(cfg, world_size=num_gpus, te=te_status("assume"), gpu=gpu)
         _warn_other_gpu(cfg, resolved)
         return cls._from_job(
-            resolved.job, a2a_overlap=resolved.a2a_overlap, num_gpus=num_gpus, **overrides
+            resolved.job,
+            a2a_overlap=resolved.a2a_overlap,
+            num_gpus=num_gpus,
+            user_env_vars=user_env_vars(resolved.env_vars, resolved.derived_env),
+            **overrides,
         )
 
     @classmethod
@@ -310,11 +335,13 @@ class PerfEnvPlugin(run.Plugin):
             )
 
     def launch_env_plan(self) -> launch_env.LaunchEnvPlan:
-        """The environment plan this plugin applies (same code as the runtime check)."""
+        """The environment this plugin applies: the plan (same code as the runtime check) with
+        ``user_env_vars`` laid over it (``env_vars.with_user_env``, which refuses a user's value
+        that breaks what the layout requires)."""
         generation = self.gpu_sm100_or_newer
         if generation is None and self.gpu is None:
             generation = False
-        return launch_env.plan_launch_env(
+        plan = launch_env.plan_launch_env(
             gpu_sm100_or_newer=generation,
             gpu=self.gpu,
             **self._layout(),
@@ -322,6 +349,9 @@ class PerfEnvPlugin(run.Plugin):
             enable_layernorm_sm_margin=self.enable_layernorm_sm_margin,
             layernorm_sm_margin=self.layernorm_sm_margin,
             nccl_pp_comm_chunksize=self.nccl_pp_comm_chunksize,
+        )
+        return with_user_env(
+            plan, self.user_env_vars, layout=self._layout(), a2a_overlap=self.a2a_overlap
         )
 
     def _layout(self) -> dict[str, Any]:
@@ -353,9 +383,27 @@ class PerfEnvPlugin(run.Plugin):
                 logger.info("PerfEnvPlugin: %s not set: %s.", entry.name, entry.reason)
             elif current is None:
                 executor.env_vars[entry.name] = entry.value
-                logger.info("PerfEnvPlugin: %s=%s (%s).", entry.name, entry.value, entry.reason)
+                logger.info(
+                    "PerfEnvPlugin: %s=%s (%s%s).",
+                    entry.name,
+                    entry.value,
+                    entry.reason,
+                    f"; note: {entry.note}" if entry.note else "",
+                )
             elif str(current) == entry.value:
                 logger.info("PerfEnvPlugin: %s=%s already on the executor.", entry.name, current)
+            elif entry.source == "user":
+                # The launcher's value beats the config's, as runtime_config_update keeps a value
+                # the environment already holds: two settings of the user's disagree, said.
+                logger.warning(
+                    "PerfEnvPlugin: %s.env_vars sets %s=%s and cfg.env_vars sets %s: the "
+                    "executor's value is used (a launcher's value wins over cfg.env_vars). "
+                    "Remove one of them so they agree.",
+                    type(executor).__name__,
+                    entry.name,
+                    current,
+                    entry.value,
+                )
             else:
                 logger.info(
                     "PerfEnvPlugin: keeping %s=%s from the executor (plan: %s, %s).",

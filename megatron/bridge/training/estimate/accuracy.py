@@ -78,6 +78,9 @@ class MeasuredAccuracy:
     """Median of |predicted / published - 1| over those rows; None without rows."""
     median_signed_error: float | None
     """Median of predicted / published - 1 (positive: the estimate is optimistic)."""
+    out_of_group_median_abs_error: float | None = None
+    """Median |error| over the same rows when each (model, GPU, precision) group is predicted
+    with the constants fitted on it refit without it; None when not measured."""
 
     @property
     def description(self) -> str:
@@ -90,10 +93,16 @@ class MeasuredAccuracy:
             return (
                 f"measured accuracy: no published rows for this kind of model ({self.description})"
             )
+        held_out = (
+            ""
+            if self.out_of_group_median_abs_error is None
+            else f"; {self.out_of_group_median_abs_error:.1%} with each model's rows left out of "
+            "the fit"
+        )
         return (
             f"measured accuracy: tokens/s/GPU off by {self.median_abs_error:.1%} median "
             f"(signed {self.median_signed_error:+.1%}) over {self.rows} published rows of "
-            f"{self.description}"
+            f"{self.description}{held_out}"
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -104,6 +113,7 @@ class MeasuredAccuracy:
             "rows": self.rows,
             "median_abs_error": self.median_abs_error,
             "median_signed_error": self.median_signed_error,
+            "out_of_group_median_abs_error": self.out_of_group_median_abs_error,
         }
 
 
@@ -119,9 +129,11 @@ def measured_accuracy(model: ModelDescription) -> MeasuredAccuracy:
     figures = _figures().get(family)
     if figures is None:
         return MeasuredAccuracy(family, 0, None, None)
+    held_out = figures.get("out_of_group", {}).get("median_abs_error")
     return MeasuredAccuracy(
         family,
         int(figures["rows"]),
         float(figures["median_abs_error"]),
         float(figures["median_signed_error"]),
+        None if held_out is None else float(held_out),
     )

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from megatron.bridge.training.estimate.collectives import ring_seconds
 from megatron.bridge.training.estimate.efficiency import ALLTOALL_ACHIEVED
 from megatron.bridge.training.estimate.model_cost import ModelCost
 from megatron.bridge.training.estimate.result import CP_RING, FSDP_PREFETCH, CommEntry, Link
@@ -27,6 +28,7 @@ __all__ = [
     "FSDP_GATHER",
     "FSDP_REDUCE",
     "Transfer",
+    "bucket_params",
     "cp_transfers",
     "dp_transfers",
     "ep_transfers",
@@ -70,6 +72,16 @@ class Transfer:
     """All-to-all only, for a dispatcher that sends a token once to each remote NVLink domain
     holding one of its experts and forwards it there over NVLink (the flex dispatcher's DeepEP
     and HybridEP backends): (routed experts, top-k). None: every copy travels on its own."""
+    members: int = 0
+    """Ring collectives and p2p rings: ranks in the group (0: an all-to-all)."""
+    calls: float = 0.0
+    """Calls per step (each pays the link's latency, :mod:`.collectives`)."""
+    steps: int = 1
+    """Ring steps per call: n - 1 for an all-gather or reduce-scatter, 2 (n - 1) for an
+    all-reduce, 1 for a p2p send."""
+    p2p: bool = False
+    """Point-to-point sends between neighbours (CP's ring, PP's stages): a send that leaves the
+    NVLink domain runs over one GPU's NIC."""
 
 
 def _activation_bytes(job: JobDescription, stage: Stage) -> int:
@@ -127,7 +139,19 @@ def tp_transfers(job: JobDescription, stage: Stage) -> list[Transfer]:
     )
     act = _activation_bytes(job, stage)
     nbytes = stage.micro_batches * per_mb * ring * act
-    return [Transfer("tp", collective, nbytes, tp, "tp_comm_overlap", formula)]
+    return [
+        Transfer(
+            "tp",
+            collective,
+            nbytes,
+            tp,
+            "tp_comm_overlap",
+            formula,
+            members=tp,
+            calls=stage.micro_batches * per_mb,
+            steps=(tp - 1) * (1 if job.sequence_parallel else 2),
+        )
+    ]
 
 
 def cp_transfers(job: JobDescription, dims: ModelCost, stage: Stage) -> list[Transfer]:
@@ -159,6 +183,9 @@ def cp_transfers(job: JobDescription, dims: ModelCost, stage: Stage) -> list[Tra
             tp * cp,
             CP_RING,
             "M x (3 + recompute) x layers x (CP-1) x 2 b s/CP kv/TP x 2B",
+            members=cp,
+            calls=stage.micro_batches * rounds,
+            p2p=True,
         )
     ]
 
@@ -183,12 +210,29 @@ def pp_transfers(job: JobDescription, stage: Stage) -> list[Transfer]:
             job.world_size,
             "overlap_p2p_comm",
             "M x (2 VPP - edge) x b s/CP h/(TP if SP) x 2B",
+            members=job.pp_size,
+            calls=stage.micro_batches * sends,
+            p2p=True,
         )
     ]
 
 
+def bucket_params(bucket_size: object, group: int) -> int:
+    """Parameters per gradient bucket: ``bucket_size`` when set, else megatron-core's default
+    ``max(40M, 1M x DP group)`` (``distributed_data_parallel.py``)."""
+    if isinstance(bucket_size, int) and bucket_size > 0:
+        return bucket_size
+    return max(40_000_000, 1_000_000 * group)
+
+
 def _data_parallel(
-    job: JobDescription, mode: str, n: int, intra: int, params: int, span: int
+    job: JobDescription,
+    mode: str,
+    n: int,
+    intra: int,
+    params: int,
+    span: int,
+    bucket_size: object = None,
 ) -> list[Transfer]:
     """One DP group's gradient (and parameter) collectives over ``n`` replicas of ``params``,
     the ``n`` ranks split into ``num_distributed_optimizer_instances`` consecutive groups of
@@ -203,6 +247,9 @@ def _data_parallel(
     across = (instances - 1) / instances
     named = f"n = {intra}" + (f" in each of {instances} groups" if instances > 1 else "")
     group_span = span // instances
+    buckets = math.ceil(params / bucket_params(bucket_size, n))
+    ring_calls = {"members": intra, "calls": buckets, "steps": intra - 1}
+    across_calls = {"members": instances, "calls": buckets, "steps": 2 * (instances - 1)}
     out: list[Transfer] = []
     if job.use_megatron_fsdp:
         # Megatron-FSDP with optim_grads_params (megatron_fsdp.py _register_fsdp_hooks): each
@@ -218,6 +265,7 @@ def _data_parallel(
                     group_span,
                     FSDP_PREFETCH,
                     f"M x 2 x (n-1)/n x params x {_PARAM_BYTES}B, {named}",
+                    **{**ring_calls, "calls": 2 * m * buckets},
                 ),
                 Transfer(
                     mode,
@@ -226,6 +274,7 @@ def _data_parallel(
                     group_span,
                     FSDP_PREFETCH,
                     f"M x (n-1)/n x params x {grad_bytes}B, {named}",
+                    **{**ring_calls, "calls": m * buckets},
                 ),
             ]
         if job.hsdp_outer_shard:
@@ -240,6 +289,7 @@ def _data_parallel(
                     span,
                     FSDP_PREFETCH,
                     f"(g-1)/g x params/n x {grad_bytes}B, g = {instances}",
+                    **{**across_calls, "steps": instances - 1},
                 ),
                 Transfer(
                     mode,
@@ -248,10 +298,13 @@ def _data_parallel(
                     span,
                     FSDP_PREFETCH,
                     f"(g-1)/g x params/n x {_PARAM_BYTES}B, g = {instances}",
+                    **{**across_calls, "steps": instances - 1},
                 ),
             ]
         elif instances > 1:
-            out.append(_across_groups(mode, across * shard, grad_bytes, instances, span, True))
+            out.append(
+                _across_groups(mode, across * shard, grad_bytes, instances, span, True, buckets)
+            )
         return out
     if job.use_distributed_optimizer:
         out += [
@@ -262,6 +315,7 @@ def _data_parallel(
                 group_span,
                 "overlap_grad_reduce",
                 f"(n-1)/n x params x {grad_bytes}B, {named}",
+                **ring_calls,
             ),
             Transfer(
                 mode,
@@ -270,12 +324,15 @@ def _data_parallel(
                 group_span,
                 "overlap_param_gather",
                 f"(n-1)/n x params x {_PARAM_BYTES}B, {named}",
+                **ring_calls,
             ),
         ]
         if instances > 1:
             # megatron-core's DDP all-reduces each group's reduce-scattered shard over the
             # groups (param_and_grad_buffer: inter_distributed_optimizer_instance_group).
-            out.append(_across_groups(mode, across * shard, grad_bytes, instances, span, False))
+            out.append(
+                _across_groups(mode, across * shard, grad_bytes, instances, span, False, buckets)
+            )
         return out
     ring = (n - 1) / n
     return [
@@ -286,12 +343,21 @@ def _data_parallel(
             span,
             "overlap_grad_reduce",
             f"2 (n-1)/n x params x {grad_bytes}B, n = {n}",
+            members=n,
+            calls=buckets,
+            steps=2 * (n - 1),
         )
     ]
 
 
 def _across_groups(
-    mode: str, share: float, grad_bytes: int, instances: int, span: int, fsdp: bool
+    mode: str,
+    share: float,
+    grad_bytes: int,
+    instances: int,
+    span: int,
+    fsdp: bool,
+    buckets: int,
 ) -> Transfer:
     """The all-reduce of each group's gradient shard over the distributed-optimizer groups."""
     return Transfer(
@@ -301,10 +367,15 @@ def _across_groups(
         span,
         FSDP_PREFETCH if fsdp else "overlap_grad_reduce",
         f"2 (g-1)/g x params/n x {grad_bytes}B, g = {instances}",
+        members=instances,
+        calls=buckets,
+        steps=2 * (instances - 1),
     )
 
 
-def dp_transfers(job: JobDescription, *, dense_params: int, expert_params: int) -> list[Transfer]:
+def dp_transfers(
+    job: JobDescription, *, dense_params: int, expert_params: int, bucket_size: object = None
+) -> list[Transfer]:
     """DP's gradient and parameter collectives: dense over DP x CP, experts over expert-DP.
 
     CP ranks hold the same weights, so dense gradients reduce over DP x CP ranks. Distributed
@@ -316,12 +387,14 @@ def dp_transfers(job: JobDescription, *, dense_params: int, expert_params: int) 
     """
     tp, cp, pp, dp = job.tp_size, job.cp_size, job.pp_size, job.dp_size
     dense_intra, expert_intra = job.optimizer_shards
-    transfers = _data_parallel(job, "dp", dp * cp, dense_intra, dense_params, tp * cp * dp)
+    transfers = _data_parallel(
+        job, "dp", dp * cp, dense_intra, dense_params, tp * cp * dp, bucket_size
+    )
     if job.model.moe:
         etp = job.etp_size
         edp = job.expert_data_parallel_size or job.world_size // (etp * job.ep_size * pp)
         transfers += _data_parallel(
-            job, "dp-expert", edp, expert_intra, expert_params, etp * job.ep_size * edp
+            job, "dp-expert", edp, expert_intra, expert_params, etp * job.ep_size * edp, bucket_size
         )
     return transfers
 
@@ -384,9 +457,11 @@ def price(
     """Each transfer as a :class:`CommEntry` on its link, and the knobs the plan left off.
 
     A transfer whose group spans at most ``nvlink_domain`` consecutive ranks runs on NVLink,
-    otherwise on the network; its time is bytes over that link's peak per-direction bandwidth,
-    and, at achieved bandwidth, that time over the share of peak an EP all-to-all reaches
-    (:data:`~.efficiency.ALLTOALL_ACHIEVED`; other collectives at peak).
+    otherwise on the network. A ring collective or p2p ring takes :func:`~.collectives.ring_seconds`:
+    at peak, its bytes over the slower of NVLink and the NICs its group's members in one domain
+    drive; achieved, at NCCL's measured bus shares plus its latency per call. An EP all-to-all
+    takes its bytes over the link's peak, and achieved, that over the share of peak it reaches
+    (:data:`~.efficiency.ALLTOALL_ACHIEVED`).
     An all-to-all spanning more sends to its peers inside the domain over NVLink and to the
     others over the network at the same time: its time is the slower of the two shares, and it
     is placed on the network.
@@ -406,12 +481,28 @@ def price(
         if t.nbytes <= 0:
             continue
         where: Link = "nvlink" if t.span <= nvlink_domain else "network"
-        # EP all-to-alls reach a measured share of each link's peak; the rest are priced at peak.
-        share = ALLTOALL_ACHIEVED.of if t.mode == "ep" else (lambda _link: 1.0)
+        share = ALLTOALL_ACHIEVED.of
         bandwidth = (gpu.nvlink_gb_per_s if where == "nvlink" else gpu.network_gb_per_s) * 1e9
         seconds = t.nbytes / bandwidth
         achieved = seconds / share(where)
-        if t.group > 1 and where == "network":
+        if t.members > 1:
+            # Rings and p2p rings: NCCL's bus efficiency, latency per call and the NICs the
+            # group spans (:mod:`.collectives`).
+            stride = max(1, t.span // t.members)
+            per_domain = min(t.members, max(1, nvlink_domain // stride))
+            if t.p2p and per_domain < t.members:
+                per_domain = 1
+            links = {
+                "calls": t.calls,
+                "steps": t.steps,
+                "members": t.members,
+                "per_domain": per_domain,
+                "nvlink_bytes_per_s": gpu.nvlink_gb_per_s * 1e9,
+                "network_bytes_per_s": gpu.network_gb_per_s * 1e9,
+            }
+            seconds = ring_seconds(t.nbytes, at_peak=True, **links)
+            achieved = ring_seconds(t.nbytes, **links)
+        elif t.group > 1 and where == "network":
             local = min(t.group, max(1, nvlink_domain // t.stride))
             peers = t.group - 1
             remote = t.nbytes * (t.group - local) / peers

@@ -13,9 +13,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from megatron.bridge.training.estimate.attention import attention_seconds
+from megatron.bridge.training.estimate.gemm import layer_gemm_efficiency
 from megatron.bridge.training.estimate.kernels import (
     cross_entropy_bytes_per_token,
     fused_expert_kernel,
+    generation,
     grouped_gemm_efficiency,
     routed_elements_per_token,
     rows_per_expert,
@@ -67,9 +70,9 @@ class StageCompute:
     seconds_per_flop: float
     """Seconds per executed FLOP at peak (:func:`_seconds_per_flop`)."""
     mixer_share: float
-    """Share of the time at peak in the token mixers."""
+    """Share of the FLOPs' time in the token mixers (core attention included)."""
     core_share: float
-    """Share of the time at peak in core attention."""
+    """Share of the FLOPs' time in core attention."""
     model_flops: float
     """The stage's model FLOPs on this GPU."""
     executed: float
@@ -81,14 +84,34 @@ class StageCompute:
     kernels: KernelSeconds
     """The kernel terms (:func:`kernel_seconds`)."""
     fraction: float
-    """The achievable fraction of peak the FLOPs run at."""
+    """The achievable fraction of peak the GEMMs run at."""
+    flops_forward: float = 0.0
+    """Seconds of the forward's FLOPs: GEMMs at the achievable fraction, core attention at its
+    kernel's curve (:mod:`.attention`)."""
+    flops_backward: float = 0.0
+    """Seconds of the backward's FLOPs and the recomputed forwards'."""
+    attention: float = 0.0
+    """Of the FLOPs' seconds, core attention's at its kernel's curve (0: priced with the GEMMs)."""
+
+    @property
+    def flop_seconds(self) -> float:
+        """The executed FLOPs' seconds."""
+        return self.flops_forward + self.flops_backward
+
+    @property
+    def forward(self) -> float:
+        """The forward passes' seconds: FLOPs, memory-bound kernels and kernel terms."""
+        return self.flops_forward + self.memory_forward + self.kernels.forward
+
+    @property
+    def backward(self) -> float:
+        """The backward passes' seconds, recompute included."""
+        return self.flops_backward + self.memory - self.memory_forward + self.kernels.backward
 
     @property
     def seconds(self) -> float:
-        """The executed FLOPs at the achievable rate, the memory-bound kernels and the kernel
-        terms."""
-        flops = self.executed * self.seconds_per_flop / self.fraction
-        return flops + self.memory + self.kernels.total
+        """The executed FLOPs at their rates, the memory-bound kernels and the kernel terms."""
+        return self.forward + self.backward
 
 
 def stage_compute(
@@ -102,16 +125,61 @@ def stage_compute(
     fits: KernelFits = FITTED_KERNELS,
 ) -> StageCompute:
     """One GPU of ``stage``'s compute per step for ``tokens`` tokens of its DP rank (split over
-    TP and CP here): its executed FLOPs at the achievable ``fraction`` of peak, its memory-bound
-    bytes at the HBM peak and its kernel terms (``fits`` replaces the kernels' fitted
-    constants). A stage without layers or output heads (a layout's embedding-only stage) computes
-    nothing priced: all zero."""
+    TP and CP here): its executed FLOPs at the achievable ``fraction`` of peak, core attention at
+    its kernel's measured curve for the keys its calls see (:func:`~.attention.attention_seconds`;
+    DeepSeek-V4's sparse attention with the GEMMs, its kernels being :mod:`.kernels`' term), its
+    memory-bound bytes at the HBM peak and its kernel terms (``fits`` replaces the kernels'
+    fitted constants). The recomputed forwards run at the forward's mean rate. A stage without
+    layers or output heads (a layout's embedding-only stage) computes nothing priced: all
+    zero."""
     if not stage.flops_per_token:
         return StageCompute(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, KernelSeconds(), fraction)
-    seconds_per_flop, mixer_share, core_share = _seconds_per_flop(job, gpu, dims, stage)
+    peak = _seconds_per_flop(job, gpu, dims, stage)
     split = job.tp_size * job.cp_size  # a micro-batch's work over TP, its tokens over CP
     model_flops = tokens * stage.flops_per_token / split
     executed = model_flops + tokens * stage.recompute_flops_per_token / split
+    core_model = model_flops * peak.core
+    # The FLOPs other than core attention at the achievable fraction of their peaks, the dense
+    # layers' GEMMs slower by their shape (:mod:`.gemm`).
+    rest = model_flops * (peak.per_flop - peak.core_per_flop) / fraction
+    gemm_peak = gpu.peak_tflops(job.compute_dtype) * 1e12
+    shaped = _shaped_gemm_flops(job, dims, stage) * tokens / split
+    if shaped:
+        efficiency = layer_gemm_efficiency(
+            job,
+            gpu,
+            flop_rate=gemm_peak * fraction,
+            tensor_cores=tensor_core_format(job.compute_dtype),
+        )
+        rest += shaped / (gemm_peak * fraction) * (1 / efficiency - 1)
+    if dims.dsv4_hybrid or core_model <= 0:
+        attention_fwd = model_flops * peak.core_per_flop / fraction / 3
+        attention_bwd = 2 * attention_fwd
+        curve = False
+    else:
+        attention_fwd = attention_bwd = 0.0
+        core_peak = _core_peak(job, gpu)
+        by_keys = dims.core_attention_by_keys()
+        total = sum(by_keys.values())
+        for keys, flops in by_keys.items():
+            f, b = attention_seconds(
+                core_model * flops / total,
+                keys=keys,
+                cp_size=job.cp_size,
+                head_dim=_attention_head_dim(job.model),
+                gpu_generation=generation(gpu),
+                peak=core_peak,
+            )
+            attention_fwd += f
+            attention_bwd += b
+        curve = True
+    forward = rest / 3 + attention_fwd
+    recompute = (executed - model_flops) * forward / (model_flops / 3)
+    flops_forward = forward
+    flops_backward = rest * 2 / 3 + attention_bwd + recompute
+    flop_time = flops_forward + flops_backward
+    core_time = (attention_fwd + attention_bwd) * executed / model_flops
+    mixers = model_flops * peak.mixers_per_flop / fraction * executed / model_flops
     # The stage's memory-bound bytes are per TP rank already: the tokens split over CP.
     memory_forward, memory = _memory_seconds(gpu, stage, tokens / job.cp_size)
     kernels = kernel_seconds(
@@ -124,15 +192,18 @@ def stage_compute(
         fits=fits,
     )
     return StageCompute(
-        seconds_per_flop,
-        mixer_share,
-        core_share,
+        peak.per_flop,
+        min(1.0, (mixers + core_time) / flop_time),
+        min(1.0, core_time / flop_time),
         model_flops,
         executed,
         memory_forward,
         memory,
         kernels,
         fraction,
+        flops_forward,
+        flops_backward,
+        core_time if curve else 0.0,
     )
 
 
@@ -282,6 +353,25 @@ def kernel_seconds(
     )
 
 
+def _shaped_gemm_flops(job: JobDescription, dims: ModelCost, stage: Stage) -> float:
+    """Model FLOPs per token of the stage's dense-layer GEMMs :mod:`.gemm` shapes: the attention
+    projections of its layers and the dense MLPs of its non-MoE layers (0 for a hybrid layer
+    pattern, whose layers it does not shape)."""
+    if job.model.hybrid_layer_pattern is not None or not stage.layers:
+        return 0.0
+    projections = dims.attention_flops_per_token() - dims.core_attention_flops_per_token()
+    dense = dims.dense_mlp_flops_per_token() * (stage.layers - stage.moe_layers)
+    return stage.layers * projections + dense
+
+
+def _attention_head_dim(model) -> int:
+    """The head dimension core attention's kernel runs at: MLA's query-key width
+    (qk_head_dim + qk_pos_emb_head_dim), else the heads' dimension."""
+    if model.multi_latent_attention:
+        return model.qk_head_dim + model.qk_pos_emb_head_dim
+    return model.head_dim
+
+
 def _memory_seconds(gpu: GpuSpec, stage: Stage, tokens: float) -> tuple[float, float]:
     """(forward, forward + backward + recompute) seconds of the stage's memory-bound kernels for
     ``tokens`` tokens on one GPU, their bytes over the GPU's peak HBM bandwidth.
@@ -310,9 +400,9 @@ def _core_peak(job: JobDescription, gpu: GpuSpec) -> float:
 
 def _seconds_per_flop(
     job: JobDescription, gpu: GpuSpec, dims: ModelCost, stage: Stage
-) -> tuple[float, float, float]:
-    """Seconds per executed FLOP at peak, and the shares of the time at peak of the token
-    mixers (attention, or a hybrid model's mixers) and of core attention.
+) -> _PeakTime:
+    """Seconds per executed FLOP at peak, and its parts in core attention and in the other
+    token mixers (attention, or a hybrid model's mixers).
 
     The GEMMs run at the peak of the compute dtype's tensor cores. Core attention runs at the
     16-bit peak, or at the FP8 peak (never above the GEMMs') with ``fp8_dot_product_attention``:
@@ -347,5 +437,20 @@ def _seconds_per_flop(
         + core / core_peak
         + (scan + head + bf16) / sixteen_bit
     )
-    mixer_time = (mixers - core - scan) / gemm + core / core_peak + scan / sixteen_bit
-    return per_flop, mixer_time / per_flop, core / core_peak / per_flop
+    mixer_time = (mixers - core - scan) / gemm + scan / sixteen_bit
+    return _PeakTime(per_flop, core, core / core_peak, mixer_time)
+
+
+@dataclass(frozen=True)
+class _PeakTime:
+    """Seconds per executed FLOP of a stage at peak (:func:`_seconds_per_flop`), with the part
+    of it in core attention and in the rest of the token mixers."""
+
+    per_flop: float
+    """Seconds per FLOP at peak, every part."""
+    core: float
+    """Share of the FLOPs in core attention."""
+    core_per_flop: float
+    """Of :attr:`per_flop`, core attention's."""
+    mixers_per_flop: float
+    """Of :attr:`per_flop`, the token mixers' other than core attention."""

@@ -312,7 +312,7 @@ SSM_FIT_ROWS: Mapping[str, FitRow] = MappingProxyType(
 
 #: The SSD scan kernels' share of the peak dense BF16 tensor-core FLOP/s, fitted by bisection
 #: (``benchmarks/predict_published.py --fit``) on :data:`SSM_FIT_ROWS`.
-SSM_SCAN: Mapping[str, FittedConstant] = _fitted({"blackwell": 0.0285}, SSM_FIT_ROWS)
+SSM_SCAN: Mapping[str, FittedConstant] = _fitted({"blackwell": 0.0228}, SSM_FIT_ROWS)
 
 
 def ssm_scan_rate(gpu: GpuSpec, *, fraction: float | None = None) -> tuple[float, str]:
@@ -360,7 +360,7 @@ SPARSE_ATTENTION_FIT_ROWS: Mapping[str, FitRow] = MappingProxyType(
 #: DeepSeek-V4's attention kernels' share of the peak dense BF16 tensor-core FLOP/s, fitted by
 #: bisection (``benchmarks/predict_published.py --fit``) on :data:`SPARSE_ATTENTION_FIT_ROWS`.
 SPARSE_ATTENTION: Mapping[str, FittedConstant] = _fitted(
-    {"blackwell": 0.0574}, SPARSE_ATTENTION_FIT_ROWS
+    {"blackwell": 0.0521}, SPARSE_ATTENTION_FIT_ROWS
 )
 
 
@@ -441,7 +441,7 @@ UNFUSED_FIT_ROWS: Mapping[str, FitRow] = MappingProxyType(
 #: Bytes at the HBM peak per routed token element per MoE layer, forward and backward, fitted by
 #: bisection (``benchmarks/predict_published.py --fit``) on :data:`UNFUSED_FIT_ROWS`.
 UNFUSED_EXPERTS: Mapping[str, FittedConstant] = _fitted(
-    {"blackwell": 125.6, "hopper": 163.7}, UNFUSED_FIT_ROWS
+    {"blackwell": 121.8, "hopper": 154.7}, UNFUSED_FIT_ROWS
 )
 
 

@@ -149,14 +149,31 @@ class ModelFlops(ModelShape):
         """Training FLOPs per token of the mean decoder layer's core attention: the part of
         :meth:`attention_flops_per_token` that attention kernels run, not GEMMs (a hybrid
         model's attention layers spread over all its layers)."""
+        return sum(self._core_flops(i) for i in self._attention_layers()) / self.model.num_layers
+
+    def _attention_layers(self) -> list[int]:
+        """Indices of the decoder layers with core attention: every layer, or a hybrid layer
+        pattern's attention layers."""
         self._check_attention_variant()
-        layers = self.model.num_layers
         if self.model.hybrid_layer_pattern is not None:
             main = parse_hybrid_pattern(self.model.hybrid_layer_pattern).main
-            indices = [i for i, symbol in enumerate(main) if symbol == ATTENTION]
-        else:
-            indices = list(range(layers))
-        return sum(self._core_flops(i) for i in indices) / layers
+            return [i for i, symbol in enumerate(main) if symbol == ATTENTION]
+        return list(range(self.model.num_layers))
+
+    def core_attention_by_keys(self) -> dict[int, float]:
+        """:meth:`core_attention_flops_per_token` split by the keys a query's kernel call sees:
+        the sequence length for full layers (and MTP's), the window (left + right + 1, at most
+        the sequence) for sliding-window layers."""
+        layers = self.model.num_layers
+        s = self.model.seq_length
+        out: dict[int, float] = {}
+        for i in self._attention_layers():
+            keys = s
+            if self.model.window_size is not None and self._uses_window(i):
+                left, right = self.model.window_size
+                keys = min(s, left + right + 1)
+            out[keys] = out.get(keys, 0.0) + self._core_flops(i) / layers
+        return out
 
     def _scan_flops(self) -> float:
         """Training FLOPs per token of one Mamba layer's selective scan: 3 x 7 x d_inner x state

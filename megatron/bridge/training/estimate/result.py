@@ -40,6 +40,13 @@ class StepCost:
     memory_seconds_at_peak: float
     """Bytes the memory-bound (non-GEMM, non-core-attention) kernels move, recompute included,
     over the GPU's peak HBM bandwidth (:meth:`ModelCost.elementwise_bytes_per_token`)."""
+    gemm_seconds: float = 0.0
+    """Executed FLOPs other than core attention at the achievable fraction of their peaks."""
+    attention_seconds: float = 0.0
+    """Core attention at its fused kernel's measured curve (:mod:`.attention`); 0 where it is
+    priced with the GEMMs."""
+    attention_source: str = ""
+    """The published figures that curve is fitted to."""
 
 
 @dataclass(frozen=True)
@@ -208,6 +215,16 @@ class Estimate:
             f"{s.flops_per_gpu:.4g} model FLOPs/GPU (pipeline stage {self.pipeline_rank}), "
             f"compute >= {s.compute_seconds_at_peak * 1e3:.1f} ms at peak + "
             f"{s.memory_seconds_at_peak * 1e3:.1f} ms memory-bound at HBM peak",
+            f"achieved: GEMMs {s.gemm_seconds * 1e3:.1f} ms at the fitted fraction, core "
+            f"attention {s.attention_seconds * 1e3:.1f} ms"
+            + (
+                f" at the flash-attention curve ({s.attention_source})"
+                if s.attention_source
+                else ""
+            )
+            + f", memory-bound {s.memory_seconds_at_peak * 1e3:.1f} ms; communication at "
+            "achieved bandwidth below (NCCL's bus shares and latency, the EP all-to-alls' "
+            "measured shares)",
         ]
         header = (
             "mode",

@@ -29,7 +29,10 @@ stream in the compute window that schedule gives it:
   time the estimate does not model: chunk 0's gather counts as hidden there). Without the knob
   the gather follows the optimizer step, exposed.
 - **the pipeline bubble**: (PP-1) x (forward + backward of one micro-batch of one chunk), which
-  is (PP-1)/(VPP x m) of the ideal step, idle at the start of the stage's timeline.
+  is (PP-1)/(VPP x m) of the ideal step, plus the 2 (PP-1) stage-boundary sends the first
+  micro-batch's forward and the last one's backward wait for (their latency and bytes at
+  achieved bandwidth, whatever VPP: so a deeper interleave shrinks the compute part of the
+  bubble and not the sends), idle at the start of the stage's timeline.
 
 Pure arithmetic over seconds; what the estimate leaves out is listed in its assumptions.
 """
@@ -120,6 +123,9 @@ class ScheduleInput:
     layer_streams: tuple[LayerStream, ...] = ()
     grad_streams: tuple[GradStream, ...] = ()
     param_streams: tuple[ParamStream, ...] = ()
+    pipeline_hop: float = 0.0
+    """Seconds of one stage-boundary send at achieved bandwidth, latency included: the bubble's
+    first forward and last backward cross PP - 1 boundaries each, waiting for every send."""
 
 
 @dataclass
@@ -202,7 +208,7 @@ def simulate(inp: ScheduleInput) -> Timeline:
     }
     segments: list[_Segment] = []
     drawn: list[tuple[str, float, float]] = []
-    bubble = (inp.pp - 1) * (f + b)
+    bubble = (inp.pp - 1) * (f + b + 2 * inp.pipeline_hop)
     t = 0.0
     if bubble > 0:
         drawn.append(("bubble", 0.0, bubble))

@@ -17,9 +17,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from megatron.bridge.training.estimate.accuracy import measured_accuracy
+from megatron.bridge.training.estimate.attention import attention_source
 from megatron.bridge.training.estimate.comm import (
     FSDP_GATHER,
     FSDP_REDUCE,
+    bucket_params,
     cp_transfers,
     dp_transfers,
     ep_transfers,
@@ -135,12 +137,15 @@ def estimate_step(
         compute.model_flops,
         compute.executed,
     )
-    memory_forward, memory, kernels = compute.memory_forward, compute.memory, compute.kernels
+    memory, kernels = compute.memory, compute.kernels
     step = StepCost(
         tokens=tokens,
         flops_per_gpu=model_flops,
         compute_seconds_at_peak=executed * seconds_per_flop,
         memory_seconds_at_peak=memory,
+        gemm_seconds=compute.flop_seconds - compute.attention,
+        attention_seconds=compute.attention,
+        attention_source=attention_source(gpu) if compute.attention else "",
     )
 
     dense_params, expert_params = stage_params(f, dims, stage)
@@ -149,7 +154,12 @@ def estimate_step(
             *tp_transfers(f, stage),
             *cp_transfers(f, dims, stage),
             *pp_transfers(f, stage),
-            *dp_transfers(f, dense_params=dense_params, expert_params=expert_params),
+            *dp_transfers(
+                f,
+                dense_params=dense_params,
+                expert_params=expert_params,
+                bucket_size=_knob(plan, "bucket_size"),
+            ),
             *ep_transfers(f, stage),
         ],
         plan=plan,
@@ -157,12 +167,10 @@ def estimate_step(
         nvlink_domain=domain,
     )
 
-    rate = achievable.fraction / seconds_per_flop
     segments = micro_batches * stage.vpp
     shape = _Shape(
-        forward=(model_flops / 3 / rate + memory_forward + kernels.forward) / segments,
-        backward=((executed - model_flops / 3) / rate + memory - memory_forward + kernels.backward)
-        / segments,
+        forward=compute.forward / segments,
+        backward=compute.backward / segments,
         attention_share=compute.mixer_share,
         core_attention_share=compute.core_share,
     )
@@ -264,6 +272,7 @@ def _predict(
         return overlap and bool(_knob(plan, knob))
 
     bucket = _knob(plan, "bucket_size")
+    hop = 0.0
     layer: list[LayerStream] = []
     grads: list[GradStream] = []
     params: list[ParamStream] = []
@@ -280,6 +289,8 @@ def _predict(
                     LayerStream(i, c.link, fwd, bwd, 1.0 if c.hidden_by == CP_RING else 0.0, "core")
                 )
         elif c.mode == "pp":
+            sends = 2 * stage.vpp - (1 if stage.first else 0) - (1 if stage.last else 0)
+            hop = t / (stage.micro_batches * sends)
             per = t / segments / 2
             layer.append(
                 LayerStream(i, c.link, per, per, 1.0 if on("overlap_p2p_comm") else 0.0, "all")
@@ -317,11 +328,7 @@ def _predict(
                 else max(1, job.world_size // (job.etp_size * job.ep_size * job.pp_size))
             )
             if "all-gather" in c.collective:
-                size = (
-                    bucket
-                    if isinstance(bucket, int) and bucket > 0
-                    else max(40_000_000, 1_000_000 * group)
-                )
+                size = bucket_params(bucket, group)
                 per_chunk = max(1, math.ceil(n_params / stage.vpp / size))
                 params.append(
                     ParamStream(
@@ -338,11 +345,7 @@ def _predict(
                 grad_on = fsdp or on("overlap_grad_reduce")
                 # megatron-core: one bucket without overlap_grad_reduce, else bucket_size
                 # (default max(40M, 1M x DP group) parameters).
-                size = (
-                    bucket
-                    if isinstance(bucket, int) and bucket > 0
-                    else max(40_000_000, 1_000_000 * group)
-                )
+                size = bucket_params(bucket, group)
                 per_chunk = max(1, math.ceil(n_params / stage.vpp / size)) if grad_on else 1
                 _check_bucket_count(per_chunk * stage.vpp, size=size, n_params=n_params)
                 grads.append(GradStream(i, c.link, t, per_chunk, grad_on))
@@ -360,6 +363,7 @@ def _predict(
             layer_streams=tuple(layer),
             grad_streams=tuple(grads),
             param_streams=tuple(params),
+            pipeline_hop=hop,
         )
     )
     labels = {i: (c.link, f"{c.mode}: {c.collective}") for i, c in enumerate(entries)}

@@ -8,6 +8,7 @@ added, with its size and source.
 
 from __future__ import annotations
 
+from megatron.bridge.training.estimate.collectives import NETWORK_RING, NVLINK_RING
 from megatron.bridge.training.estimate.compute import KernelSeconds
 from megatron.bridge.training.estimate.efficiency import EP_OVERLAP
 from megatron.bridge.training.estimate.model_cost import ModelCost
@@ -37,7 +38,11 @@ def step_assumptions(
         "times are lower bounds: bytes / peak per-direction link bandwidth and FLOPs / peak "
         f"dense {peak} tensor-core FLOP/s ({gpu.name}: "
         f"{gpu.peak_tflops(job.compute_dtype):.0f} TFLOP/s, NVLink {gpu.nvlink_gb_per_s:.0f} GB/s, "
-        f"network {gpu.network_gb_per_s:.0f} GB/s per GPU); no latency, no congestion",
+        f"network {gpu.network_gb_per_s:.0f} GB/s per GPU); the prediction runs rings and p2p "
+        f"sends at NCCL's measured bus shares ({NVLINK_RING.share:.2f} of NVLink, "
+        f"{NETWORK_RING.share:.2f} of the NICs) plus its latency per call, the GEMMs at the "
+        "fitted fraction (dense layers' by their tile and wave quantization), core attention at "
+        "its kernel's measured curve; no congestion from other jobs",
         *(
             []
             if peak == "BF16" or job.model.fp8_dot_product_attention
@@ -57,7 +62,7 @@ def step_assumptions(
         ),
         f"ring collectives: each GPU sends (n-1)/n of the tensor; NVLink domain of {nvlink_domain} "
         "consecutive ranks (megatron-core rank order tp-cp-dp-pp, experts tp-ep-dp-pp); a "
-        "group spanning more crosses the network",
+        "group spanning more crosses the network through the NICs of its members in one domain",
         f"global batch {global_batch_size} ({stage.micro_batches} micro-batches of "
         f"{stage.micro_batch_size} per DP rank)"
         + ("" if job.global_batch_size is not None else ": default micro-batch x DP x PP"),
