@@ -640,22 +640,31 @@ def _as_fit_row(row: dict) -> FitRow:
     )
 
 
-def replacement_row(
-    constant: FitConstant, rows: list[dict], left_out: tuple[str, str, str]
-) -> FitRow | None:
-    """The row ``constant``'s rule picks once the group ``left_out`` is gone: among the rows of
-    other groups it could be fitted on (:func:`_uses`), the fit row's model first, then the
-    newest release, then the fit row's GPU; None when there is none."""
-    candidates = []
+def plannable(rows: list[dict]) -> list[tuple[dict, Any]]:
+    """The rows of ``rows`` a recipe plans, each with its plan (:func:`_row_plan`), planned once
+    for every refit that picks among them."""
+    out = []
     for row in rows:
-        if row.get("reason") or row["model"] not in RECIPES or leave_out_key(row) == left_out:
+        if row.get("reason") or row["model"] not in RECIPES:
             continue
         try:
-            plan = _row_plan(row)
+            out.append((row, _row_plan(row)))
         except ValueError:
             continue
-        if _uses(constant, row, plan):
-            candidates.append(row)
+    return out
+
+
+def replacement_row(
+    constant: FitConstant, planned: list[tuple[dict, Any]], left_out: tuple[str, str, str]
+) -> FitRow | None:
+    """The row ``constant``'s rule picks once the group ``left_out`` is gone: among the planned
+    rows (:func:`plannable`) of other groups it could be fitted on (:func:`_uses`), the fit row's
+    model first, then the newest release, then the fit row's GPU; None when there is none."""
+    candidates = [
+        row
+        for row, plan in planned
+        if leave_out_key(row) != left_out and _uses(constant, row, plan)
+    ]
     if not candidates:
         return None
     fit_row = constant.row
@@ -715,14 +724,20 @@ class OutOfGroup:
     """What was refit on which row, in words."""
 
 
-def out_of_group(group: tuple[str, str, str], rows: list[dict]) -> OutOfGroup:
-    """The refit that leaves ``group``'s rows out (see the section comment)."""
+def out_of_group(
+    group: tuple[str, str, str],
+    rows: list[dict],
+    planned: list[tuple[dict, Any]] | None = None,
+) -> OutOfGroup:
+    """The refit that leaves ``group``'s rows out (see the section comment); ``planned``:
+    :func:`plannable` of ``rows`` when already made."""
     keywords: dict[str, Any] = {}
     notes = []
     for constant in fit_constants():
         if _fit_key(constant.row) != group:
             continue
-        replacement = replacement_row(constant, rows, group)
+        planned = plannable(rows) if planned is None else planned
+        replacement = replacement_row(constant, planned, group)
         if replacement is not None:
             value = refit(constant, replacement)
             where = f"{replacement.model} {replacement.gpu} {replacement.precision} {replacement.release}"
@@ -744,6 +759,7 @@ def predict_out_of_group(rows: list[dict]) -> tuple[list[Prediction], list[OutOf
     """Every row predicted with the constants refit without its group (:func:`out_of_group`);
     a row whose group has no refit is not predicted. No row counts as fitted here."""
     refits: dict[tuple[str, str, str], OutOfGroup] = {}
+    planned: list[tuple[dict, Any]] | None = None
     out = []
     for row in rows:
         p = predict(row)
@@ -752,7 +768,9 @@ def predict_out_of_group(rows: list[dict]) -> tuple[list[Prediction], list[OutOf
             continue
         group = leave_out_key(row)
         if group not in refits:
-            refits[group] = out_of_group(group, rows)
+            if planned is None and any(_fit_key(c.row) == group for c in fit_constants()):
+                planned = plannable(rows)
+            refits[group] = out_of_group(group, rows, planned)
         refit_ = refits[group]
         if refit_.keywords is None:
             out.append(Prediction(row, None, f"out of group: {refit_.note}", family=p.family))

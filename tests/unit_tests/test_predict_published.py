@@ -678,7 +678,9 @@ def test_a_fit_rows_group_is_refit_on_another_groups_row():
     fit_row = predict_published.FIT_ROWS[("h100", "fp8_cs")]
     group = (fit_row.model, fit_row.gpu, fit_row.precision)
     constant = next(c for c in predict_published.fit_constants() if c.row == fit_row)
-    replacement = predict_published.replacement_row(constant, ROWS, group)
+    replacement = predict_published.replacement_row(
+        constant, predict_published.plannable(ROWS), group
+    )
     assert replacement is not None
     assert (replacement.model, replacement.gpu, replacement.precision) != group
     assert (replacement.gpu, replacement.precision) == ("h100", "fp8_cs")

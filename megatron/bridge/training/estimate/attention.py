@@ -134,7 +134,7 @@ def attention_seconds(
     """(forward, backward) seconds of ``flops`` core-attention model FLOPs (a third forward, two
     thirds backward) whose calls see ``keys`` keys before the CP split, at the curves of
     ``gpu_generation`` (Ampere and older take Hopper's shares) on a GPU of ``peak`` FLOP/s."""
-    gen = gpu_generation if gpu_generation in ("hopper", "blackwell") else "hopper"
+    gen = _curve_generation(gpu_generation)
     scale = peak * (HEAD_DIM_64[gen] if head_dim <= 64 else 1.0)
     forward = backward = 0.0
     for share, length, causal in kernel_calls(keys, cp_size):
@@ -152,5 +152,9 @@ def attention_seconds(
 
 def attention_source(gpu: GpuSpec) -> str:
     """The figures the curve of ``gpu``'s generation is fitted to (Ampere and older: Hopper's)."""
-    gen = generation(gpu)
-    return CURVES[(gen if gen in ("hopper", "blackwell") else "hopper", True, "forward")].source
+    return CURVES[(_curve_generation(generation(gpu)), True, "forward")].source
+
+
+def _curve_generation(gpu_generation: str) -> str:
+    """The generation whose curves a GPU takes: its own, or Hopper's for Ampere and older."""
+    return gpu_generation if gpu_generation in ("hopper", "blackwell") else "hopper"

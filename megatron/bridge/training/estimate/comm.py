@@ -32,6 +32,7 @@ __all__ = [
     "cp_transfers",
     "dp_transfers",
     "ep_transfers",
+    "pp_sends",
     "pp_transfers",
     "price",
     "tp_transfers",
@@ -190,6 +191,13 @@ def cp_transfers(job: JobDescription, dims: ModelCost, stage: Stage) -> list[Tra
     ]
 
 
+def pp_sends(stage: Stage) -> int:
+    """Stage-boundary sends per micro-batch: an activation forward and a gradient backward per
+    model chunk, less the first stage's first chunk (no gradient to send on) and the last
+    stage's last chunk (no activation)."""
+    return 2 * stage.vpp - (1 if stage.first else 0) - (1 if stage.last else 0)
+
+
 def pp_transfers(job: JobDescription, stage: Stage) -> list[Transfer]:
     """PP's stage-boundary sends (none at PP 1).
 
@@ -201,7 +209,7 @@ def pp_transfers(job: JobDescription, stage: Stage) -> list[Transfer]:
     if job.pp_size <= 1:
         return []
     pp_msg = _activation_bytes(job, stage) / (job.tp_size if job.sequence_parallel else 1)
-    sends = 2 * stage.vpp - (1 if stage.first else 0) - (1 if stage.last else 0)
+    sends = pp_sends(stage)
     return [
         Transfer(
             "pp",

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 
-from megatron.bridge.training.estimate.kernels import gemm_roofline_efficiency
+from megatron.bridge.training.estimate.kernels import OPERAND_BYTES, gemm_roofline_efficiency
 from megatron.bridge.training.hardware import GpuSpec
 from megatron.bridge.training.job import JobDescription
 
@@ -36,8 +36,6 @@ TILE = (128, 128)
 """Rows x columns of one output tile: the 128 x 128 blocks of DeepGEMM's FP8 kernels (its
 README's wave-quantization example) and of CUTLASS's Hopper warp-specialized GEMM
 (``examples/48_hopper_warp_specialized_gemm``)."""
-
-_OPERAND_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5}
 
 
 def gemm_efficiency(
@@ -99,6 +97,6 @@ def layer_gemm_efficiency(
             sms=gpu.streaming_multiprocessors,
             flop_rate=flop_rate,
             hbm_bytes_per_s=gpu.hbm_gb_per_s * 1e9,
-            operand_bytes=_OPERAND_BYTES[tensor_cores],
+            operand_bytes=OPERAND_BYTES[tensor_cores],
         )
     return flops / spent

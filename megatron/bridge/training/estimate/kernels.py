@@ -56,6 +56,7 @@ from megatron.bridge.training.precisions import PRECISIONS
 
 __all__ = [
     "GEMM_ROW_TILE",
+    "OPERAND_BYTES",
     "SPARSE_ATTENTION",
     "SPARSE_ATTENTION_FIT_ROWS",
     "SSM_FIT_ROWS",
@@ -88,7 +89,7 @@ Blackwell grouped GEMMs."""
 _OUTPUT_BYTES = 2
 """Bytes per element a GEMM writes (bf16 activations and gradients)."""
 
-_OPERAND_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5}
+OPERAND_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5}
 """Bytes per element a GEMM reads, by tensor-core format (scales not counted)."""
 
 
@@ -177,7 +178,7 @@ def grouped_gemm_efficiency(
     ffn = (model.moe_ffn_hidden_size or model.ffn_size) // max(1, etp_size)
     fc1_n = ffn * (2 if model.gated_linear_unit else 1)
     padded = padded_rows(rows, max(GEMM_ROW_TILE, quantization_row_alignment(model)))
-    operand = _OPERAND_BYTES[tensor_cores]
+    operand = OPERAND_BYTES[tensor_cores]
     useful = 0.0
     spent = 0.0
     for k, n in ((width, fc1_n), (ffn, width)):

@@ -25,6 +25,7 @@ from megatron.bridge.training.estimate.comm import (
     cp_transfers,
     dp_transfers,
     ep_transfers,
+    pp_sends,
     pp_transfers,
     price,
     tp_transfers,
@@ -289,8 +290,7 @@ def _predict(
                     LayerStream(i, c.link, fwd, bwd, 1.0 if c.hidden_by == CP_RING else 0.0, "core")
                 )
         elif c.mode == "pp":
-            sends = 2 * stage.vpp - (1 if stage.first else 0) - (1 if stage.last else 0)
-            hop = t / (stage.micro_batches * sends)
+            hop = t / (stage.micro_batches * pp_sends(stage))
             per = t / segments / 2
             layer.append(
                 LayerStream(i, c.link, per, per, 1.0 if on("overlap_p2p_comm") else 0.0, "all")
