@@ -22,6 +22,7 @@ import json
 import re
 import shlex
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -264,7 +265,7 @@ def _run(argv: list[str]) -> tuple[int, str]:
     COMMANDS,
     ids=[f"{p}:{shlex.join(a)[:60]}" for p, _r, a, _c in COMMANDS],
 )
-def test_documented_command_exits_as_documented(page, reason, argv, code, monkeypatch):
+def test_documented_command_exits_as_documented(page, reason, argv, code, monkeypatch, tmp_path):
     if reason is not None:
         assert reason in NOT_RUN, f"{page}: unknown reason {reason!r}; known: {sorted(NOT_RUN)}"
         applies, why = NOT_RUN[reason]
@@ -272,6 +273,9 @@ def test_documented_command_exits_as_documented(page, reason, argv, code, monkey
         return
     monkeypatch.chdir(ROOT)
     monkeypatch.setattr(sys, "argv", argv)
+    # A documented example writes its job files under the temp folder and keeps them for the
+    # reader; here that folder is the test's own, removed with it.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     got, printed = _run(argv)
     assert got == code, f"{page}: {shlex.join(argv)} exited {got}, the docs say {code}\n{printed}"
 

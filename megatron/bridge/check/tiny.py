@@ -16,8 +16,9 @@ drop. What the recipe's parallelism asks of the model stays valid on the tiny la
   its MTP patterns after ``/``;
 - heads, query groups, Mamba groups and heads divide over TP; routed experts over EP; the
   sequence over CP (2 x CP pieces) and TP (sequence parallelism);
-- per-layer lists (``moe_layer_freq``, ``window_attn_skip_freq``) are sampled at the tiny
-  layer count, keeping their first and last entries (dense first layers, an MoE last one).
+- per-layer lists (``moe_layer_freq``, ``window_attn_skip_freq``, ``cp_comm_type``) are sampled
+  at the tiny layer count, keeping their first and last entries (dense first layers, an MoE last
+  one).
 
 Plain values only: nothing here imports torch, megatron-core or a recipe.
 """
@@ -50,16 +51,20 @@ def tiny_model(model: ModelDescription, layout: Layout) -> tuple[dict[str, Any],
     """The model fields ``--tiny`` changes on ``layout``, and a note per dropped setting.
 
     Two attention heads of :data:`TINY_HEAD_DIM` per TP rank (one query group per TP rank with
-    grouped-query attention), a 4 x hidden MLP, :data:`TINY_VOCAB_SIZE` tokens, a sequence of
-    32 x TP x CP; the pipeline, MoE, MLA, Mamba and sliding-window fields as the module says.
+    grouped-query attention), per TP x CP rank when a layer exchanges its sequence by CP's
+    all-to-all over heads (``cp_comm_type`` "a2a" or "a2a+p2p"), a 4 x hidden MLP,
+    :data:`TINY_VOCAB_SIZE` tokens, a sequence of 32 x TP x CP; the pipeline, MoE, MLA, Mamba and
+    sliding-window fields as the module says.
     """
-    heads = 2 * layout.tp
+    over_heads = {"a2a", "a2a+p2p"} & set(model.cp_comm_types)
+    groups = layout.tp * (layout.cp if over_heads else 1)
+    heads = 2 * groups
     hidden = TINY_HEAD_DIM * heads
     fields: dict[str, Any] = {
         "hidden_size": hidden,
         "ffn_hidden_size": 4 * hidden,
         "num_attention_heads": heads,
-        "num_query_groups": layout.tp if model.num_query_groups is not None else None,
+        "num_query_groups": groups if model.num_query_groups is not None else None,
         "kv_channels": TINY_HEAD_DIM if model.kv_channels is not None else None,
         "vocab_size": TINY_VOCAB_SIZE,
         "seq_length": _TINY_SEQ_PER_PIECE * layout.tp * layout.cp,
@@ -188,7 +193,7 @@ def _hybrid_fields(model: ModelDescription, layout: Layout, notes: list[str]) ->
 # ------------------------------------------------------------------------------- layer shapes
 
 
-def _sampled(values: Sequence[int], count: int) -> tuple[int, ...]:
+def _sampled(values: Sequence[Any], count: int) -> tuple[Any, ...]:
     """``count`` entries of a per-layer list, evenly spaced, its first and last ones kept."""
     if count == 1:
         return (values[-1],)
@@ -213,6 +218,8 @@ def _attention_fields(model: ModelDescription, seq_length: int, num_layers: int)
         )
     if isinstance(model.window_attn_skip_freq, tuple):
         fields["window_attn_skip_freq"] = _sampled(model.window_attn_skip_freq, num_layers)
+    if isinstance(model.cp_comm_type, tuple):
+        fields["cp_comm_type"] = _sampled(model.cp_comm_type, num_layers)
     return fields
 
 

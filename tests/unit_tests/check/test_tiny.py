@@ -19,6 +19,7 @@ from megatron.bridge.recipes import RECIPES, recipe_spec
 from megatron.bridge.recipes.nemotron_3_nano import NANO_MODEL
 from megatron.bridge.training.comm_overlap import check_layout
 from megatron.bridge.training.job import JobDescription, ModelDescription
+from megatron.bridge.training.job_configs import _activation
 from megatron.bridge.training.pipeline_layout import parse_layout, stage_layers
 from tests.unit_tests.conftest import layout_fields
 from tests.unit_tests.jobs import model_defaults, recipe_job_model
@@ -160,6 +161,8 @@ def _megatron_core_accepts(model: ModelDescription) -> None:
             value = list(value)
         fields[f.name] = value
     fields["pipeline_dtype"] = torch.bfloat16
+    # The callable the job writes (GPT-OSS's quick_gelu is compared with by identity).
+    fields["activation_func"] = _activation(model.activation_func)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         config_class(**fields)

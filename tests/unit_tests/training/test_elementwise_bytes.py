@@ -49,7 +49,13 @@ def test_moe_layer_bytes_match_the_hand_count():
     dense = 128 + 384 + 192
     assert (attention, moe, dense) == (576, 1120, 704)
     mean_layer = attention + (moe + dense) / 2
-    assert ModelCost(MOE).elementwise_bytes_per_token() == mean_layer * BYTES_FWD_BWD
+    # The grouped experts' fc2 bias, added expert by expert (TEGroupedMLP._apply_bias): 6
+    # hidden-wide elements forward and 8 backward per routed copy, counted forward and backward
+    # together, 2 copies of 64, on one layer of two.
+    bias = (6 + 8) * 2 * 64 * 2 / 2
+    assert ModelCost(MOE).elementwise_bytes_per_token() == mean_layer * BYTES_FWD_BWD + bias
+    unbiased = dataclasses.replace(MOE, add_bias_linear=False)
+    assert ModelCost(unbiased).elementwise_bytes_per_token() == mean_layer * BYTES_FWD_BWD
 
 
 def test_latent_moe_dispatches_latent_wide_tokens():

@@ -328,6 +328,12 @@ def model_settings(draw, moe: bool) -> dict:
         "attention_output_gate": draw(mostly([False], [True], 3)),
         "window_size": draw(st.sampled_from([None, (128, 0)])),
         "window_attn_skip_freq": draw(st.sampled_from([None, 2, (1, 1, 0, 1)])),
+        # The per-layer form's length against num_layers (1 to 24 layers drawn) under CP.
+        "cp_comm_type": draw(
+            st.sampled_from(
+                [None, "p2p", "a2a", "all_gather", ("a2a",), ("p2p", "a2a"), ("p2p",) * 3]
+            )
+        ),
         "moe_token_dispatcher_type": dispatcher,
         "moe_flex_dispatcher_backend": backend,
         "moe_shared_expert_overlap": draw(mostly([False], [True], 2)),

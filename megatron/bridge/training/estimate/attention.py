@@ -12,7 +12,11 @@ core attention at the kernel's measured rate for the key length of its calls:
 - with CP (megatron-core's ring attention through Transformer Engine's
   ``AttnFuncWithCPAndKVP2P``, the sequence in 2 x CP chunks balanced over the ranks), each rank
   runs CP steps: one causal step on its own two chunks (s / CP keys) and CP - 1 unmasked steps
-  on half a chunk pair (s / 2CP keys per call).
+  on half a chunk pair (s / 2CP keys per call);
+- with CP over an all-to-all of Q, K, V and O (``cp_comm_type="a2a"``, Transformer Engine's
+  ``AttnFuncWithCPAndQKVOA2A``, DeepSpeed-Ulysses style), each rank holds the whole sequence for
+  1 / CP of the heads and runs one causal call over all the keys (:func:`a2a_share`: the layers
+  that do).
 
 A curve is ``rate(L) = long_rate x L / (L + half_length)`` per GPU generation, mask and pass, as
 a share of the GPU's dense 16-bit peak (the FP8 peak with ``fp8_dot_product_attention``), fitted
@@ -33,12 +37,14 @@ from types import MappingProxyType
 
 from megatron.bridge.training.estimate.kernels import generation
 from megatron.bridge.training.hardware import GpuSpec
+from megatron.bridge.training.job import ModelDescription
 
 __all__ = [
     "BACKWARD_FLOPS_PER_MODEL_FLOP",
     "CURVES",
     "HEAD_DIM_64",
     "AttentionCurve",
+    "a2a_share",
     "attention_seconds",
     "attention_source",
     "kernel_calls",
@@ -113,13 +119,29 @@ BACKWARD_FLOPS_PER_MODEL_FLOP = 2.5 / 2
 """The backward kernel's counted FLOPs per backward model FLOP (2.5 x forward against 2 x)."""
 
 
-def kernel_calls(keys: float, cp_size: int) -> tuple[tuple[float, float, bool], ...]:
+def a2a_share(model: ModelDescription) -> float:
+    """Share of the layers whose CP exchange is the all-to-all over heads ("a2a"); the others
+    run the K/V ring or, for "all_gather" and "a2a+p2p", are priced as it (the same K/V bytes
+    per rank; "a2a+p2p"'s inner all-to-all sizes are not described)."""
+    kinds = model.cp_comm_types
+    return kinds.count("a2a") / len(kinds) if kinds else 0.0
+
+
+def kernel_calls(
+    keys: float, cp_size: int, a2a: float = 0.0
+) -> tuple[tuple[float, float, bool], ...]:
     """(share of the work, keys per call, causal) of core attention over ``keys`` causal keys on
-    a CP rank (see the module docstring): the whole causal call without CP; with CP one causal
-    step of 1 / CP of the work over keys / CP, and CP - 1 unmasked steps over keys / 2CP."""
-    if cp_size <= 1:
+    a CP rank (see the module docstring): the whole causal call without CP; with CP's ring one
+    causal step of 1 / CP of the work over keys / CP, and CP - 1 unmasked steps over keys / 2CP;
+    the ``a2a`` share of the layers (:func:`a2a_share`) one causal call over all the keys."""
+    if cp_size <= 1 or a2a >= 1:
         return ((1.0, keys, True),)
-    return ((1 / cp_size, keys / cp_size, True), (1 - 1 / cp_size, keys / (2 * cp_size), False))
+    ring = 1 - a2a
+    calls = (
+        (ring / cp_size, keys / cp_size, True),
+        (ring * (1 - 1 / cp_size), keys / (2 * cp_size), False),
+    )
+    return calls if a2a <= 0 else ((a2a, keys, True), *calls)
 
 
 def attention_seconds(
@@ -130,14 +152,16 @@ def attention_seconds(
     head_dim: int,
     gpu_generation: str,
     peak: float,
+    a2a: float = 0.0,
 ) -> tuple[float, float]:
     """(forward, backward) seconds of ``flops`` core-attention model FLOPs (a third forward, two
-    thirds backward) whose calls see ``keys`` keys before the CP split, at the curves of
-    ``gpu_generation`` (Ampere and older take Hopper's shares) on a GPU of ``peak`` FLOP/s."""
+    thirds backward) whose calls see ``keys`` keys before the CP split (the ``a2a`` share of
+    them after CP's all-to-all, :func:`kernel_calls`), at the curves of ``gpu_generation``
+    (Ampere and older take Hopper's shares) on a GPU of ``peak`` FLOP/s."""
     gen = _curve_generation(gpu_generation)
     scale = peak * (HEAD_DIM_64[gen] if head_dim <= 64 else 1.0)
     forward = backward = 0.0
-    for share, length, causal in kernel_calls(keys, cp_size):
+    for share, length, causal in kernel_calls(keys, cp_size, a2a):
         part = flops * share
         forward += part / 3 / (scale * CURVES[(gen, causal, "forward")].rate(length))
         backward += (
@@ -150,9 +174,15 @@ def attention_seconds(
     return forward, backward
 
 
-def attention_source(gpu: GpuSpec) -> str:
-    """The figures the curve of ``gpu``'s generation is fitted to (Ampere and older: Hopper's)."""
-    return CURVES[(_curve_generation(generation(gpu)), True, "forward")].source
+def attention_source(gpu: GpuSpec, softmax_type: str = "vanilla") -> str:
+    """The figures the curve of ``gpu``'s generation is fitted to (Ampere and older: Hopper's),
+    and, for a softmax with sinks, the kernel that runs it: Transformer Engine takes an
+    off-by-one or learnable softmax only in cuDNN's FusedAttention (``get_attention_backend``
+    disables FlashAttention for it), priced at the same curve."""
+    source = CURVES[(_curve_generation(generation(gpu)), True, "forward")].source
+    if softmax_type == "vanilla":
+        return source
+    return f"{source}; softmax_type {softmax_type} runs in cuDNN fused attention, at this curve"
 
 
 def _curve_generation(gpu_generation: str) -> str:

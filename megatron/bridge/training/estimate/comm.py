@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from megatron.bridge.training.estimate.attention import a2a_share
 from megatron.bridge.training.estimate.collectives import ring_seconds
 from megatron.bridge.training.estimate.efficiency import ALLTOALL_ACHIEVED
 from megatron.bridge.training.estimate.model_cost import ModelCost
@@ -156,39 +157,59 @@ def tp_transfers(job: JobDescription, stage: Stage) -> list[Transfer]:
 
 
 def cp_transfers(job: JobDescription, dims: ModelCost, stage: Stage) -> list[Transfer]:
-    """CP's K/V ring exchange (none at CP 1).
+    """CP's sequence exchange (none at CP 1): the K/V ring on the layers that run it, the
+    all-to-all over heads on the ``cp_comm_type="a2a"`` ones (:func:`~.attention.a2a_share`).
 
     TE's ring attention passes each GPU's K/V chunk around the ring: forward sends it CP-1
     times; backward sends K/V again and dK/dV, 2 (CP-1) times; a recomputed forward (full layer
-    or core attention) sends it CP-1 more times.
+    or core attention) sends it CP-1 more times. It runs under the attention steps.
+
+    TE's ``AttnFuncWithCPAndQKVOA2A`` all-to-alls Q, K and V before the kernel and its output
+    after it; backward, the output and its gradient before and dQ, dK, dV after: 2 (q + k)
+    widths forward, 3q + 2k backward (q: heads x head_dim, k: query groups x head_dim), each
+    tensor b s/CP x width/TP on a GPU, of which (CP-1)/CP leaves it. The kernel waits for them:
+    nothing hides them.
     """
     tp, cp = job.tp_size, job.cp_size
     if cp <= 1:
         return []
     layers = stage.layers
-    kv = (
-        2
-        * stage.micro_batch_size
-        * (job.model.seq_length // cp)
-        * (dims.kv_width // tp)
-        * _ACT_BYTES
-    )
-    rounds = (3 * layers + (stage.recomputed_layers + stage.recompute_core_attn * layers)) * (
-        cp - 1
-    )
-    return [
-        Transfer(
-            "cp",
-            "K/V ring exchange (p2p)",
-            stage.micro_batches * rounds * kv,
-            tp * cp,
-            CP_RING,
-            "M x (3 + recompute) x layers x (CP-1) x 2 b s/CP kv/TP x 2B",
-            members=cp,
-            calls=stage.micro_batches * rounds,
-            p2p=True,
+    a2a = a2a_share(job.model)
+    tokens = stage.micro_batch_size * (job.model.seq_length // cp)
+    recomputed = stage.recomputed_layers + stage.recompute_core_attn * layers
+    transfers = []
+    if a2a < 1:
+        kv = 2 * tokens * (dims.kv_width // tp) * _ACT_BYTES
+        rounds = (1 - a2a) * (3 * layers + recomputed) * (cp - 1)
+        transfers.append(
+            Transfer(
+                "cp",
+                "K/V ring exchange (p2p)",
+                stage.micro_batches * rounds * kv,
+                tp * cp,
+                CP_RING,
+                "M x (3 + recompute) x ring layers x (CP-1) x 2 b s/CP kv/TP x 2B",
+                members=cp,
+                calls=stage.micro_batches * rounds,
+                p2p=True,
+            )
         )
-    ]
+    if a2a > 0:
+        q, k = dims.query_width // tp, dims.kv_width // tp
+        widths = a2a * (5 * q + 4 * k) * layers + a2a * 2 * (q + k) * recomputed
+        transfers.append(
+            Transfer(
+                "cp",
+                "Q/K/V/O all-to-all (a2a)",
+                stage.micro_batches * widths * tokens * (cp - 1) / cp * _ACT_BYTES,
+                tp * cp,
+                None,
+                "M x a2a layers x (5q + 4k + recompute 2(q + k))/TP x b s/CP x (CP-1)/CP x 2B",
+                group=cp,
+                stride=tp,
+            )
+        )
+    return transfers
 
 
 def pp_sends(stage: Stage) -> int:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from megatron.bridge.training.estimate.attention import attention_seconds
+from megatron.bridge.training.estimate.attention import a2a_share, attention_seconds
 from megatron.bridge.training.estimate.gemm import layer_gemm_efficiency
 from megatron.bridge.training.estimate.kernels import (
     cross_entropy_bytes_per_token,
@@ -169,6 +169,7 @@ def stage_compute(
                 head_dim=_attention_head_dim(job.model),
                 gpu_generation=generation(gpu),
                 peak=core_peak,
+                a2a=a2a_share(job.model),
             )
             attention_fwd += f
             attention_bwd += b

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from megatron.bridge.training.estimate.model_shape import ModelShape
+from megatron.bridge.training.model_rules import fused_grouped_mlp
 
 __all__ = ["ModelBytes"]
 
@@ -186,6 +187,31 @@ class ModelBytes(ModelShape):
         width = self.model.moe_shared_expert_intermediate_size or 0
         return _Elements(split=self._activation_elements(width))
 
+    def _expert_bias_elements(self) -> _Elements:
+        """Elements per token, forward and backward together, of the routed experts' fc2 bias
+        in the grouped-GEMM experts outside the fused grouped MLP; nothing without
+        add_bias_linear, without grouped-GEMM experts (``SequentialMLP`` adds each expert's bias
+        in its own MLP) or with Transformer Engine's fused grouped MLP (which scales the bias
+        inside its GroupedLinear).
+
+        megatron-core's ``TEGroupedMLP`` builds fc2 with ``skip_bias_add=True`` and adds each
+        expert's bias, scaled by each token's routing probability, in ``_apply_bias``
+        (moe/experts.py): per local expert ``t + b * p``, then ``torch.cat`` of the experts'
+        outputs, each over the hidden-wide output of every routed copy (H). Forward, 6H:
+        ``b * p`` writes H, the add reads 2H and writes H, the concatenation reads H and writes
+        H. Backward, 8H: the split of fc2's output gathers the experts' gradients into one tensor
+        (reads H, writes H); the bias gradient ``(g * p).sum(0)`` and the probability gradient
+        ``(g * b).sum(-1)`` each write a product and read it back besides reading the gradient
+        (3H each).
+        """
+        m = self.model
+        if not (m.add_bias_linear and m.num_moe_experts and m.moe_grouped_gemm):
+            return _Elements()
+        if fused_grouped_mlp(m):
+            return _Elements()
+        per_copy = 6 + 8
+        return _Elements(whole=per_copy * m.moe_router_topk * m.hidden_size)
+
     def _mamba_elements(self) -> _Elements:
         """Forward elements per token of a Mamba layer's memory-bound kernels (MambaMixer).
 
@@ -251,7 +277,8 @@ class ModelBytes(ModelShape):
     ) -> float:
         """Bytes per token the mean decoder layer moves through HBM in its memory-bound kernels,
         forward and backward (the backward twice the forward; hyper-connections' fused kernels
-        counted kernel by kernel, :meth:`_hyper_connection_elements`), 16-bit activations, on one of
+        and the experts' fc2 bias counted kernel by kernel, :meth:`_hyper_connection_elements`,
+        :meth:`_expert_bias_elements`), 16-bit activations, on one of
         ``tp_size`` TP ranks: TP splits the head-, FFN- and channel-wide tensors, and the
         hidden-wide ones only with ``sequence_parallel`` (without it every TP rank normalizes,
         adds and routes every token).
@@ -270,10 +297,12 @@ class ModelBytes(ModelShape):
         )
         if mamba:
             elements += mamba * self._mamba_elements()
-        streams = (attention + dense + moe) * self._hyper_connection_elements()
+        # Counted forward and backward together, kernel by kernel.
+        counted = (attention + dense + moe) * self._hyper_connection_elements()
+        counted += moe * self._expert_bias_elements()
         return (
             _FORWARD_AND_BACKWARD * _bytes_on_rank(elements, tp_size, sequence_parallel)
-            + _bytes_on_rank(streams, tp_size, sequence_parallel)
+            + _bytes_on_rank(counted, tp_size, sequence_parallel)
         ) / self.model.num_layers
 
     # Selective recompute (recompute_granularity="selective") runs a module's forward again in

@@ -146,7 +146,7 @@ def estimate_step(
         memory_seconds_at_peak=memory,
         gemm_seconds=compute.flop_seconds - compute.attention,
         attention_seconds=compute.attention,
-        attention_source=attention_source(gpu) if compute.attention else "",
+        attention_source=attention_source(gpu, f.model.softmax_type) if compute.attention else "",
     )
 
     dense_params, expert_params = stage_params(f, dims, stage)

@@ -29,6 +29,7 @@ __all__ = [
     "ModelDescription",
     "PositionEmbeddingType",
     "PrecisionName",
+    "SoftmaxType",
 ]
 
 PositionEmbeddingType = Literal["learned_absolute", "rope", "mrope", "yarn", "none"]
@@ -36,6 +37,9 @@ PositionEmbeddingType = Literal["learned_absolute", "rope", "mrope", "yarn", "no
 
 ActivationName = Literal["gelu", "silu", "relu", "quick_gelu", "squared_relu"]
 """MLP activations by the name of megatron-core's function."""
+
+SoftmaxType = Literal["vanilla", "off-by-one", "learnable"]
+"""Attention softmaxes megatron-core's ``softmax_type`` takes."""
 
 PrecisionName = PresetFamily
 """Training precision as the userbuffers presets name it (bf16, fp16, fp8)."""
@@ -59,6 +63,11 @@ class ModelDescription:
     """Model chunks per pipeline rank (None or 1: no interleaving)."""
     context_parallel_size: int = 1
     """Context-parallel size."""
+    cp_comm_type: str | tuple[str, ...] | None = None
+    """How attention exchanges its sequence under CP (Transformer Engine's ``cp_comm_type``):
+    "p2p" (K/V ring, the default None), "all_gather" (K/V gathered), "a2a" (all-to-all of
+    Q/K/V/O over heads, DeepSpeed-Ulysses style) or "a2a+p2p"; one for every layer or a tuple
+    with one per layer."""
     expert_model_parallel_size: int = 1
     """Expert-parallel size."""
     expert_tensor_parallel_size: int | None = None
@@ -106,6 +115,11 @@ class ModelDescription:
     quick_gelu``, ``megatron.core.activations.squared_relu``)."""
     bias_activation_fusion: bool = False
     """Fuse the fc1 bias with the activation."""
+    glu_linear_offset: float = 0.0
+    """Offset added to the linear half of a gated activation: act(x_gate) * (x_linear + offset)."""
+    activation_func_clamp_value: float | None = None
+    """quick_gelu's gated activation clamps the gate half above and the linear half on both sides
+    at this value (None: no clamp)."""
     add_bias_linear: bool = True
     """Linear layers carry biases."""
     add_qkv_bias: bool = False
@@ -120,6 +134,9 @@ class ModelDescription:
     """Dropout after the attention and MLP blocks."""
     attention_dropout: float = 0.1
     """Dropout of the attention probabilities."""
+    softmax_type: SoftmaxType = "vanilla"
+    """Attention softmax: vanilla, off-by-one (one zero logit per row) or learnable (one learned
+    sink logit per head)."""
     multi_latent_attention: bool = False
     """Multi-latent attention (DeepSeek's MLA); its dimensions are the five fields below."""
     q_lora_rank: int | None = 512
@@ -333,6 +350,15 @@ class ModelDescription:
         if isinstance(self.moe_layer_freq, int):
             return tuple(int(i % self.moe_layer_freq == 0) for i in range(self.num_layers))
         return tuple(self.moe_layer_freq)
+
+    @property
+    def cp_comm_types(self) -> tuple[str, ...]:
+        """One entry per layer: the layer's CP exchange, "p2p" where ``cp_comm_type`` is None
+        (megatron-core passes None to Transformer Engine, whose default is "p2p")."""
+        kind = self.cp_comm_type
+        if isinstance(kind, tuple):
+            return tuple("p2p" if k is None else k for k in kind)
+        return ("p2p" if kind is None else kind,) * (self.num_layers or 0)
 
     @property
     def head_dim(self) -> int:

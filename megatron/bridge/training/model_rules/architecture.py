@@ -1,5 +1,6 @@
 """megatron-core's rules on what a layer is built from: the fused bias-activation kernels an MLP
-activation has, and multi-latent attention's missing output gate.
+activation has, multi-latent attention's missing output gate, and the CP exchange of each
+layer's attention.
 """
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ from __future__ import annotations
 from megatron.bridge.training.job import ModelDescription
 from megatron.bridge.training.model_rules.inputs import refuse_both
 
-__all__ = ["check_bias_activation_fusion", "check_mla_output_gate"]
+__all__ = ["check_bias_activation_fusion", "check_cp_comm_type", "check_mla_output_gate"]
 
 
 def check_bias_activation_fusion(
@@ -16,10 +17,12 @@ def check_bias_activation_fusion(
     activation_func: str,
     gated_linear_unit: bool,
     add_bias_linear: bool,
+    glu_linear_offset: float = 0.0,
 ) -> None:
     """Mirrors transformer_config.py TransformerConfig.__post_init__, bias_activation_fusion: fused
-    kernels exist for gelu, silu (swiglu) and quick_gelu (gated only), and the gelu one adds a
-    bias, so an ungated gelu MLP needs add_bias_linear."""
+    kernels exist for gelu, silu (swiglu) and quick_gelu (gated only), the gelu one adds a
+    bias, so an ungated gelu MLP needs add_bias_linear, and only the quick-GeGLU one adds a
+    ``glu_linear_offset``."""
     if not bias_activation_fusion:
         return
     fix = "or set bias_activation_fusion=False"
@@ -38,6 +41,12 @@ def check_bias_activation_fusion(
             "bias_activation_fusion=True with quick_gelu needs gated_linear_unit=True: set it "
             f"{fix}."
         )
+    if glu_linear_offset != 0.0 and activation_func != "quick_gelu":
+        raise ValueError(
+            f"bias_activation_fusion=True with glu_linear_offset={glu_linear_offset}: only the "
+            f"fused quick-GeGLU kernel adds the offset, not activation_func={activation_func!r}. "
+            f"Use quick_gelu, set glu_linear_offset=0.0 {fix}."
+        )
 
 
 def check_mla_output_gate(model: ModelDescription) -> None:
@@ -51,3 +60,26 @@ def check_mla_output_gate(model: ModelDescription) -> None:
         "standard attention.",
         joined="with",
     )
+
+
+def check_cp_comm_type(model: ModelDescription) -> None:
+    """Mirrors transformer_config.py TransformerConfig.__post_init__ on ``cp_comm_type`` under
+    CP: the per-layer form holds one entry per layer, and DeepSeek's sparse attention
+    (``experimental_attention_variant="dsa"``) exchanges its sequence by all-gather only."""
+    m = model
+    if m.context_parallel_size <= 1:
+        return
+    kinds = m.cp_comm_type
+    if isinstance(kinds, tuple) and m.num_layers is not None and len(kinds) != m.num_layers:
+        raise ValueError(
+            f"cp_comm_type has {len(kinds)} entries for num_layers={m.num_layers}: give one "
+            "per layer, or one string for every layer."
+        )
+    if m.experimental_attention_variant == "dsa":
+        listed = kinds if isinstance(kinds, tuple) else (kinds,)
+        if not all(k is not None and k.replace("_", "").lower() == "allgather" for k in listed):
+            raise ValueError(
+                f"experimental_attention_variant='dsa' with context_parallel_size="
+                f"{m.context_parallel_size} exchanges the sequence by all-gather only: set "
+                f"cp_comm_type='all_gather' (it is {kinds!r})."
+            )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from megatron.bridge.training.job import ModelDescription
 from megatron.bridge.training.model_rules.architecture import (
     check_bias_activation_fusion,
+    check_cp_comm_type,
     check_mla_output_gate,
 )
 from megatron.bridge.training.model_rules.cuda_graphs import (
@@ -72,6 +73,7 @@ def check_model(model: ModelDescription, *, te_version: str | None = None) -> No
         activation_func=m.activation_func,
         gated_linear_unit=m.gated_linear_unit,
         add_bias_linear=m.add_bias_linear,
+        glu_linear_offset=m.glu_linear_offset,
     )
     check_fp8_recipe(fp8=m.fp8, fp8_recipe=m.fp8_recipe)
     check_fp4(fp8=m.fp8, fp4=m.fp4, fp4_recipe=m.fp4_recipe)
@@ -79,6 +81,7 @@ def check_model(model: ModelDescription, *, te_version: str | None = None) -> No
     check_moe_fp8_te(num_moe_experts=m.num_moe_experts, fp8=m.fp8, te_version=te_version)
 
     check_mla_output_gate(m)
+    check_cp_comm_type(m)
     check_moe_ffn_hidden_size(
         num_moe_experts=m.num_moe_experts,
         moe_ffn_hidden_size=m.moe_ffn_hidden_size,

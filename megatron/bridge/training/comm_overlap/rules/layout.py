@@ -48,12 +48,12 @@ def check_layout(job: JobDescription) -> None:
     Checks the whole layout: the world splits into TP x CP x PP x DP and into the expert grid,
     layers split across pipeline stages (and virtual stages), heads and query groups across TP
     ranks, experts across EP ranks, the sequence across CP ranks, the global batch into
-    micro-batches the schedule runs, sequence parallelism has TP to split over, the GPU trains in
-    the precision, and every rule megatron-core's
-    ``TransformerConfig`` applies to the model's fields (``model_rules.check_model``: MoE biases
-    and expert TP, recompute, CUDA graphs, ...). Needs the world size, so it runs where the whole
-    layout is known: ``runtime_config_update`` (before anything is written) and
-    ``bridge-overlap explain``.
+    micro-batches the schedule runs, sequence parallelism has TP to split over, each layer's CP
+    exchange is one Transformer Engine runs there, the GPU trains in the precision, and every rule
+    megatron-core's ``TransformerConfig`` applies to the model's fields
+    (``model_rules.check_model``: MoE biases and expert TP, recompute, CUDA graphs, ...). Needs
+    the world size, so it runs where the whole layout is known: ``runtime_config_update``
+    (before anything is written) and ``bridge-overlap explain``.
     """
     check_job(job)
     check_parallel_layout(
@@ -79,9 +79,63 @@ def check_layout(job: JobDescription) -> None:
         hybrid_layer_pattern=job.model.hybrid_layer_pattern,
     )
     _check_optimizer_instances(job)
+    _check_cp_exchange(job)
     _ = job.micro_batches  # the global batch splits and schedules (ValueError otherwise)
     # megatron-core reads "no Transformer Engine" as version 0.0.0 in its version rules.
     check_model(job.model, te_version=job.te_version if job.te_available else "0.0.0")
+
+
+#: Transformer Engine's CP exchanges (attention/dot_product_attention/context_parallel.py
+#: ``attn_forward_func_with_cp``, which raises ValueError for any other).
+CP_COMM_TYPES = ("p2p", "all_gather", "a2a", "a2a+p2p")
+
+
+def _check_cp_exchange(job: JobDescription) -> None:
+    """Under CP, each layer's exchange (``cp_comm_type``) is one Transformer Engine runs, and the
+    layer can run it, where core attention is Transformer Engine's ``DotProductAttention``:
+
+    - ``attn_forward_func_with_cp`` knows :data:`CP_COMM_TYPES` only.
+    - The all-to-all over heads (``AttnFuncWithCPAndQKVOA2A``, also inside "a2a+p2p") asserts
+      "The number of attention heads needs to be divisible by CP size!" on the heads and the
+      query groups of a TP rank.
+    - An off-by-one or learnable softmax runs under CP only in FusedAttention with "a2a"
+      (``get_attention_backend``, attention/dot_product_attention/utils.py: FlashAttention takes
+      only the vanilla softmax, FusedAttention drops the softmax types under CP with any other
+      exchange, UnfusedDotProductAttention has no CP); ``DotProductAttention`` then fails with
+      "No dot product attention backend is available".
+    """
+    m = job.model
+    cp = job.cp_size
+    if cp <= 1 or m.experimental_attention_variant is not None:
+        # An experimental variant's attention exchanges its sequence itself (megatron-core's
+        # DSAttention all-gathers it); megatron-core's own rule on it is check_model's.
+        return
+    kinds = set(m.cp_comm_types)
+    unknown = sorted(kinds - set(CP_COMM_TYPES))
+    if unknown:
+        raise ValueError(
+            f"cp_comm_type {unknown[0]!r}: Transformer Engine's context parallelism runs "
+            f"{', '.join(map(repr, CP_COMM_TYPES))}; set cp_comm_type to one of them."
+        )
+    if kinds & {"a2a", "a2a+p2p"} and m.num_attention_heads is not None:
+        tp = job.tp_size
+        heads, groups = m.num_attention_heads // tp, m.query_groups // tp
+        if heads % cp or groups % cp:
+            raise ValueError(
+                f"cp_comm_type a2a with context_parallel_size={cp}: the all-to-all splits each "
+                f"TP rank's {heads} attention heads and {groups} query groups over the CP ranks, "
+                "and CP divides neither evenly. Use a CP size that divides both, or "
+                "cp_comm_type='p2p'."
+            )
+    softmax = m.softmax_type
+    if softmax != "vanilla" and kinds != {"a2a"}:
+        others = sorted(kinds - {"a2a"})
+        raise ValueError(
+            f"softmax_type={softmax!r} with context_parallel_size={cp} and cp_comm_type "
+            f"{others[0]!r}: Transformer Engine runs this softmax under context parallelism "
+            "only in cuDNN fused attention with cp_comm_type='a2a'; no attention backend takes "
+            "it otherwise. Set cp_comm_type='a2a' (on every layer), or context_parallel_size=1."
+        )
 
 
 def _check_optimizer_instances(job: JobDescription) -> None:
