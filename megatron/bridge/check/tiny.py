@@ -56,8 +56,7 @@ def tiny_model(model: ModelDescription, layout: Layout) -> tuple[dict[str, Any],
     :data:`TINY_VOCAB_SIZE` tokens, a sequence of 32 x TP x CP; the pipeline, MoE, MLA, Mamba and
     sliding-window fields as the module says.
     """
-    over_heads = {"a2a", "a2a+p2p"} & set(model.cp_comm_types)
-    groups = layout.tp * (layout.cp if over_heads else 1)
+    groups = layout.tp * (layout.cp if model.cp_splits_heads else 1)
     heads = 2 * groups
     hidden = TINY_HEAD_DIM * heads
     fields: dict[str, Any] = {

@@ -161,6 +161,7 @@ def stage_compute(
         core_peak = _core_peak(job, gpu)
         by_keys = dims.core_attention_by_keys()
         total = sum(by_keys.values())
+        a2a = a2a_share(job.model)
         for keys, flops in by_keys.items():
             f, b = attention_seconds(
                 core_model * flops / total,
@@ -169,7 +170,7 @@ def stage_compute(
                 head_dim=_attention_head_dim(job.model),
                 gpu_generation=generation(gpu),
                 peak=core_peak,
-                a2a=a2a_share(job.model),
+                a2a=a2a,
             )
             attention_fwd += f
             attention_bwd += b

@@ -205,9 +205,8 @@ class ModelBytes(ModelShape):
         (3H each).
         """
         m = self.model
-        if not (m.add_bias_linear and m.num_moe_experts and m.moe_grouped_gemm):
-            return _Elements()
-        if fused_grouped_mlp(m):
+        grouped = m.add_bias_linear and m.num_moe_experts and m.moe_grouped_gemm
+        if not grouped or fused_grouped_mlp(m):
             return _Elements()
         per_copy = 6 + 8
         return _Elements(whole=per_copy * m.moe_router_topk * m.hidden_size)

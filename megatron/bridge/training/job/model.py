@@ -361,6 +361,12 @@ class ModelDescription:
         return ("p2p" if kind is None else kind,) * (self.num_layers or 0)
 
     @property
+    def cp_splits_heads(self) -> bool:
+        """Some layer exchanges its sequence by CP's all-to-all over heads ("a2a", also inside
+        "a2a+p2p"): each CP rank then holds 1 / CP of a TP rank's heads and query groups."""
+        return bool({"a2a", "a2a+p2p"} & set(self.cp_comm_types))
+
+    @property
     def head_dim(self) -> int:
         """Attention head dimension."""
         return self.kv_channels or self.hidden_size // self.num_attention_heads

@@ -117,7 +117,7 @@ def _check_cp_exchange(job: JobDescription) -> None:
             f"cp_comm_type {unknown[0]!r}: Transformer Engine's context parallelism runs "
             f"{', '.join(map(repr, CP_COMM_TYPES))}; set cp_comm_type to one of them."
         )
-    if kinds & {"a2a", "a2a+p2p"} and m.num_attention_heads is not None:
+    if m.cp_splits_heads and m.num_attention_heads is not None:
         tp = job.tp_size
         heads, groups = m.num_attention_heads // tp, m.query_groups // tp
         if heads % cp or groups % cp:
