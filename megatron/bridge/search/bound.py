@@ -40,7 +40,7 @@ from megatron.bridge.training.estimate.stage import Stage, busiest_stage
 # The estimate's compute itself, not a copy of it: the bound must count exactly what the step
 # counts, on the stage the step picks.
 from megatron.bridge.training.estimate.step import stage_compute
-from megatron.bridge.training.hardware import gpu_spec
+from megatron.bridge.training.hardware import gpu_spec, nvlink_ranks
 from megatron.bridge.training.job import ModelDescription
 
 if TYPE_CHECKING:
@@ -114,8 +114,7 @@ def throughput_ceiling(
     if job.gpu is None:
         raise ValueError("the throughput bound needs the job's GPU and micro-batch size")
     gpu = gpu_spec(job.gpu)
-    # estimate_step's NVLink domain.
-    domain = nvlink_domain or gpu.nvlink_domain or gpus_per_node or gpu.gpus_per_node
+    domain = nvlink_ranks(gpu, nvlink_domain=nvlink_domain, gpus_per_node=gpus_per_node)
     tokens, step, tp, ep = _parts(plan, domain)
     tp_exposed = 1 / job.tp_size if knob_on(plan, "tp_comm_overlap") else 1.0
     ep_on = job.ep_size > 1 and knob_on(plan, "overlap_moe_expert_parallel_comm")

@@ -27,6 +27,7 @@ __all__ = [
     "check_precision_on_gpu",
     "gpu_spec",
     "live_gpu_sm100_or_newer",
+    "nvlink_ranks",
     "system_gpu",
 ]
 
@@ -322,6 +323,15 @@ def gpu_spec(name: object) -> GpuSpec:
     if spec is None:
         raise ValueError(f"gpu must be one of {sorted(GPUS)}, got {name!r}.")
     return spec
+
+
+def nvlink_ranks(
+    gpu: GpuSpec, *, nvlink_domain: int | None = None, gpus_per_node: int | None = None
+) -> int:
+    """Consecutive ranks one NVLink domain connects on ``gpu``: ``nvlink_domain`` where given,
+    else the catalogue's domain beyond a node (72 on GB200 NVL72), else ``gpus_per_node``, else
+    the catalogue's GPUs per node."""
+    return nvlink_domain or gpu.nvlink_domain or gpus_per_node or gpu.gpus_per_node
 
 
 def system_gpu(system: str) -> GpuSpec:

@@ -56,7 +56,7 @@ from megatron.bridge.training.estimate.schedule import (
 )
 from megatron.bridge.training.estimate.stage import Stage, busiest_stage, stage_params
 from megatron.bridge.training.estimate.step_assumptions import step_assumptions
-from megatron.bridge.training.hardware import gpu_spec
+from megatron.bridge.training.hardware import gpu_spec, nvlink_ranks
 from megatron.bridge.training.job import check_micro_batch_chunks
 from megatron.bridge.training.validators import LIMITS, LimitError
 
@@ -106,7 +106,7 @@ def estimate_step(
     gbs = micro_batches * mbs * dp
     tokens = gbs * f.model.seq_length
     tokens_per_dp_rank = tokens // dp
-    domain = nvlink_domain or gpu.nvlink_domain or gpus_per_node or gpu.gpus_per_node
+    domain = nvlink_ranks(gpu, nvlink_domain=nvlink_domain, gpus_per_node=gpus_per_node)
     achievable = achievable or achievable_fraction(gpu.name, f.compute_dtype)
     fits = KernelFits(
         ssm_scan_fraction=ssm_scan_fraction,

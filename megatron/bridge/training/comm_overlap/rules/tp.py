@@ -1,7 +1,7 @@
 """TP overlap rules: TE userbuffers overlap, its preset and bootstrap backend, and the buffer rows.
 
 :func:`tp_overlap_blockers` names what keeps a layout from running TP overlap (TP below 2,
-sequence parallelism off, no Transformer Engine). :func:`decide_tp` turns ``tp_comm_overlap`` on
+sequence parallelism off, no Transformer Engine, a TP group across NVLink domains). :func:`decide_tp` turns ``tp_comm_overlap`` on
 when nothing blocks it: a request (``True``) that is blocked is refused with a warning naming every
 blocker; ``"auto"`` asks only for what the layout can run, so a blocked layout is planned without
 TP overlap and without a warning. Either way, the token count must divide into TE's userbuffers
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from megatron.bridge.training.comm_overlap.plan import Source
 from megatron.bridge.training.comm_overlap.rules.planner import Planner
+from megatron.bridge.training.hardware import gpu_spec, nvlink_ranks
 from megatron.bridge.training.job import JobDescription
 from megatron.bridge.training.upstream_divergence import differs_from_upstream
 from megatron.bridge.training.userbuffers import (
@@ -26,19 +27,20 @@ from megatron.bridge.training.userbuffers import (
 )
 from megatron.bridge.training.userbuffers_file import load_preset
 
-__all__ = ["decide_tp", "tp_overlap_blockers", "tp_overlap_buffer_rows"]
+__all__ = ["decide_tp", "tp_group_domain_crossed", "tp_overlap_blockers", "tp_overlap_buffer_rows"]
 
 
 @differs_from_upstream(
     "a TP-overlap request the layout cannot run names every failed condition in the plan, and "
-    "strict=True raises (upstream logs the first one and turns it off)"
+    "strict=True raises (upstream logs the first one and turns it off); a TP group across NVLink "
+    "domains is one (upstream launches it, and userbuffers fail to map the group's buffers)"
 )
 def tp_overlap_blockers(job: JobDescription) -> tuple[str, ...]:
     """Why TP overlap cannot run on ``job``'s layout, one reason per blocker; empty when it can.
 
     TE's userbuffers overlap the sequence-parallel all-gather/reduce-scatter of a TP group, so
-    they need TP >= 2, sequence parallelism and Transformer Engine. Each reason names the field
-    and the fix.
+    they need TP >= 2, sequence parallelism, Transformer Engine, and every TP group inside one
+    NVLink domain (:func:`tp_group_domain_crossed`). Each reason names the field and the fix.
     """
     blockers: list[str] = []
     if job.tp_size < 2:
@@ -56,7 +58,40 @@ def tp_overlap_blockers(job: JobDescription) -> tuple[str, ...]:
             "Transformer Engine is not available: "
             + (job.te_reason or "not importable (install the 'te' extra where the job runs)")
         )
+    domain = tp_group_domain_crossed(job)
+    if domain is not None:
+        blockers.append(
+            f"tensor_model_parallel_size={job.tp_size} puts a TP group across the {job.gpu}'s "
+            f"NVLink domains of {domain} GPUs; TE's userbuffers reach a TP group's peers only "
+            f"inside one NVLink domain (keep TP within {domain} consecutive GPUs, a divisor of "
+            f"{domain}, or set tp_comm_overlap=False)"
+        )
     return tuple(blockers)
+
+
+def tp_group_domain_crossed(job: JobDescription) -> int | None:
+    """The NVLink domain size (:func:`~megatron.bridge.training.hardware.nvlink_ranks`) that one
+    of ``job``'s TP groups crosses; None where every group lies inside one domain, or the GPU is
+    not named.
+
+    megatron-core numbers TP innermost (``initialize_model_parallel``'s default order
+    "tp-cp-ep-dp-pp"), so TP group g holds ranks [g TP, (g + 1) TP). Transformer Engine's
+    userbuffers map the group's buffers into each peer through CUDA IPC handles, or fabric
+    handles across a multi-node NVLink domain (``transformer_engine/common/comm_gemm_overlap/userbuffers/
+    userbuffers-host.cpp``, ``register_user_buffer_collective``), which no GPU outside the
+    domain can open; ``initialize_ub`` builds one userbuffers domain per TP group. TE's
+    maintainers: comm+GEMM overlap runs single-node (NVLink-domain) tensor parallelism only
+    (NVIDIA/TransformerEngine issue 1071).
+    """
+    if job.gpu is None or job.tp_size < 2:
+        return None
+    domain = nvlink_ranks(gpu_spec(job.gpu))
+    groups = max(1, job.world_size // job.tp_size)
+    # A group's first rank within its domain repeats with a period of at most `domain` groups.
+    for group in range(min(groups, domain)):
+        if group * job.tp_size % domain + job.tp_size > domain:
+            return domain
+    return None
 
 
 @differs_from_upstream(
