@@ -1,11 +1,12 @@
 """TP overlap rules: TE userbuffers overlap, its preset and bootstrap backend, and the buffer rows.
 
 :func:`tp_overlap_blockers` names what keeps a layout from running TP overlap (TP below 2,
-sequence parallelism off, no Transformer Engine, a TP group across NVLink domains). :func:`decide_tp` turns ``tp_comm_overlap`` on
-when nothing blocks it: a request (``True``) that is blocked is refused with a warning naming every
-blocker; ``"auto"`` asks only for what the layout can run, so a blocked layout is planned without
-TP overlap and without a warning. Either way, the token count must divide into TE's userbuffers
-(:func:`tp_overlap_buffer_rows`) and a preset should fit the model.
+sequence parallelism off, no Transformer Engine, a TP group across NVLink domains).
+:func:`decide_tp` turns ``tp_comm_overlap`` on when nothing blocks it: a request (``True``) that
+is blocked is refused with a warning naming every blocker; ``"auto"`` asks only for what the
+layout can run, so a blocked layout is planned without TP overlap and without a warning. Either
+way, the token count must divide into TE's userbuffers (:func:`tp_overlap_buffer_rows`) and a
+preset should fit the model.
 """
 
 from __future__ import annotations
@@ -77,11 +78,11 @@ def tp_group_domain_crossed(job: JobDescription) -> int | None:
     megatron-core numbers TP innermost (``initialize_model_parallel``'s default order
     "tp-cp-ep-dp-pp"), so TP group g holds ranks [g TP, (g + 1) TP). Transformer Engine's
     userbuffers map the group's buffers into each peer through CUDA IPC handles, or fabric
-    handles across a multi-node NVLink domain (``transformer_engine/common/comm_gemm_overlap/userbuffers/
-    userbuffers-host.cpp``, ``register_user_buffer_collective``), which no GPU outside the
-    domain can open; ``initialize_ub`` builds one userbuffers domain per TP group. TE's
-    maintainers: comm+GEMM overlap runs single-node (NVLink-domain) tensor parallelism only
-    (NVIDIA/TransformerEngine issue 1071).
+    handles across a multi-node NVLink domain (``register_user_buffer_collective`` in
+    ``transformer_engine/common/comm_gemm_overlap/userbuffers/userbuffers-host.cpp``), which no
+    GPU outside the domain can open; ``initialize_ub`` builds one userbuffers domain per TP
+    group. TE's maintainers: comm+GEMM overlap runs single-node (NVLink-domain) tensor
+    parallelism only (NVIDIA/TransformerEngine issue 1071).
     """
     if job.gpu is None or job.tp_size < 2:
         return None
