@@ -49,7 +49,12 @@ from megatron.bridge.recipes import RECIPES, plan_recipe, recipe_spec
 from megatron.bridge.recipes.published import offload_fields, recompute_fields, run
 from megatron.bridge.training import hardware
 from megatron.bridge.training.estimate import estimate_step
-from megatron.bridge.training.estimate.accuracy import ACCURACY_FILE, FAMILIES, model_family
+from megatron.bridge.training.estimate.accuracy import (
+    ACCURACY_FILE,
+    FAMILIES,
+    architecture,
+    model_family,
+)
 from megatron.bridge.training.estimate.efficiency import (
     ACHIEVABLE,
     FIT_ROWS,
@@ -93,6 +98,8 @@ class Prediction:
     """The model's family (:func:`model_family`); None without a recipe."""
     fitted: bool = False
     """A constant of the estimate was fitted on this row."""
+    architecture: str | None = None
+    """Which model it is (:func:`architecture`, as sorted JSON); None without a recipe."""
 
     @property
     def label(self) -> str:
@@ -220,6 +227,7 @@ def predict(row: dict) -> Prediction:
         row,
         estimate.prediction.tokens_per_s_per_gpu,
         family=model_family(plan.job.model),
+        architecture=json.dumps(architecture(plan.job.model), sort_keys=True),
         fitted=fitted(row),
     )
 
@@ -443,8 +451,11 @@ def accuracy_document(
 ) -> dict[str, Any]:
     """What ``accuracy.json`` holds, every figure rounded to 0.1 %: per family the medians over
     its measured rows (the figure every estimate prints), and for the docs the medians over
-    every measured row, over the newest releases' and per release; with ``out_of_group``
-    (:func:`predict_out_of_group`) the same medians per family and overall out of group."""
+    every measured row, over the newest releases' and per release; per published model (one
+    :func:`architecture`: the recipes whose rows are of it, and the fields where it differs from
+    the first recipe's model), the medians over its rows, which an estimate of that model prints
+    too; with ``out_of_group`` (:func:`predict_out_of_group`) the
+    same medians per family, per model and overall out of group."""
 
     def rounded(s: Summary) -> dict[str, Any]:
         return {
@@ -468,10 +479,30 @@ def accuracy_document(
             figures["out_of_group"] = rounded(held[f])
         return figures
 
+    by_model = {
+        key: [p for p in predictions if p.architecture == key] for key in _models(predictions)
+    }
+    held_by_model = {} if out_of_group is None else grouped(out_of_group, lambda p: p.architecture)
+
+    def model(key: str) -> dict[str, Any]:
+        recipes = sorted({p.row["model"] for p in by_model[key]})
+        fields = json.loads(key)
+        own = architecture(recipe_spec(recipes[0]).job.model)
+        figures = {
+            "recipes": recipes,
+            "changes": {k: v for k, v in fields.items() if own[k] != v},
+            "architecture": fields,
+            **rounded(summarize(by_model[key])),
+        }
+        if key in held_by_model:
+            figures["out_of_group"] = rounded(held_by_model[key])
+        return figures
+
     return {
         "written_by": "benchmarks/predict_published.py --write-accuracy",
         "rows_file": "tests/unit_tests/recipes/data/published_rows.yaml",
         "families": {f: family(f) for f in FAMILIES if f in families},
+        "models": sorted((model(key) for key in by_model), key=lambda m: m["recipes"]),
         "overall": rounded(summarize(predictions)),
         **({} if out_of_group is None else {"out_of_group": rounded(summarize(out_of_group))}),
         "newest_releases": {
@@ -773,14 +804,29 @@ def predict_out_of_group(rows: list[dict]) -> tuple[list[Prediction], list[OutOf
             refits[group] = out_of_group(group, rows, planned)
         refit_ = refits[group]
         if refit_.keywords is None:
-            out.append(Prediction(row, None, f"out of group: {refit_.note}", family=p.family))
+            out.append(
+                dataclasses.replace(p, predicted=None, reason=f"out of group: {refit_.note}")
+            )
             continue
         if not refit_.keywords:
             out.append(dataclasses.replace(p, fitted=False))
             continue
         estimate = estimate_step(_row_plan(row), **refit_.keywords)
-        out.append(Prediction(row, estimate.prediction.tokens_per_s_per_gpu, family=p.family))
+        predicted = estimate.prediction.tokens_per_s_per_gpu
+        out.append(dataclasses.replace(p, predicted=predicted, fitted=False))
     return out, [r for r in refits.values() if r.note]
+
+
+def _models(predictions: Iterable[Prediction]) -> list[str]:
+    """The architectures (:attr:`Prediction.architecture`) of the predicted rows, in the order
+    they first appear."""
+    return list(
+        dict.fromkeys(
+            p.architecture
+            for p in predictions
+            if p.predicted is not None and p.architecture is not None
+        )
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -316,7 +316,7 @@ def _share(value: float | None, *, signed: bool = False) -> str:
 def published_accuracy() -> str:
     """The estimate's measured error on the published rows (``estimate/accuracy.json``, written
     by ``benchmarks/predict_published.py --write-accuracy``): per model family, overall, over the
-    newest releases, and per release."""
+    newest releases, per published model, and per release."""
     doc = json.loads(ACCURACY_FILE.read_text(encoding="utf-8"))
     lines = [
         "| Model family | Rows | Median \\|error\\| | Median error "
@@ -347,6 +347,18 @@ def published_accuracy() -> str:
         f"| {_share(newest['median_abs_error'])} "
         f"| {_share(newest['median_signed_error'], signed=True)} | |"
     )
+    lines += [
+        "",
+        "| Published model | Rows | Median \\|error\\| | Median error "
+        "| Median \\|error\\|, group left out |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for model in doc["models"]:
+        lines.append(
+            f"| {_model_name(model)} | {model['rows']} "
+            f"| {_share(model['median_abs_error'])} "
+            f"| {_share(model['median_signed_error'], signed=True)} | {held_out(model)} |"
+        )
     lines += ["", "| Release | Rows | Median error | Median \\|error\\| |", "|---|---:|---:|---:|"]
     for release, s in doc["releases"].items():
         lines.append(
@@ -354,6 +366,13 @@ def published_accuracy() -> str:
             f"| {_share(s['median_abs_error'])} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _model_name(model: dict[str, Any]) -> str:
+    """A published model of ``accuracy.json`` as the table names it: its recipes, and the fields
+    where it differs from the first one's model."""
+    changed = ", ".join(f"`{k}` {v}" for k, v in model["changes"].items())
+    return ", ".join(model["recipes"]) + (f" with {changed}" if changed else "")
 
 
 @functools.cache

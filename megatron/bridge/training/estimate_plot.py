@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -142,6 +143,10 @@ def _draw(ax, panel: dict[str, Any]) -> None:
     ax.invert_yaxis()
 
 
+_HEADING_CHARS = 150
+"""Characters of the heading's longest line at 9 points across the 11-inch figure."""
+
+
 def plot_step(estimate: Estimate, path: str | Path, *, title: str | None = None) -> Path:
     """Write the step picture to ``path`` (PNG or SVG, chosen by the suffix); returns the path.
 
@@ -171,7 +176,9 @@ def plot_step(estimate: Estimate, path: str | Path, *, title: str | None = None)
         "ms (compute at the achievable fraction of peak; link lanes: when each stream runs)",
         fontsize=8,
     )
-    heading = "\n".join(line for line in (title, picture["accuracy"]) if line)
+    # The accuracy line in lines the figure's width holds at this size.
+    accuracy = textwrap.wrap(picture["accuracy"] or "", width=_HEADING_CHARS)
+    heading = "\n".join(line for line in (title, *accuracy) if line)
     if heading:
         fig.suptitle(heading, fontsize=9)
     fig.tight_layout(rect=(0, 0.05, 1, 1))

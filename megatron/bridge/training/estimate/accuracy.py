@@ -2,11 +2,13 @@
 
 ``benchmarks/predict_published.py`` sets the estimate beside every pre-training row NVIDIA
 publishes for Megatron-Bridge (current and archived releases) and, with ``--write-accuracy``,
-writes the median errors per model family into ``accuracy.json`` beside this module (rows a
-constant was fitted on left out). :func:`measured_accuracy` reads that file for a model: the
-figure every estimate prints, or that no published row is of this kind of model. The family of
-a model is :func:`model_family`, one rule read by the script and the estimate alike. Pure data:
-importing this module loads no torch.
+writes the median errors per model family, and per published model, into ``accuracy.json``
+beside this module (rows a constant was fitted on left out). :func:`measured_accuracy` reads
+that file for a model: the figure every estimate prints, or that no published row is of this
+kind of model, and the figures of the model's own published rows where it is a published model.
+The family of a model is :func:`model_family` and the model it is :func:`architecture`, one rule
+each, read by the script and the estimate alike. Pure data: importing this module loads no
+torch.
 """
 
 from __future__ import annotations
@@ -14,19 +16,24 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
+
+from megatron.bridge.training.megatron_core_support import DSV4_HYBRID_FIELDS
 
 if TYPE_CHECKING:
     from megatron.bridge.training.job import ModelDescription
 
 __all__ = [
     "ACCURACY_FILE",
+    "ARCHITECTURE_FIELDS",
     "FAMILIES",
     "Family",
     "MeasuredAccuracy",
+    "ModelAccuracy",
+    "architecture",
     "measured_accuracy",
     "model_family",
 ]
@@ -66,6 +73,115 @@ def model_family(model: ModelDescription) -> Family:
     return "dense"
 
 
+#: The fields of a model description that make it the model it is: its layers' kinds and widths,
+#: its attention (DeepSeek-V4's hybrid attention's fields included), experts, Mamba mixers,
+#: vocabulary and MTP layers. Sequence length, the layout,
+#: precision, recompute, dropout and kernel choices are how a model is trained, not which model.
+ARCHITECTURE_FIELDS: tuple[str, ...] = (
+    "num_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "num_query_groups",
+    "kv_channels",
+    "ffn_hidden_size",
+    "vocab_size",
+    "gated_linear_unit",
+    "activation_func",
+    "glu_linear_offset",
+    "activation_func_clamp_value",
+    "add_bias_linear",
+    "add_qkv_bias",
+    "normalization",
+    "position_embedding_type",
+    "share_embeddings_and_output_weights",
+    "softmax_type",
+    "multi_latent_attention",
+    "q_lora_rank",
+    "kv_lora_rank",
+    "qk_head_dim",
+    "qk_pos_emb_head_dim",
+    "v_head_dim",
+    "window_size",
+    "window_attn_skip_freq",
+    "attention_output_gate",
+    "experimental_attention_variant",
+    "dsa_indexer_n_heads",
+    "dsa_indexer_head_dim",
+    "dsa_indexer_topk",
+    *DSV4_HYBRID_FIELDS,
+    "hybrid_layer_pattern",
+    "mamba_state_dim",
+    "mamba_head_dim",
+    "mamba_num_groups",
+    "mamba_num_heads",
+    "num_moe_experts",
+    "moe_router_topk",
+    "moe_router_score_function",
+    "moe_ffn_hidden_size",
+    "moe_shared_expert_intermediate_size",
+    "moe_layer_freq",
+    "moe_latent_size",
+    "mtp_num_layers",
+)
+
+
+def architecture(model: ModelDescription) -> dict[str, Any]:
+    """Which model ``model`` is: its :data:`ARCHITECTURE_FIELDS`, JSON-ready (tuples as lists),
+    as ``accuracy.json`` names each published model."""
+    return {name: _json_ready(getattr(model, name)) for name in ARCHITECTURE_FIELDS}
+
+
+def _json_ready(value: Any) -> Any:
+    return [_json_ready(v) for v in value] if isinstance(value, (tuple, list)) else value
+
+
+@dataclass(frozen=True)
+class ModelAccuracy:
+    """The estimate's error on the published rows of one model (one :func:`architecture`)."""
+
+    recipes: tuple[str, ...]
+    """The recipes whose published rows are of this model."""
+    changes: Mapping[str, Any] = field(default_factory=dict)
+    """Where it differs from the first recipe's model: field -> value (empty: nowhere)."""
+    rows: int = 0
+    """Its rows counted in :attr:`median_abs_error` (no constant fitted on them)."""
+    median_abs_error: float | None = None
+    """Median of |predicted / published - 1| over those rows; None when each was fitted on."""
+    median_signed_error: float | None = None
+    """Median of predicted / published - 1 (positive: the estimate is optimistic)."""
+    out_of_group_median_abs_error: float | None = None
+    """Median |error| over its rows with the constants fitted on them refit without them."""
+
+    @property
+    def name(self) -> str:
+        """The recipes, and where the model differs from the first one's."""
+        changed = ", ".join(f"{k} {v}" for k, v in self.changes.items())
+        return ", ".join(self.recipes) + (f" with {changed}" if changed else "")
+
+    def words(self) -> str:
+        """The figures in words, as the accuracy line ends."""
+        parts = []
+        if self.rows and self.median_abs_error is not None:
+            parts.append(
+                f"off by {self.median_abs_error:.1%} median (signed "
+                f"{self.median_signed_error:+.1%}) over its {_rows(self.rows)}"
+            )
+        if self.out_of_group_median_abs_error is not None:
+            parts.append(f"{self.out_of_group_median_abs_error:.1%} with them left out of the fit")
+        return f"this model ({self.name}): {', '.join(parts)}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready values."""
+        return {
+            "recipes": list(self.recipes),
+            "changes": dict(self.changes),
+            "rows": self.rows,
+            "median_abs_error": self.median_abs_error,
+            "median_signed_error": self.median_signed_error,
+            "out_of_group_median_abs_error": self.out_of_group_median_abs_error,
+        }
+
+
 @dataclass(frozen=True)
 class MeasuredAccuracy:
     """The estimate's error on the published rows of one family of models."""
@@ -81,6 +197,8 @@ class MeasuredAccuracy:
     out_of_group_median_abs_error: float | None = None
     """Median |error| over the same rows when each (model, GPU, precision) group is predicted
     with the constants fitted on it refit without it; None when not measured."""
+    model: ModelAccuracy | None = None
+    """The figures of the model's own published rows; None when it is no published model."""
 
     @property
     def description(self) -> str:
@@ -89,9 +207,11 @@ class MeasuredAccuracy:
 
     def line(self) -> str:
         """The figure in words, as every estimate prints it."""
+        own = "" if self.model is None else f"; {self.model.words()}"
         if not self.rows or self.median_abs_error is None:
             return (
-                f"measured accuracy: no published rows for this kind of model ({self.description})"
+                "measured accuracy: no published rows for this kind of model "
+                f"({self.description}){own}"
             )
         held_out = (
             ""
@@ -101,8 +221,8 @@ class MeasuredAccuracy:
         )
         return (
             f"measured accuracy: tokens/s/GPU off by {self.median_abs_error:.1%} median "
-            f"(signed {self.median_signed_error:+.1%}) over {self.rows} published rows of "
-            f"{self.description}{held_out}"
+            f"(signed {self.median_signed_error:+.1%}) over {_rows(self.rows)} of "
+            f"{self.description}{held_out}{own}"
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -114,21 +234,51 @@ class MeasuredAccuracy:
             "median_abs_error": self.median_abs_error,
             "median_signed_error": self.median_signed_error,
             "out_of_group_median_abs_error": self.out_of_group_median_abs_error,
+            "model": None if self.model is None else self.model.to_dict(),
         }
 
 
+def _rows(n: int) -> str:
+    return f"{n} published row{'' if n == 1 else 's'}"
+
+
 @functools.cache
+def _document() -> Mapping[str, Any]:
+    """:data:`ACCURACY_FILE`, read once."""
+    return json.loads(ACCURACY_FILE.read_text(encoding="utf-8"))
+
+
 def _figures() -> Mapping[str, Mapping[str, Any]]:
     """The families' figures of :data:`ACCURACY_FILE`."""
-    return json.loads(ACCURACY_FILE.read_text(encoding="utf-8"))["families"]
+    return _document()["families"]
+
+
+def _model_accuracy(model: ModelDescription) -> ModelAccuracy | None:
+    """The figures of the published model whose :func:`architecture` ``model`` has, if any."""
+    fields = architecture(model)
+    for entry in _document().get("models", ()):
+        if entry["architecture"] != fields:
+            continue
+        held_out = entry.get("out_of_group", {}).get("median_abs_error")
+        return ModelAccuracy(
+            tuple(entry["recipes"]),
+            MappingProxyType(dict(entry.get("changes", {}))),
+            int(entry["rows"]),
+            entry["median_abs_error"],
+            entry["median_signed_error"],
+            held_out,
+        )
+    return None
 
 
 def measured_accuracy(model: ModelDescription) -> MeasuredAccuracy:
-    """The measured error of the estimate on published rows of ``model``'s family."""
+    """The measured error of the estimate on published rows of ``model``'s family, and on the
+    model's own where it is a published model (its :func:`architecture`)."""
     family = model_family(model)
     figures = _figures().get(family)
+    own = _model_accuracy(model)
     if figures is None:
-        return MeasuredAccuracy(family, 0, None, None)
+        return MeasuredAccuracy(family, 0, None, None, model=own)
     held_out = figures.get("out_of_group", {}).get("median_abs_error")
     return MeasuredAccuracy(
         family,
@@ -136,4 +286,5 @@ def measured_accuracy(model: ModelDescription) -> MeasuredAccuracy:
         float(figures["median_abs_error"]),
         float(figures["median_signed_error"]),
         None if held_out is None else float(held_out),
+        own,
     )
