@@ -42,6 +42,8 @@ REFERENCE: RecipeSpec = gpt3_175b.SPEC.changed(
 FLAG_FIELDS: dict[str, str] = {
     "world_size": "world_size",
     "gpu": "gpu",
+    "gpus_per_node": "gpus_per_node",
+    "nvlink_domain": "nvlink_domain",
     "precision": "precision",
     "micro_batch_size": "micro_batch_size",
     "global_batch_size": "global_batch_size",

@@ -54,8 +54,6 @@ class _Parser(argparse.ArgumentParser):
 _OPTION_LIMITS = {
     "layernorm_sm_margin": "layernorm_sm_margin",
     "nccl_pp_chunksize": "nccl_pp_comm_chunksize",
-    "gpus_per_node": "gpus_per_node",
-    "nvlink_domain": "nvlink_domain",
 }
 
 

@@ -94,9 +94,7 @@ def explain(
     )
     refused = None
     try:
-        estimate = estimate_step(
-            plan, gpus_per_node=args.gpus_per_node, nvlink_domain=args.nvlink_domain
-        )
+        estimate = estimate_step(plan)
     except LimitError:
         raise  # a size above its bound is invalid input (exit 2), not a missing fact
     except ValueError as exc:  # the job lacks what the estimate needs; the document says what

@@ -101,8 +101,6 @@ def run_search(args: argparse.Namespace) -> tuple[SearchResult, dict[str, Any], 
             published=_published(spec, world_sizes, gbs) if args.recipe else None,
             tp_overlap=args.search_tp_overlap,
             ep_overlap=args.search_ep_overlap,
-            gpus_per_node=args.gpus_per_node,
-            nvlink_domain=args.nvlink_domain,
         )
     finally:
         if bar is not None:

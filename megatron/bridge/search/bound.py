@@ -40,11 +40,12 @@ from megatron.bridge.training.estimate.stage import Stage, busiest_stage
 # The estimate's compute itself, not a copy of it: the bound must count exactly what the step
 # counts, on the stage the step picks.
 from megatron.bridge.training.estimate.step import stage_compute
-from megatron.bridge.training.hardware import gpu_spec, nvlink_ranks
+from megatron.bridge.training.hardware import gpu_spec
 from megatron.bridge.training.job import ModelDescription
 
 if TYPE_CHECKING:
     from megatron.bridge.training.comm_overlap import OverlapPlan
+    from megatron.bridge.training.job import JobDescription
 
 __all__ = ["throughput_ceiling"]
 
@@ -54,18 +55,18 @@ def _cost(model: ModelDescription) -> ModelCost:
     return ModelCost(model)
 
 
-#: The overlap-free parts of the bound, by (job, NVLink domain): a search plans each layout with
-#: several overlap choices, whose jobs are one and the same.
-_PARTS: dict[tuple, tuple[float, float, float, float]] = {}
+#: The overlap-free parts of the bound, by job: a search plans each layout with several overlap
+#: choices, whose jobs are one and the same.
+_PARTS: dict[JobDescription, tuple[float, float, float, float]] = {}
 _PARTS_KEPT = 4096
 
 
-def _parts(plan: OverlapPlan, domain: int) -> tuple[float, float, float, float]:
+def _parts(plan: OverlapPlan) -> tuple[float, float, float, float]:
     """(tokens of the step, compute with the bubble, TP seconds at link peak, EP seconds at link
     peak) of ``plan``'s job, none of which depends on the plan's overlap (``comm.price`` reads
     the plan for what it hides, not for what a transfer takes at peak)."""
     job = plan.job
-    key = (job, domain)
+    key = job
     found = _PARTS.get(key)
     if found is not None:
         return found
@@ -94,7 +95,7 @@ def _parts(plan: OverlapPlan, domain: int) -> tuple[float, float, float, float]:
         [*tp_transfers(job, stage), *ep_transfers(job, stage)],
         plan=plan,
         gpu=gpu,
-        nvlink_domain=domain,
+        nvlink_domain=job.nvlink_ranks,
     )
     tp = sum(e.seconds_at_link_peak for e in entries if e.mode == "tp")
     ep = sum(e.seconds_at_link_peak for e in entries if e.mode == "ep")
@@ -104,18 +105,13 @@ def _parts(plan: OverlapPlan, domain: int) -> tuple[float, float, float, float]:
     return found
 
 
-def throughput_ceiling(
-    plan: OverlapPlan, *, gpus_per_node: int | None = None, nvlink_domain: int | None = None
-) -> float:
-    """An upper bound on ``estimate_step(plan, ...)``'s tokens/s/GPU (see the module docstring);
-    the options are ``estimate_step``'s. ``ValueError`` where the job lacks what the estimate
-    needs."""
+def throughput_ceiling(plan: OverlapPlan) -> float:
+    """An upper bound on ``estimate_step(plan)``'s tokens/s/GPU (see the module docstring).
+    ``ValueError`` where the job lacks what the estimate needs."""
     job = plan.job
     if job.gpu is None:
         raise ValueError("the throughput bound needs the job's GPU and micro-batch size")
-    gpu = gpu_spec(job.gpu)
-    domain = nvlink_ranks(gpu, nvlink_domain=nvlink_domain, gpus_per_node=gpus_per_node)
-    tokens, step, tp, ep = _parts(plan, domain)
+    tokens, step, tp, ep = _parts(plan)
     tp_exposed = 1 / job.tp_size if knob_on(plan, "tp_comm_overlap") else 1.0
     ep_on = job.ep_size > 1 and knob_on(plan, "overlap_moe_expert_parallel_comm")
     ep_exposed = 1 - EP_OVERLAP.hidden_share if ep_on else 1.0

@@ -173,14 +173,12 @@ class _Search:
         *,
         te: TEStatus | str,
         global_batch_size: int,
-        options: dict,
         width: float,
         modes: tuple[OverlapMode, OverlapMode],
     ) -> None:
         self.base = base
         self.te = te
         self.gbs = global_batch_size
-        self.options = options
         self.width = width
         self.modes = modes
         # The GPU's bytes, as the memory estimate takes them (None: no GPU named, which the
@@ -233,7 +231,7 @@ class _Search:
         own accord (``--ep-overlap auto``) is counted apart: the layout without it is tried too."""
         try:
             plan = spec.plan(te=self.te)
-            ceiling = throughput_ceiling(plan, **self.options)
+            ceiling = throughput_ceiling(plan)
         except ValueError as exc:
             if choice.ep and self.modes[1] == "auto":
                 self.counts["overlap_refused"] += 1
@@ -350,7 +348,7 @@ class _Search:
                 self.costed[key] = known
             return known
         try:
-            estimate = estimate_step(planned.plan, **self.options)
+            estimate = estimate_step(planned.plan)
         except ValueError as exc:
             self._refused(exc)
             return None
@@ -446,7 +444,6 @@ def search(
     published: RecipeSpec | None = None,
     tp_overlap: OverlapMode = "auto",
     ep_overlap: OverlapMode = "auto",
-    **estimate_options: int | None,
 ) -> SearchResult:
     """Search the layouts of ``base``'s model on its GPU and precision for each of
     ``world_sizes`` at ``global_batch_size`` samples per step; rank those that fit.
@@ -456,9 +453,9 @@ def search(
     ``published`` is a layout to cost and rank beside the search's (the recipe's published run,
     whose custom pipeline layout and recompute modules the search does not generate).
     ``tp_overlap`` and ``ep_overlap`` say how TP and EP overlap are searched (:mod:`.overlap`;
-    ``ValueError`` for EP overlap ``on`` on a dense model). ``estimate_options`` go to
-    ``estimate_step`` (``gpus_per_node``, ``nvlink_domain``). ``progress`` is called with
-    (done, total) as the search goes.
+    ``ValueError`` for EP overlap ``on`` on a dense model). The cluster's NVLink domain and
+    node size are ``base``'s job's (``nvlink_domain``, ``gpus_per_node``), every layout's.
+    ``progress`` is called with (done, total) as the search goes.
     """
     check_overlap_modes(tp=tp_overlap, ep=ep_overlap, moe=base.job.model.moe)
     width, accuracy = band_width(base.job.model)
@@ -466,7 +463,6 @@ def search(
         base,
         te=te,
         global_batch_size=global_batch_size,
-        options=estimate_options,
         width=width,
         modes=(tp_overlap, ep_overlap),
     )

@@ -271,11 +271,18 @@ def cutedsl_fused_grouped_mlp(model: ModelDescription) -> bool:
 
 
 def hybrid_ep_environment(
-    *, ep_size: int, etp_size: int = 1, gpu: str | None
+    *,
+    ep_size: int,
+    etp_size: int = 1,
+    gpu: str | None,
+    nvlink_domain: int | None = None,
+    gpus_per_node: int | None = None,
 ) -> tuple[LaunchEnvEntry, ...]:
     """HybridEP's topology variables (:data:`HYBRID_EP_ENV_NAMES`) for an EP layout on a GPU.
 
-    The NVLink domain is the catalogue's ``nvlink_domain`` (a domain spanning nodes, e.g. 72 on
+    The NVLink domain is ``nvlink_domain`` where the job gives its cluster's (spanning nodes,
+    ``USE_MNNVL=1``, when it is larger than a node of ``gpus_per_node`` GPUs, default the
+    catalogue's), else the catalogue's ``nvlink_domain`` (a domain spanning nodes, e.g. 72 on
     GB200 NVL72: ``USE_MNNVL=1``), else one HGX/DGX board of :data:`HGX_NVLINK_DOMAIN` GPUs
     (``USE_MNNVL=0``). megatron-core lays expert-tensor-parallel ranks innermost, so one domain
     holds ``domain // etp_size`` ranks of an EP group: the EP ranks per domain are the EP size
@@ -286,6 +293,9 @@ def hybrid_ep_environment(
     """
     validate_parallel_size("ep_size", ep_size)
     validate_parallel_size("etp_size", etp_size)
+    for name, value in (("nvlink_domain", nvlink_domain), ("gpus_per_node", gpus_per_node)):
+        if value is not None:
+            validate_parallel_size(name, value)
     if gpu is None:
         reason = (
             "no GPU named: HybridEP detects the NVLink domain itself (name the gpu to export "
@@ -293,8 +303,12 @@ def hybrid_ep_environment(
         )
         return tuple(LaunchEnvEntry(name=n, value=None, reason=reason) for n in HYBRID_EP_ENV_NAMES)
     spec = gpu_spec(gpu)
-    multi_node = spec.nvlink_domain is not None
-    domain = spec.nvlink_domain if multi_node else HGX_NVLINK_DOMAIN
+    if nvlink_domain is not None:
+        domain = nvlink_domain
+        multi_node = domain > (gpus_per_node or spec.gpus_per_node)
+    else:
+        multi_node = spec.nvlink_domain is not None
+        domain = spec.nvlink_domain if multi_node else HGX_NVLINK_DOMAIN
     where = (
         f"{spec.name}: one {domain}-GPU NVLink domain across nodes"
         if multi_node
@@ -410,6 +424,8 @@ def plan_launch_env(
     *,
     gpu_sm100_or_newer: bool | None = None,
     gpu: str | None = None,
+    nvlink_domain: int | None = None,
+    gpus_per_node: int | None = None,
     tp_size: int = 1,
     cp_size: int = 1,
     dp_size: int = 1,
@@ -427,7 +443,8 @@ def plan_launch_env(
     """Decide the launch environment for a layout; pure, validates every input.
 
     The GPU generation comes from ``gpu`` (a catalogue name) when given, else from
-    ``gpu_sm100_or_newer``; HybridEP's topology (backend ``hybridep`` only) needs ``gpu``.
+    ``gpu_sm100_or_newer``; HybridEP's topology (backend ``hybridep`` only) needs ``gpu``, and
+    takes the cluster's ``nvlink_domain`` and ``gpus_per_node`` where given.
     ``cutedsl_fused_grouped_mlp`` (:func:`cutedsl_fused_grouped_mlp` of the model) exports
     ``NVTE_CUTEDSL_FUSED_GROUPED_MLP=1``.
     """
@@ -473,7 +490,13 @@ def plan_launch_env(
         LaunchEnvEntry(name=name, value=value, reason=reason) for name, (value, reason) in settings
     )
     if backend == "hybridep":
-        entries += hybrid_ep_environment(ep_size=ep_size, etp_size=etp_size, gpu=gpu)
+        entries += hybrid_ep_environment(
+            ep_size=ep_size,
+            etp_size=etp_size,
+            gpu=gpu,
+            nvlink_domain=nvlink_domain,
+            gpus_per_node=gpus_per_node,
+        )
     if cutedsl_fused_grouped_mlp:
         entries += (
             LaunchEnvEntry(
@@ -624,12 +647,15 @@ def plan_launch_env_for(
     """The launch environment a resolved layout needs: what every consumer exports and checks.
 
     ``job`` is a resolved plan's (``plan.job``) and ``a2a_overlap`` whether EP all-to-all
-    overlap survived in it. The GPU generation and NVLink domain come from the job's GPU when it
-    names one, else the generation from ``gpu_sm100_or_newer`` (which must then be given).
+    overlap survived in it. The GPU generation comes from the job's GPU when it names one, else
+    from ``gpu_sm100_or_newer`` (which must then be given); the NVLink domain from the job's
+    ``nvlink_domain`` and ``gpus_per_node``, else its GPU's.
     """
     return plan_launch_env(
         gpu_sm100_or_newer=gpu_sm100_or_newer,
         gpu=job.gpu,
+        nvlink_domain=job.nvlink_domain,
+        gpus_per_node=job.gpus_per_node,
         **launch_layout(job),
         a2a_overlap=a2a_overlap,
         enable_layernorm_sm_margin=enable_layernorm_sm_margin,

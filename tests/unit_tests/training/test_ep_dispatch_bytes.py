@@ -34,10 +34,14 @@ def test_the_share_is_the_mean_of_remote_domains_over_remote_copies(group, local
 
 def _ep_seconds(dispatcher: dict[str, str], nodes: int) -> float:
     job = JobDescription(
-        model=dataclasses.replace(MOE, **dispatcher), world_size=16, gpu="h100", micro_batch_size=1
+        model=dataclasses.replace(MOE, **dispatcher),
+        world_size=16,
+        gpu="h100",
+        gpus_per_node=16 // nodes,
+        micro_batch_size=1,
     )
     plan = plan_comm_overlap(CommOverlapConfig(tp_comm_overlap=False), job)
-    estimate = estimate_step(plan, gpus_per_node=16 // nodes)
+    estimate = estimate_step(plan)
     (entry,) = [c for c in estimate.communication if c.mode == "ep"]
     return entry.seconds_at_link_peak
 

@@ -96,16 +96,14 @@ def test_per_micro_batch_gathers_slow_a_step_whose_compute_cannot_hide_them():
     # Eight GPUs over the network (one per node) with a tiny micro-batch: the gathers of every
     # micro-batch outlast its compute, where the distributed optimizer's once-per-step gather
     # hides under the backward.
-    small = dict(gpu="h100", micro_batch_size=1, global_batch_size=256)
+    small = dict(gpu="h100", micro_batch_size=1, global_batch_size=256, nvlink_domain=1)
     dist_opt = estimate_step(
-        plan_comm_overlap(CommOverlapConfig(tp_comm_overlap=False), _job(**small)),
-        nvlink_domain=1,
+        plan_comm_overlap(CommOverlapConfig(tp_comm_overlap=False), _job(**small))
     )
     fsdp = estimate_step(
         plan_comm_overlap(
             CommOverlapConfig(tp_comm_overlap=False), _job(use_megatron_fsdp=True, **small)
-        ),
-        nvlink_domain=1,
+        )
     )
     assert fsdp.prediction.step_seconds > dist_opt.prediction.step_seconds
     assert fsdp.prediction.exposed_seconds > dist_opt.prediction.exposed_seconds

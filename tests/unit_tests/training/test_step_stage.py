@@ -61,11 +61,13 @@ def test_custom_layout_gives_each_rank_its_layers_and_the_mtp_stage():
 
 def test_gpus_per_node_defaults_to_the_catalogue():
     # H100 has no NVLink domain of its own: one node is the domain.
-    plan = recipe_spec("llama3_70b", gpu="h100", precision="fp8_cs").plan()
+    spec = recipe_spec("llama3_70b", gpu="h100", precision="fp8_cs")
+    plan = spec.plan()
     assert plan.job.tp_size * plan.job.cp_size * 2 > 4  # a DP pair crosses 4 GPUs
     default = estimate_step(plan)
-    assert default == estimate_step(plan, gpus_per_node=hardware.gpu_spec("h100").gpus_per_node)
-    assert default != estimate_step(plan, gpus_per_node=4)
+    catalogue = hardware.gpu_spec("h100").gpus_per_node
+    assert default == estimate_step(spec.changed(gpus_per_node=catalogue).plan())
+    assert default != estimate_step(spec.changed(gpus_per_node=4).plan())
 
 
 def test_the_estimate_describes_the_stage_that_takes_longest_not_the_one_with_most_flops():

@@ -56,7 +56,7 @@ from megatron.bridge.training.estimate.schedule import (
 )
 from megatron.bridge.training.estimate.stage import Stage, busiest_stage, stage_params
 from megatron.bridge.training.estimate.step_assumptions import step_assumptions
-from megatron.bridge.training.hardware import gpu_spec, nvlink_ranks
+from megatron.bridge.training.hardware import gpu_spec
 from megatron.bridge.training.job import check_micro_batch_chunks
 from megatron.bridge.training.validators import LIMITS, LimitError
 
@@ -69,8 +69,6 @@ __all__ = ["KernelSeconds", "estimate_step", "kernel_seconds"]
 def estimate_step(
     plan: OverlapPlan,
     *,
-    gpus_per_node: int | None = None,
-    nvlink_domain: int | None = None,
     achievable: Achievable | None = None,
     ssm_scan_fraction: float | None = None,
     unfused_bytes: float | None = None,
@@ -81,9 +79,9 @@ def estimate_step(
     Everything comes from the plan's job description: the model (:class:`ModelCost`), the
     layout, the GPU, the batch sizes (the global batch defaults to the smallest that fills the
     pipeline, micro-batch x DP x PP) and whether gradients are reduced in fp32.
-    ``nvlink_domain`` is how many consecutive ranks NVLink connects (default: the GPU
-    catalogue's domain, e.g. 72 on GB200 NVL72, else ``gpus_per_node``, which defaults to the
-    catalogue's GPUs per node). ``achievable`` replaces the fitted fraction of peak the compute
+    The NVLink domain is the job's (:attr:`JobDescription.nvlink_ranks`: its
+    ``nvlink_domain``, else the GPU catalogue's, e.g. 72 on GB200 NVL72, else its
+    ``gpus_per_node``, else the catalogue's GPUs per node). ``achievable`` replaces the fitted fraction of peak the compute
     runs at (:func:`~.efficiency.achievable_fraction`); ``ssm_scan_fraction`` the fitted share
     of the BF16 peak the Mamba scan kernels run at (:func:`~.kernels.ssm_scan_rate`);
     ``unfused_bytes`` the fitted bytes per routed token element of the experts outside the fused
@@ -106,7 +104,7 @@ def estimate_step(
     gbs = micro_batches * mbs * dp
     tokens = gbs * f.model.seq_length
     tokens_per_dp_rank = tokens // dp
-    domain = nvlink_ranks(gpu, nvlink_domain=nvlink_domain, gpus_per_node=gpus_per_node)
+    domain = f.nvlink_ranks
     achievable = achievable or achievable_fraction(gpu.name, f.compute_dtype)
     fits = KernelFits(
         ssm_scan_fraction=ssm_scan_fraction,

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from megatron.bridge.training.hardware import gpu_spec, nvlink_ranks
 from megatron.bridge.training.job.model import ModelDescription
 from megatron.bridge.training.parallel_layout import data_parallel_size, micro_batches_per_step
 from megatron.bridge.training.pipeline_layout import parse_layout
@@ -51,6 +52,11 @@ class JobDescription:
     """GPUs in the job."""
     gpu: str | None = None
     """GPU model (a name from the GPU catalogue); None when unknown."""
+    gpus_per_node: int | None = None
+    """GPUs per node (None: the GPU catalogue's for ``gpu``)."""
+    nvlink_domain: int | None = None
+    """Consecutive ranks one NVLink domain connects (None: the GPU catalogue's domain beyond a
+    node, e.g. 72 on GB200 NVL72, else the node); :attr:`nvlink_ranks` reads both."""
     micro_batch_size: int | None = None
     """Samples per micro-batch."""
     global_batch_size: int | None = None
@@ -112,6 +118,17 @@ class JobDescription:
     compute_dtype = _model_field(
         "compute_dtype", "The model's training precision (``ModelDescription.compute_dtype``)."
     )
+
+    @property
+    def nvlink_ranks(self) -> int | None:
+        """Consecutive ranks one NVLink domain connects on this job's cluster
+        (:func:`~megatron.bridge.training.hardware.nvlink_ranks` of the GPU, with
+        :attr:`nvlink_domain` and :attr:`gpus_per_node`); None without a GPU."""
+        if self.gpu is None:
+            return None
+        return nvlink_ranks(
+            gpu_spec(self.gpu), nvlink_domain=self.nvlink_domain, gpus_per_node=self.gpus_per_node
+        )
 
     @property
     def vpp_size(self) -> int | None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from megatron.bridge.training.comm_overlap.plan import Source
 from megatron.bridge.training.comm_overlap.rules.planner import Planner
-from megatron.bridge.training.hardware import gpu_spec, nvlink_ranks
 from megatron.bridge.training.job import JobDescription
 from megatron.bridge.training.upstream_divergence import differs_from_upstream
 from megatron.bridge.training.userbuffers import (
@@ -62,8 +61,8 @@ def tp_overlap_blockers(job: JobDescription) -> tuple[str, ...]:
     domain = tp_group_domain_crossed(job)
     if domain is not None:
         blockers.append(
-            f"tensor_model_parallel_size={job.tp_size} puts a TP group across the {job.gpu}'s "
-            f"NVLink domains of {domain} GPUs; TE's userbuffers reach a TP group's peers only "
+            f"tensor_model_parallel_size={job.tp_size} puts a TP group across NVLink domains "
+            f"of {domain} {job.gpu} GPUs; TE's userbuffers reach a TP group's peers only "
             f"inside one NVLink domain (keep TP within {domain} consecutive GPUs, a divisor of "
             f"{domain}, or set tp_comm_overlap=False)"
         )
@@ -71,7 +70,7 @@ def tp_overlap_blockers(job: JobDescription) -> tuple[str, ...]:
 
 
 def tp_group_domain_crossed(job: JobDescription) -> int | None:
-    """The NVLink domain size (:func:`~megatron.bridge.training.hardware.nvlink_ranks`) that one
+    """The NVLink domain size (:attr:`JobDescription.nvlink_ranks`, the cluster's) that one
     of ``job``'s TP groups crosses; None where every group lies inside one domain, or the GPU is
     not named.
 
@@ -86,7 +85,7 @@ def tp_group_domain_crossed(job: JobDescription) -> int | None:
     """
     if job.gpu is None or job.tp_size < 2:
         return None
-    domain = nvlink_ranks(gpu_spec(job.gpu))
+    domain = job.nvlink_ranks
     groups = max(1, job.world_size // job.tp_size)
     # A group's first rank within its domain repeats with a period of at most `domain` groups.
     for group in range(min(groups, domain)):
