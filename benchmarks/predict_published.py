@@ -24,8 +24,8 @@ same rule, without them (:func:`predict_out_of_group`). Rows a constant of the e
 :data:`~megatron.bridge.training.estimate.kernels.SSM_FIT_ROWS`,
 :data:`~megatron.bridge.training.estimate.kernels.SPARSE_ATTENTION_FIT_ROWS`) are marked and
 left out of every median. ``--json`` prints the same as one document. ``--write-accuracy``
-writes the family figures into ``megatron/bridge/training/estimate/accuracy.json``, which every
-estimate prints. ``--fit`` prints instead, for each fitted row planned as it ran, the
+writes the family figures, and each published model's (its architecture's), into
+``megatron/bridge/training/estimate/accuracy.json``, which every estimate prints. ``--fit`` prints instead, for each fitted row planned as it ran, the
 achievable fraction, the unfused experts' bytes per routed element, or the Mamba scan's or
 DeepSeek-V4's attention kernels' share of the BF16 peak for which its prediction equals the
 published figure (bisection), in the order the constants depend on each other. Nothing here asserts.
@@ -454,8 +454,8 @@ def accuracy_document(
     every measured row, over the newest releases' and per release; per published model (one
     :func:`architecture`: the recipes whose rows are of it, and the fields where it differs from
     the first recipe's model), the medians over its rows, which an estimate of that model prints
-    too; with ``out_of_group`` (:func:`predict_out_of_group`) the
-    same medians per family, per model and overall out of group."""
+    too; with ``out_of_group`` (:func:`predict_out_of_group`) the same medians per family, per
+    model and overall out of group."""
 
     def rounded(s: Summary) -> dict[str, Any]:
         return {
@@ -837,7 +837,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--write-accuracy",
         action="store_true",
-        help=f"write the family figures into {ACCURACY_FILE.relative_to(ROOT)}",
+        help=f"write the family and model figures into {ACCURACY_FILE.relative_to(ROOT)}",
     )
     args = parser.parse_args(argv)
     if args.fit:

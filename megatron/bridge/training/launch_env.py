@@ -50,7 +50,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from megatron.bridge.training.hardware import gpu_spec
+from megatron.bridge.training.hardware import gpu_spec, nvlink_ranks
 from megatron.bridge.training.model_rules import fused_glu, fused_grouped_mlp
 from megatron.bridge.training.parallel_layout import validate_parallel_size
 from megatron.bridge.training.validators import (
@@ -67,7 +67,6 @@ if TYPE_CHECKING:
 __all__ = [
     "CUDA_DEFAULT_MAX_CONNECTIONS",
     "DEFAULT_LAYERNORM_SM_MARGIN",
-    "HGX_NVLINK_DOMAIN",
     "HYBRID_EP_ENV_NAMES",
     "LaunchEnvEntry",
     "LaunchEnvPlan",
@@ -99,9 +98,6 @@ Upstream Megatron-Bridge's performance recipes (``perf_recipes/*/<system>/*.py``
 every system; nothing breaks at another value, the overlapped collectives only get more or
 fewer SMs.
 """
-
-HGX_NVLINK_DOMAIN = 8
-"""GPUs one NVLink domain joins when the GPU catalogue names no larger one: an HGX/DGX board."""
 
 CUDA_DEVICE_MAX_CONNECTIONS = "CUDA_DEVICE_MAX_CONNECTIONS"
 NVTE_FWD_LAYERNORM_SM_MARGIN = "NVTE_FWD_LAYERNORM_SM_MARGIN"
@@ -280,11 +276,10 @@ def hybrid_ep_environment(
 ) -> tuple[LaunchEnvEntry, ...]:
     """HybridEP's topology variables (:data:`HYBRID_EP_ENV_NAMES`) for an EP layout on a GPU.
 
-    The NVLink domain is ``nvlink_domain`` where the job gives its cluster's (spanning nodes,
-    ``USE_MNNVL=1``, when it is larger than a node of ``gpus_per_node`` GPUs, default the
-    catalogue's), else the catalogue's ``nvlink_domain`` (a domain spanning nodes, e.g. 72 on
-    GB200 NVL72: ``USE_MNNVL=1``), else one HGX/DGX board of :data:`HGX_NVLINK_DOMAIN` GPUs
-    (``USE_MNNVL=0``). megatron-core lays expert-tensor-parallel ranks innermost, so one domain
+    The NVLink domain is the cluster's (:func:`~megatron.bridge.training.hardware.nvlink_ranks`:
+    ``nvlink_domain`` where the job gives it, else the catalogue's, e.g. 72 on GB200 NVL72, else
+    one node of ``gpus_per_node`` GPUs, default the catalogue's), with ``USE_MNNVL=1`` when it
+    spans more than a node. megatron-core lays expert-tensor-parallel ranks innermost, so one domain
     holds ``domain // etp_size`` ranks of an EP group: the EP ranks per domain are the EP size
     when it fits, else that count when it divides the EP size (HybridEP asserts EP % ranks == 0).
     Otherwise, or without a GPU, the variable is left unset and HybridEP detects the ranks it
@@ -303,12 +298,8 @@ def hybrid_ep_environment(
         )
         return tuple(LaunchEnvEntry(name=n, value=None, reason=reason) for n in HYBRID_EP_ENV_NAMES)
     spec = gpu_spec(gpu)
-    if nvlink_domain is not None:
-        domain = nvlink_domain
-        multi_node = domain > (gpus_per_node or spec.gpus_per_node)
-    else:
-        multi_node = spec.nvlink_domain is not None
-        domain = spec.nvlink_domain if multi_node else HGX_NVLINK_DOMAIN
+    domain = nvlink_ranks(spec, nvlink_domain=nvlink_domain, gpus_per_node=gpus_per_node)
+    multi_node = domain > (gpus_per_node or spec.gpus_per_node)
     where = (
         f"{spec.name}: one {domain}-GPU NVLink domain across nodes"
         if multi_node

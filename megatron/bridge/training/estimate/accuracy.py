@@ -75,8 +75,8 @@ def model_family(model: ModelDescription) -> Family:
 
 #: The fields of a model description that make it the model it is: its layers' kinds and widths,
 #: its attention (DeepSeek-V4's hybrid attention's fields included), experts, Mamba mixers,
-#: vocabulary and MTP layers. Sequence length, the layout,
-#: precision, recompute, dropout and kernel choices are how a model is trained, not which model.
+#: vocabulary and MTP layers. Sequence length, the layout, precision, recompute, dropout and
+#: kernel choices are how a model is trained, not which model.
 ARCHITECTURE_FIELDS: tuple[str, ...] = (
     "num_layers",
     "hidden_size",
@@ -168,7 +168,7 @@ class ModelAccuracy:
             )
         if self.out_of_group_median_abs_error is not None:
             parts.append(f"{self.out_of_group_median_abs_error:.1%} with them left out of the fit")
-        return f"this model ({self.name}): {', '.join(parts)}"
+        return f"this model ({self.name}): {', '.join(parts) or 'no measured rows'}"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready values."""
