@@ -41,7 +41,7 @@ from megatron.bridge.search.plot import plot_search, search_picture
 from megatron.bridge.search.rank import SIMPLICITY, band_width
 from megatron.bridge.search.report import layout_label
 from megatron.bridge.training.estimate import Estimate
-from megatron.bridge.training.estimate.accuracy import ACCURACY_FILE, FAMILIES
+from megatron.bridge.training.estimate.accuracy import ACCURACY_FILE, FAMILIES, ModelAccuracy
 from megatron.bridge.training.estimate.efficiency import ACHIEVABLE, FIT_ROWS, QUOTED_BF16
 from megatron.bridge.training.estimate.kernels import (
     SPARSE_ATTENTION,
@@ -355,7 +355,7 @@ def published_accuracy() -> str:
     ]
     for model in doc["models"]:
         lines.append(
-            f"| {_model_name(model)} | {model['rows']} "
+            f"| {ModelAccuracy.from_entry(model).name} | {model['rows']} "
             f"| {_share(model['median_abs_error'])} "
             f"| {_share(model['median_signed_error'], signed=True)} | {held_out(model)} |"
         )
@@ -366,13 +366,6 @@ def published_accuracy() -> str:
             f"| {_share(s['median_abs_error'])} |"
         )
     return "\n".join(lines) + "\n"
-
-
-def _model_name(model: dict[str, Any]) -> str:
-    """A published model of ``accuracy.json`` as the table names it: its recipes, and the fields
-    where it differs from the first one's model."""
-    changed = ", ".join(f"`{k}` {v}" for k, v in model["changes"].items())
-    return ", ".join(model["recipes"]) + (f" with {changed}" if changed else "")
 
 
 @functools.cache

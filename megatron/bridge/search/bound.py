@@ -66,8 +66,7 @@ def _parts(plan: OverlapPlan) -> tuple[float, float, float, float]:
     peak) of ``plan``'s job, none of which depends on the plan's overlap (``comm.price`` reads
     the plan for what it hides, not for what a transfer takes at peak)."""
     job = plan.job
-    key = job
-    found = _PARTS.get(key)
+    found = _PARTS.get(job)
     if found is not None:
         return found
     if job.gpu is None or job.micro_batch_size is None:
@@ -101,7 +100,7 @@ def _parts(plan: OverlapPlan) -> tuple[float, float, float, float]:
     ep = sum(e.seconds_at_link_peak for e in entries if e.mode == "ep")
     if len(_PARTS) >= _PARTS_KEPT:
         _PARTS.clear()
-    _PARTS[key] = found = (float(tokens), compute, tp, ep)
+    _PARTS[job] = found = (float(tokens), compute, tp, ep)
     return found
 
 

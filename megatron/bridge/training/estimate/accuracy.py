@@ -152,6 +152,18 @@ class ModelAccuracy:
     out_of_group_median_abs_error: float | None = None
     """Median |error| over its rows with the constants fitted on them refit without them."""
 
+    @classmethod
+    def from_entry(cls, entry: Mapping[str, Any]) -> ModelAccuracy:
+        """One published model of :data:`ACCURACY_FILE` (an entry of its ``models``)."""
+        return cls(
+            tuple(entry["recipes"]),
+            MappingProxyType(dict(entry.get("changes", {}))),
+            int(entry["rows"]),
+            entry["median_abs_error"],
+            entry["median_signed_error"],
+            entry.get("out_of_group", {}).get("median_abs_error"),
+        )
+
     @property
     def name(self) -> str:
         """The recipes, and where the model differs from the first one's."""
@@ -257,17 +269,8 @@ def _model_accuracy(model: ModelDescription) -> ModelAccuracy | None:
     """The figures of the published model whose :func:`architecture` ``model`` has, if any."""
     fields = architecture(model)
     for entry in _document().get("models", ()):
-        if entry["architecture"] != fields:
-            continue
-        held_out = entry.get("out_of_group", {}).get("median_abs_error")
-        return ModelAccuracy(
-            tuple(entry["recipes"]),
-            MappingProxyType(dict(entry.get("changes", {}))),
-            int(entry["rows"]),
-            entry["median_abs_error"],
-            entry["median_signed_error"],
-            held_out,
-        )
+        if entry["architecture"] == fields:
+            return ModelAccuracy.from_entry(entry)
     return None
 
 

@@ -83,9 +83,9 @@ def tp_group_domain_crossed(job: JobDescription) -> int | None:
     group. TE's maintainers: comm+GEMM overlap runs single-node (NVLink-domain) tensor
     parallelism only (NVIDIA/TransformerEngine issue 1071).
     """
-    if job.gpu is None or job.tp_size < 2:
-        return None
     domain = job.nvlink_ranks
+    if domain is None or job.tp_size < 2:
+        return None
     groups = max(1, job.world_size // job.tp_size)
     # A group's first rank within its domain repeats with a period of at most `domain` groups.
     for group in range(min(groups, domain)):
