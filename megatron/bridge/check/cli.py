@@ -26,7 +26,7 @@ from megatron.bridge.check.compare import compare_reports
 from megatron.bridge.check.cuda import _cuda_timings
 from megatron.bridge.check.ranks import _check_rank, gather_outcomes
 from megatron.bridge.check.render import _error_lines, _render
-from megatron.bridge.cli.job_arguments import add_gpu_and_precision
+from megatron.bridge.cli.job_arguments import add_cluster, add_gpu_and_precision
 from megatron.bridge.training.validators import positive_int_argument
 
 __all__ = ["EXIT_DISAGREE", "EXIT_ERROR", "EXIT_OK", "JSON_SCHEMA_VERSION", "build_parser", "main"]
@@ -70,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
         gpu_default="the visible GPU; on a CPU none, planned as for Hopper or older",
         precision_default="the recipe's",
     )
+    add_cluster(parser)
     parser.add_argument("--json", action="store_true", help="rank 0 prints one JSON document")
     parser.add_argument(
         "--timeout",

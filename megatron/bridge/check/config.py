@@ -22,7 +22,7 @@ from megatron.bridge.check.tiny import tiny_model
 from megatron.bridge.recipes import get_recipe, recipe_spec
 from megatron.bridge.recipes.spec import RECIPE_KEYWORDS, RecipeSpec
 from megatron.bridge.training import comm_overlap, hardware
-from megatron.bridge.training.job import JobDescription, ModelDescription
+from megatron.bridge.training.job import CLUSTER_FIELDS, JobDescription, ModelDescription
 from megatron.bridge.training.precisions import PRECISIONS, canonical_precision
 
 if TYPE_CHECKING:
@@ -102,6 +102,9 @@ def _build_container(
 
     keywords = {key: changes[field] for key, field in RECIPE_KEYWORDS.items() if field in changes}
     cfg = get_recipe(name, **keywords)
+    for field in CLUSTER_FIELDS:
+        if field in changes:
+            setattr(cfg, field, changes[field])
     model_changes = {
         k.removeprefix("model."): v
         for k, v in changes.items()
@@ -190,6 +193,8 @@ def build_check_config(
         changes["gpu"] = gpu
     if args.precision is not None:
         changes["precision"] = args.precision
+    cluster = {name: getattr(args, name) for name in CLUSTER_FIELDS}
+    changes |= {name: value for name, value in cluster.items() if value is not None}
     if not on_cuda and spec is not None and published.model.moe:
         precision = canonical_precision(changes.get("precision", spec.precision))
         if PRECISIONS[precision].preset_family == "fp8" and not comm_overlap.te_status().available:

@@ -15,6 +15,7 @@ from megatron.bridge.cli.flags import FLAG_FIELDS, flag_changes, flags_spec, te_
 from megatron.bridge.recipes import change_container, get_recipe, recipe_spec
 from megatron.bridge.training.comm_overlap import OverlapPlan
 from megatron.bridge.training.env_vars import user_env_vars
+from megatron.bridge.training.job import CLUSTER_FIELDS
 from megatron.bridge.training.overrides import apply_overrides, parse_override
 from megatron.bridge.training.resolve import check_launch_environment, resolve_config
 
@@ -60,6 +61,7 @@ _OVERRIDE_KEYS = {
         "optimizer.use_distributed_optimizer",
     ),
     "tp_comm_overlap": ("comm_overlap.tp_comm_overlap",),
+    **{name: (name,) for name in CLUSTER_FIELDS},
 }
 
 

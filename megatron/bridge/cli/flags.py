@@ -54,6 +54,7 @@ FLAG_FIELDS: dict[str, str] = {
     "pp": "model.pipeline_model_parallel_size",
     "vpp": "model.virtual_pipeline_model_parallel_size",
     "cp": "model.context_parallel_size",
+    "cp_comm_type": "model.cp_comm_type",
     "ep": "model.expert_model_parallel_size",
     "etp": "model.expert_tensor_parallel_size",
     "sequence_parallel": "model.sequence_parallel",
@@ -150,6 +151,9 @@ def flag_changes(args: argparse.Namespace) -> dict[str, Any]:
         for flag, field in FLAG_FIELDS.items()
         if (value := getattr(args, flag, None)) is not None
     }
+    if len(changes.get("model.cp_comm_type", ())) == 1:
+        # One type for every layer, as Megatron-LM's --cp-comm-type with one value gives.
+        changes["model.cp_comm_type"] = changes["model.cp_comm_type"][0]
     if changes.get("model.virtual_pipeline_model_parallel_size") == 1:
         # --vpp 1 says "no interleaving", which the description holds as None.
         changes["model.virtual_pipeline_model_parallel_size"] = None
@@ -427,6 +431,12 @@ _READ_ONLY_WITH: tuple[tuple[tuple[str, ...], Callable[[JobDescription], bool], 
         lambda job: job.model.recompute_granularity == "full",
         "they are read only with full recompute",
         "add --recompute-granularity full",
+    ),
+    (
+        ("cp_comm_type",),
+        lambda job: job.cp_size > 1,
+        "it is read only with context parallelism",
+        "add --cp with a size above 1",
     ),
     (
         ("recompute_modules",),

@@ -1,7 +1,7 @@
 """The flags that describe the job, defined once for ``explain`` and ``search``
-(:func:`add_job_flags`): the GPU and the precision (:func:`add_gpu_and_precision`, which
-``bridge-overlap-check`` takes too), the model as Megatron-LM's ``arguments.py`` spells it, the
-batch and, for ``explain``, the layout.
+(:func:`add_job_flags`): the GPU and the precision (:func:`add_gpu_and_precision`) and the
+cluster (:func:`add_cluster`), which ``bridge-overlap-check`` takes too, the model as
+Megatron-LM's ``arguments.py`` spells it, the batch and, for ``explain``, the layout.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from megatron.bridge.cli.argument_types import (
     window_argument,
 )
 from megatron.bridge.training import hardware, launch_env
+from megatron.bridge.training.comm_overlap.rules.layout import CP_COMM_TYPES
 from megatron.bridge.training.comm_overlap.te import ASSUMED_TE_VERSION
 from megatron.bridge.training.job import (
     BF16_LAYER_DEFAULTS,
@@ -28,7 +29,7 @@ from megatron.bridge.training.job import (
 from megatron.bridge.training.precisions import precision_choices
 from megatron.bridge.training.validators import nonnegative_int_argument, positive_int_argument
 
-__all__ = ["add_gpu_and_precision", "add_job_flags"]
+__all__ = ["add_cluster", "add_gpu_and_precision", "add_job_flags"]
 
 
 def _add_switch(parser: argparse.ArgumentParser, flag: str, help: str) -> None:
@@ -309,6 +310,21 @@ def add_gpu_and_precision(
     )
 
 
+def add_cluster(parser: argparse.ArgumentParser) -> None:
+    """The ``--gpus-per-node`` and ``--nvlink-domain`` flags: the job's ``gpus_per_node`` and
+    ``nvlink_domain`` (``job.CLUSTER_FIELDS``), where the cluster is not the GPU catalogue's.
+    ``bridge-overlap explain``, ``search`` and ``bridge-overlap-check`` take them alike."""
+    _add_counts(
+        parser,
+        {
+            "--gpus-per-node": "GPUs per node (default: the GPU's, 8; 4 on GB200/GB300)",
+            "--nvlink-domain": (
+                "GPUs sharing NVLink (default: the GPU's, e.g. one node; 72 on GB200 NVL72)"
+            ),
+        },
+    )
+
+
 def add_job_flags(ex: argparse.ArgumentParser, *, layout: bool) -> None:
     """The flags that describe the job, one definition for ``explain`` and ``search``: the
     GPU, the precision, the model (Megatron-LM's spellings) and the batch; with ``layout``
@@ -327,6 +343,17 @@ def add_job_flags(ex: argparse.ArgumentParser, *, layout: bool) -> None:
                 "--etp": "expert tensor-parallel size (default: TP)",
                 "--world-size": "number of GPUs (default 128)",
             },
+        )
+        ex.add_argument(
+            "--cp-comm-type",
+            nargs="+",
+            choices=CP_COMM_TYPES,
+            metavar="TYPE",
+            help=(
+                "with --cp > 1: how attention exchanges the sequence (Transformer Engine's "
+                "cp_comm_type): p2p (the K/V ring, default), all_gather, a2a (Q/K/V/O "
+                "all-to-all over heads) or a2a+p2p; one for every layer or one per layer"
+            ),
         )
         _add_switch(ex, "--sequence-parallel", "sequence parallelism (default: on when TP > 1)")
         _add_switch(ex, "--distributed-optimizer", "distributed optimizer (default: on)")
@@ -487,12 +514,4 @@ def add_job_flags(ex: argparse.ArgumentParser, *, layout: bool) -> None:
         const=True,
         help="the output layer has its own weight (share_embeddings_and_output_weights=False)",
     )
-    _add_counts(
-        ex,
-        {
-            "--gpus-per-node": "GPUs per node (default: the GPU's, 8; 4 on GB200/GB300)",
-            "--nvlink-domain": (
-                "GPUs sharing NVLink (default: the GPU's, e.g. one node; 72 on GB200 NVL72)"
-            ),
-        },
-    )
+    add_cluster(ex)

@@ -19,9 +19,10 @@ def _render(
     memory: MemoryEstimate | None = None,
 ) -> str:
     lay = doc["layout"]
+    domain = f"  NVLink domain {lay['nvlink_domain']}" if lay["nvlink_domain"] else ""
     head = (
         f"Layout: {lay['world_size']} x {(lay['gpu'] or 'GPU').upper()}  TP{lay['tp']} "
-        f"PP{lay['pp']} VPP{lay['vpp'] or '-'} CP{lay['cp']} EP{lay['ep']} -> DP{lay['dp']}"
+        f"PP{lay['pp']} VPP{lay['vpp'] or '-'} CP{lay['cp']} EP{lay['ep']} -> DP{lay['dp']}{domain}"
         f"  SP {'on' if lay['sequence_parallel'] else 'off'}"
         f"  dist-opt {'on' if lay['distributed_optimizer'] else 'off'}"
         f"  {lay['compute_dtype'] or 'custom quantization'} ({lay['precision']} presets)"

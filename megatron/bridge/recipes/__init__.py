@@ -42,6 +42,7 @@ from megatron.bridge.training.comm_overlap import (
     TEStatus,
     te_status,
 )
+from megatron.bridge.training.job import CLUSTER_FIELDS
 from megatron.bridge.training.precisions import canonical_precision
 from megatron.bridge.utils.megatron_core_errors import megatron_core_rejection
 
@@ -315,6 +316,7 @@ def get_recipe(name: str, **overrides: Any) -> ConfigContainer:
 _CONTAINER_CHANGES = (
     "world_size",
     "gpu",
+    *CLUSTER_FIELDS,
     "micro_batch_size",
     "global_batch_size",
     "use_distributed_optimizer",
@@ -384,8 +386,8 @@ def change_container(name: str, cfg: ConfigContainer, changes: Mapping[str, Any]
             cfg.optimizer.use_distributed_optimizer = value
         elif key in ("micro_batch_size", "global_batch_size"):
             setattr(cfg.train, key, value)
-        elif key == "gpu":
-            cfg.gpu = value
+        elif key == "gpu" or key in CLUSTER_FIELDS:
+            setattr(cfg, key, value)
         elif key == "precision":
             cfg.mixed_precision = get_mixed_precision_config(canonical_precision(value))
         elif key == "preset":

@@ -412,6 +412,8 @@ class RecipeSpec:
             mixed_precision=self._mixed_precision(),
             comm_overlap=self.request(),
             gpu=self.job.gpu,
+            gpus_per_node=self.job.gpus_per_node,
+            nvlink_domain=self.job.nvlink_domain,
             env_vars=self._env_vars(),
         )
         cfg._derived_env = DerivedEnv(

@@ -50,6 +50,7 @@ import yaml
 from megatron.bridge.training import hardware, write_record, yaml_loader
 from megatron.bridge.training.comm_overlap import CommOverlapConfig
 from megatron.bridge.training.env_vars import DerivedEnv, check_env_vars
+from megatron.bridge.training.job import CLUSTER_FIELDS, check_cluster_field
 from megatron.bridge.training.mixed_precision import (
     MixedPrecisionConfig,
     get_mixed_precision_config,
@@ -91,6 +92,7 @@ _TOP_KEYS = (
     "mixed_precision",
     "comm_overlap",
     "gpu",
+    *CLUSTER_FIELDS,
     "env_vars",
     "derived_env",
 )
@@ -342,6 +344,8 @@ def encode_container(
         )
         doc["comm_overlap"] = section
     doc["gpu"] = cfg.gpu
+    for name in CLUSTER_FIELDS:
+        doc[name] = getattr(cfg, name)
     doc["env_vars"] = dict(cfg.env_vars)
     doc["derived_env"] = _encode_derived_env(derived_env)
     return doc
@@ -418,6 +422,8 @@ def decode_container(
         except ValueError as exc:
             raise ValueError(f"{at}{exc}") from None
     kwargs["gpu"] = gpu
+    for name in CLUSTER_FIELDS:
+        kwargs[name] = check_cluster_field(name, doc.get(name), f"{at}{name}")
     env_vars = doc.get("env_vars")
     env_vars = {} if env_vars is None else env_vars
     check_env_vars(env_vars, owner=f"{at}env_vars")

@@ -30,6 +30,7 @@ from megatron.bridge.training.env_vars import (
     EnvValue,
     check_env_vars,
 )
+from megatron.bridge.training.job import CLUSTER_FIELDS, check_cluster_field
 from megatron.bridge.training.mixed_precision import (
     MixedPrecisionConfig,
     get_mixed_precision_config,
@@ -127,6 +128,12 @@ class ConfigContainer:
     gpu: str | None = None
     """GPU model the run targets (a name from the GPU catalogue, e.g. "h100"); recipes set it.
     None: unknown until the job runs (the build-time check then reads the visible GPU)."""
+    gpus_per_node: int | None = None
+    """GPUs per node of the cluster the run targets (None: the GPU catalogue's for ``gpu``)."""
+    nvlink_domain: int | None = None
+    """Consecutive ranks one NVLink domain of that cluster connects (None: the GPU catalogue's,
+    e.g. 72 on GB200 NVL72, else a node): whether a TP or EP group stays on NVLink, and HybridEP's
+    ``NVLINK_DOMAIN_SIZE``. Recipes set both from their job description."""
     env_vars: dict[str, EnvValue] = field(default_factory=dict)
     """Environment defaults of the run, exported by ``runtime_config_update`` where the process
     environment does not already set them (launcher and shell values win). Values are exported
@@ -230,7 +237,8 @@ _SECTION_BASES: dict[str, type] = {
 
 
 def check_config_types(cfg: ConfigContainer, *, where: str = "cfg") -> None:
-    """Check every field of ``cfg``'s sections against its annotation; ``where`` prefixes keys.
+    """Check every field of ``cfg``'s sections against its annotation, and its cluster fields
+    (``job.check_cluster_field``); ``where`` prefixes keys.
 
     The check every source of values meets (``value_types.check_field``): a value set in Python
     here, as ``from_yaml`` and ``apply_overrides`` do for theirs. Raises
@@ -242,3 +250,5 @@ def check_config_types(cfg: ConfigContainer, *, where: str = "cfg") -> None:
         section = getattr(cfg, name)
         if dataclasses.is_dataclass(section) and not isinstance(section, type):
             check_fields(section, f"{where}.{name}")
+    for name in CLUSTER_FIELDS:
+        check_cluster_field(name, getattr(cfg, name), f"{where}.{name}")

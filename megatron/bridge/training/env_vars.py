@@ -35,6 +35,7 @@ __all__ = [
     "env_var_text",
     "export_env_vars",
     "forget_exports",
+    "is_users_value",
     "launcher_environment",
     "plan_env_vars",
     "user_env_vars",
@@ -268,8 +269,13 @@ def user_env_vars(env_vars: Mapping[str, EnvValue], derived: DerivedEnv | None) 
     or a resolution's ``derived_env``); with ``derived`` None, every variable is the user's.
     """
     checked = check_env_vars(env_vars)
-    derived_env = {} if derived is None else derived.env
-    return {name: text for name, text in checked.items() if derived_env.get(name) != text}
+    return {name: text for name, text in checked.items() if is_users_value(name, text, derived)}
+
+
+def is_users_value(name: str, value: EnvValue, derived: DerivedEnv | None) -> bool:
+    """Whether ``value`` of variable ``name`` is the user's: its exported text is not the one the
+    recipe derived for it (``derived``; None: the recipe derived nothing, so every value is)."""
+    return derived is None or derived.env.get(name) != env_var_text(value)
 
 
 def with_user_env(

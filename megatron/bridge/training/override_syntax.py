@@ -2,13 +2,14 @@
 
 Everything the text alone decides is checked here, before a container exists (and before
 megatron-core is imported, which takes seconds): each override is ``key=value`` with a key; a
-key is a top-level setting (``gpu``, ``mixed_precision``, ``comm_overlap``) or
-``SECTION.FIELD`` of a known section, one level deep (``env_vars.NAME`` for a variable); a key
-given twice has one value; a field set before its section is replaced would be lost; ``gpu=``
-names a GPU of the catalogue; ``comm_overlap=`` takes only ``null``; ``env_vars.NAME=VALUE`` is
-a name and value ``check_env_vars`` takes. What needs the target config (a field's name in its
-section, the value's type, a preset name) is :func:`~megatron.bridge.training.overrides.
-apply_overrides`'s to check.
+key is a top-level setting (``gpu``, ``gpus_per_node``, ``nvlink_domain``, ``mixed_precision``,
+``comm_overlap``) or ``SECTION.FIELD`` of a known section, one level deep (``env_vars.NAME`` for
+a variable); a key given twice has one value; a field set before its section is replaced would
+be lost; ``gpu=`` names a GPU of the catalogue; ``gpus_per_node=`` and ``nvlink_domain=`` take
+an int within its bound or ``null``; ``comm_overlap=`` takes only ``null``;
+``env_vars.NAME=VALUE`` is a name and value ``check_env_vars`` takes. What needs the target
+config (a field's name in its section, the value's type, a preset name) is
+:func:`~megatron.bridge.training.overrides.apply_overrides`'s to check.
 
 Values are read as YAML scalars (``yaml_loader``: ``true``, ``8``, ``null``, ``[a, b]``); a text
 YAML cannot read stays the text.
@@ -23,6 +24,7 @@ from typing import Any
 
 from megatron.bridge.training import hardware
 from megatron.bridge.training.env_vars import check_env_vars
+from megatron.bridge.training.job import CLUSTER_FIELDS, check_cluster_field
 from megatron.bridge.training.value_types import ConfigValueError
 
 __all__ = [
@@ -47,8 +49,9 @@ OVERRIDE_SECTIONS = (
     "comm_overlap",
     "env_vars",
 )
-#: Keys without a dot: the GPU, the mixed-precision preset (or null), ``comm_overlap=null``.
-TOP_LEVEL_KEYS = ("gpu", "mixed_precision", "comm_overlap")
+#: Keys without a dot: the GPU and the cluster's node and NVLink domain, the mixed-precision
+#: preset (or null), ``comm_overlap=null``.
+TOP_LEVEL_KEYS = ("gpu", *CLUSTER_FIELDS, "mixed_precision", "comm_overlap")
 
 
 class OverrideError(ValueError):
@@ -128,6 +131,11 @@ def _read(text: str) -> Override:
         if section == "gpu" and value is not None:
             try:
                 value = hardware.gpu_spec(str(value)).name
+            except ValueError as exc:
+                raise OverrideError(f"{key}={raw!r}: {exc}") from None
+        elif section in CLUSTER_FIELDS:
+            try:
+                value = check_cluster_field(section, value, key)
             except ValueError as exc:
                 raise OverrideError(f"{key}={raw!r}: {exc}") from None
         elif section == "comm_overlap" and value is not None:

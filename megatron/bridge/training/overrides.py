@@ -2,8 +2,9 @@
 
 :func:`apply_overrides` takes ``key=value`` strings. A key is a dotted path into one of the
 container's sections (``model``, ``train``, ``optimizer``, ``ddp``, ``mixed_precision``,
-``comm_overlap``), ``env_vars.NAME``, or a top-level setting (``gpu``, ``mixed_precision`` as a
-preset name or ``null``, ``comm_overlap=null``).
+``comm_overlap``), ``env_vars.NAME``, or a top-level setting (``gpu``, the cluster's
+``gpus_per_node`` and ``nvlink_domain``, ``mixed_precision`` as a preset name or ``null``,
+``comm_overlap=null``).
 
 Values are parsed as YAML scalars (``yaml_loader.YamlLoader``, a ``yaml.SafeLoader`` whose
 booleans are ``true``/``false`` only: ``true``, ``8``, ``null``, ``[a, b]``),

@@ -50,6 +50,7 @@ from megatron.bridge.training.env_vars import (
     EnvValue,
     env_var_text,
     export_env_vars,
+    is_users_value,
     launcher_environment,
     plan_env_vars,
 )
@@ -263,7 +264,7 @@ def follow_derived_env(
     owned: dict[str, str] = {}
     for name in sorted({*derived.env, *fresh}):
         was = derived.env.get(name)
-        if name in env and env_var_text(env[name]) != was:
+        if name in env and is_users_value(name, env[name], derived):
             _check_users_value(
                 name, env[name], fresh.get(name), before, now, job, plan, a2a_overlap
             )
@@ -407,6 +408,8 @@ def resolve_config(
         "global_batch_size": staged.train.global_batch_size,
         "te_status": te,
         "gpu": gpu,
+        "gpus_per_node": cfg.gpus_per_node,
+        "nvlink_domain": cfg.nvlink_domain,
     }
     plan = None
     if overlap is not None:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from megatron.bridge.training.config_codec import FORMAT_VERSION, dump_document
 from megatron.bridge.training.container import ConfigContainer
-from megatron.bridge.training.env_vars import check_env_vars
+from megatron.bridge.training.env_vars import check_env_vars, user_env_vars
 from megatron.bridge.training.resolve import resolve_config
 
 if TYPE_CHECKING:
@@ -100,18 +100,29 @@ def write_run_config(
     ``plan.json`` is what ``cfg`` resolves to on ``world_size`` GPUs (``resolve_config``, on
     copies: ``cfg`` is not changed): ``world_size``, ``data_parallel_size``, ``gpu``, ``job``
     (``JobDescription.to_dict``), ``overlap_plan`` (``OverlapPlan.to_dict``, null without
-    comm_overlap), ``env_vars`` (as exported strings) and ``launch_env`` (the launch environment
-    the layout needs, null when the GPU is unknown). ``te`` defaults to "assume". Both files are
-    written only after both documents were built. Returns their paths.
+    comm_overlap), ``env_vars`` (what ``runtime_config_update`` exports for this job, as
+    strings: the recipe's derived variables derived again for its layout, GPU and precision, the
+    user's as written), ``derived_env_vars`` (the names among them the recipe derived; the rest
+    are the user's) and ``launch_env`` (the launch environment the layout needs, each entry with
+    its value, reason, source and note; null when the GPU is unknown). ``te`` defaults to
+    "assume". Both files are written only after both documents were built. Returns their paths.
     """
     text = to_yaml(cfg)
     resolved = resolve_config(cfg, world_size=world_size, te=te)
     launch = None
     if resolved.gpu is not None:
         launch = [
-            {"name": e.name, "value": e.value, "reason": e.reason}
+            {
+                "name": e.name,
+                "value": e.value,
+                "reason": e.reason,
+                "source": e.source,
+                "note": e.note,
+            }
             for e in resolved.launch_env().entries
         ]
+    exported = check_env_vars(resolved.env_vars)
+    users = user_env_vars(resolved.env_vars, resolved.derived_env)
     plan = {
         "format_version": FORMAT_VERSION,
         "world_size": resolved.job.world_size,
@@ -119,7 +130,8 @@ def write_run_config(
         "gpu": resolved.gpu,
         "job": resolved.job.to_dict(),
         "overlap_plan": None if resolved.plan is None else resolved.plan.to_dict(),
-        "env_vars": check_env_vars(cfg.env_vars),
+        "env_vars": exported,
+        "derived_env_vars": sorted(name for name in exported if name not in users),
         "launch_env": launch,
     }
     plan_text = json.dumps(plan, indent=2)

@@ -4,6 +4,7 @@ what the estimate charges for each exchange, and the tiny model ``--tiny`` build
 from __future__ import annotations
 
 import dataclasses
+import json
 import warnings
 
 import pytest
@@ -148,3 +149,34 @@ def test_the_tiny_model_gives_the_all_to_all_heads_to_split(kind, groups):
     fields, _notes = tiny_model(model, layout)
     assert fields["num_query_groups"] == groups
     assert fields["num_attention_heads"] == 2 * groups
+
+
+# --- the explain flag ----------------------------------------------------------------------------
+
+
+def _cp_entries(capsys, *flags: str) -> tuple[int, list[str], str]:
+    from megatron.bridge.cli import main
+
+    code = main(["explain", "--recipe", "llama3_8b", *flags, "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    if code != 0:
+        return code, [], doc["error"]
+    comm = doc["estimate"]["communication"]
+    return code, [c["collective"] for c in comm if c["mode"] == "cp"], ""
+
+
+def test_the_cp_comm_type_flag_sets_the_exchange(capsys):
+    assert _cp_entries(capsys, "--cp", "2") == (0, ["K/V ring exchange (p2p)"], "")
+    assert _cp_entries(capsys, "--cp", "2", "--cp-comm-type", "a2a") == (
+        0,
+        ["Q/K/V/O all-to-all (a2a)"],
+        "",
+    )
+    # One type per layer, as Megatron-LM's --cp-comm-type takes them.
+    per_layer = ["a2a"] * 16 + ["p2p"] * 16
+    code, entries, _ = _cp_entries(capsys, "--cp", "2", "--cp-comm-type", *per_layer)
+    assert code == 0 and len(entries) == 2
+    code, _, error = _cp_entries(capsys, "--cp", "2", "--cp-comm-type", "a2a", "p2p")
+    assert code == 2 and "cp_comm_type has 2 entries for num_layers=32" in error
+    code, _, error = _cp_entries(capsys, "--cp-comm-type", "a2a")
+    assert code == 2 and "--cp-comm-type would have no effect" in error

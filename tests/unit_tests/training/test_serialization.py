@@ -88,3 +88,24 @@ def test_from_yaml_names_an_unknown_field():
         ValueError, match=r"model.num_layer is not a field.*Did you mean 'num_layers'"
     ):
         from_yaml(text)
+
+
+def test_the_plan_file_holds_the_environment_the_job_exports(tmp_path):
+    # A saved MoE recipe, loaded and given another EP size: the recipe's derived HybridEP
+    # variable follows the layout in plan.json as runtime_config_update exports it, while the
+    # container keeps what was written.
+    cfg = get_recipe("qwen3_30b_a3b", precision="bf16")
+    cfg.env_vars["NCCL_DEBUG"] = "WARN"
+    loaded = from_yaml(to_yaml(cfg))
+    written = loaded.env_vars["NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN"]
+    loaded.model.expert_model_parallel_size = 16
+    _, plan_path = write_run_config(loaded, tmp_path, world_size=64)
+    plan = json.loads(plan_path.read_text())
+    assert written == "8" and plan["env_vars"]["NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN"] == "16"
+    assert "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN" in plan["derived_env_vars"]
+    assert plan["env_vars"]["NCCL_DEBUG"] == "WARN"
+    assert "NCCL_DEBUG" not in plan["derived_env_vars"]
+    assert set(plan["derived_env_vars"]) < set(plan["env_vars"])
+    entry = next(e for e in plan["launch_env"] if e["name"] == "CUDA_DEVICE_MAX_CONNECTIONS")
+    assert set(entry) == {"name", "value", "reason", "source", "note"}
+    assert entry["source"] == "derived"

@@ -34,7 +34,7 @@ from megatron.bridge.training.env_vars import (
     with_user_env,
 )
 from megatron.bridge.training.hardware import gpu_spec
-from megatron.bridge.training.job import JobDescription
+from megatron.bridge.training.job import CLUSTER_FIELDS, JobDescription, check_cluster_field
 from megatron.bridge.training.parallel_layout import check_expert_grid, data_parallel_size
 from megatron.bridge.training.validators import check_bool, check_limit, check_optional_bool
 
@@ -126,6 +126,11 @@ class PerfEnvPlugin(run.Plugin):
     gpu: str | None = None
     """GPU catalogue name (``"h100"``, ``"gb200"``, ...): the generation and the NVLink domain.
     Without it HybridEP's topology is left to HybridEP's own detection."""
+    gpus_per_node: int | None = None
+    """GPUs per node of the cluster (None: the GPU catalogue's for ``gpu``)."""
+    nvlink_domain: int | None = None
+    """Consecutive ranks one NVLink domain connects (None: the GPU catalogue's, e.g. 72 on
+    GB200 NVL72, else a node): HybridEP's ``NVLINK_DOMAIN_SIZE`` and ``USE_MNNVL``."""
     gpu_sm100_or_newer: bool | None = None
     """True for Blackwell (SM100+) GPUs, False for Hopper and older; None: from ``gpu``, else
     Hopper."""
@@ -197,6 +202,8 @@ class PerfEnvPlugin(run.Plugin):
         check_env_vars(self.user_env_vars, owner=f"{owner}.user_env_vars")
         for name, limit in _SIZE_LIMITS:
             check_limit(limit, getattr(self, name), label=f"{owner}.{name}")
+        for name in CLUSTER_FIELDS:
+            check_cluster_field(name, getattr(self, name), f"{owner}.{name}")
         self.dp_size  # noqa: B018 - validates sizes and divisibility
         self._check_expert_grid(owner)
         self.launch_env_plan()  # the rules validate the rest (EP sizes, gpu vs generation)
@@ -317,6 +324,8 @@ class PerfEnvPlugin(run.Plugin):
         layout = launch_env.launch_layout(job)
         return cls(
             gpu=job.gpu,
+            gpus_per_node=job.gpus_per_node,
+            nvlink_domain=job.nvlink_domain,
             **{name: layout[name] for name in _LAYOUT_FIELDS},
             a2a_overlap=a2a_overlap,
             num_gpus=num_gpus,
@@ -325,7 +334,7 @@ class PerfEnvPlugin(run.Plugin):
 
     @staticmethod
     def _refuse_layout_overrides(source: str, overrides: Mapping[str, Any]) -> None:
-        derived = ("gpu", *_LAYOUT_FIELDS, "a2a_overlap")
+        derived = ("gpu", *CLUSTER_FIELDS, *_LAYOUT_FIELDS, "a2a_overlap")
         clashing = sorted(set(overrides) & set(derived))
         if clashing:
             raise TypeError(
@@ -344,6 +353,8 @@ class PerfEnvPlugin(run.Plugin):
         plan = launch_env.plan_launch_env(
             gpu_sm100_or_newer=generation,
             gpu=self.gpu,
+            gpus_per_node=self.gpus_per_node,
+            nvlink_domain=self.nvlink_domain,
             **self._layout(),
             a2a_overlap=self.a2a_overlap,
             enable_layernorm_sm_margin=self.enable_layernorm_sm_margin,

@@ -153,14 +153,17 @@ def describe_configs(
     global_batch_size: int | None = None,
     te_status: TEStatus | None = None,
     gpu: str | None = None,
+    gpus_per_node: int | None = None,
+    nvlink_domain: int | None = None,
 ) -> JobDescription:
     """The job description of megatron-core's configs (model, optimizer, DDP) on ``world_size`` GPUs.
 
     The model is read field by field (:func:`describe_model`). ``gpu`` names the GPU model when
-    it is known (a recipe's, or the CLI's); ``te_status`` defaults to what this process sees
-    (``current_te_status``). ``use_distributed_optimizer`` True on either the DDP or the
-    optimizer config counts for both (:func:`distributed_optimizer_to_turn_on`); the description
-    names the config to turn on.
+    it is known (a recipe's, or the CLI's), ``gpus_per_node`` and ``nvlink_domain`` the
+    cluster's node and NVLink domain where they are not the catalogue's (the container's);
+    ``te_status`` defaults to what this process sees (``current_te_status``).
+    ``use_distributed_optimizer`` True on either the DDP or the optimizer config counts for both
+    (:func:`distributed_optimizer_to_turn_on`); the description names the config to turn on.
     """
     te = te_status or current_te_status()
     megatron_ddp = _is_megatron_ddp_config(ddp_config)
@@ -184,6 +187,8 @@ def describe_configs(
         model=describe_model(model_config),
         world_size=world_size,
         gpu=gpu,
+        gpus_per_node=gpus_per_node,
+        nvlink_domain=nvlink_domain,
         micro_batch_size=micro_batch_size,
         global_batch_size=global_batch_size,
         use_distributed_optimizer=ddp_flag or opt_flag,
@@ -315,6 +320,8 @@ def setup_configs(
     global_batch_size: int | None = None,
     te_status: TEStatus | None = None,
     gpu: str | None = None,
+    gpus_per_node: int | None = None,
+    nvlink_domain: int | None = None,
 ) -> OverlapPlan:
     """Resolve a request against megatron-core configs, log the plan, write it there; returns
     the plan."""
@@ -335,6 +342,8 @@ def setup_configs(
         global_batch_size=global_batch_size,
         te_status=te_status,
         gpu=gpu,
+        gpus_per_node=gpus_per_node,
+        nvlink_domain=nvlink_domain,
     )
     plan = plan_comm_overlap(request, job)
     log_plan(plan)

@@ -139,6 +139,8 @@ class CommOverlapConfig:
         global_batch_size: int | None = None,
         te_status: TEStatus | None = None,
         gpu: str | None = None,
+        gpus_per_node: int | None = None,
+        nvlink_domain: int | None = None,
     ) -> OverlapPlan:
         """Resolve against megatron-core configs and write the result into them, field by field.
 
@@ -147,9 +149,11 @@ class CommOverlapConfig:
         enables the TP-overlap token-divisibility check (``global_batch_size`` completes the job
         description the plan carries). ``te_status`` defaults to what this process sees
         (``te_status("assume")`` plans for a cluster); ``gpu`` names the GPU model when known (it
-        enables the FP8 and connection checks). Returns the plan, also kept as
-        :attr:`resolved_plan`. Calling it again with the same configs gives the same result: every
-        call resolves from the configs as they are.
+        enables the FP8 and connection checks), ``gpus_per_node`` and ``nvlink_domain`` the
+        cluster's node and NVLink domain where they are not the catalogue's (they decide whether
+        a TP group stays on NVLink). Returns the plan, also kept as :attr:`resolved_plan`.
+        Calling it again with the same configs gives the same result: every call resolves from
+        the configs as they are.
 
         Called directly, it checks the request against the layout; the checks of the layout
         itself that need the world size (pipeline split, expert grid, heads per TP rank) run in
@@ -167,6 +171,8 @@ class CommOverlapConfig:
             global_batch_size=global_batch_size,
             te_status=te,
             gpu=gpu,
+            gpus_per_node=gpus_per_node,
+            nvlink_domain=nvlink_domain,
         )
         self._resolved_plan = plan
         return plan

@@ -26,7 +26,12 @@ from megatron.bridge.training.job.description import (
     ConfigName,
     JobDescription,
 )
-from megatron.bridge.training.job.limits import check_limits, check_micro_batch_chunks
+from megatron.bridge.training.job.limits import (
+    CLUSTER_FIELDS,
+    check_cluster_field,
+    check_limits,
+    check_micro_batch_chunks,
+)
 from megatron.bridge.training.job.model import (
     BF16_LAYER_DEFAULTS,
     ActivationName,
@@ -37,6 +42,7 @@ from megatron.bridge.training.job.model import (
 
 __all__ = [
     "BF16_LAYER_DEFAULTS",
+    "CLUSTER_FIELDS",
     "OUTER_DP_SHARDING_STRATEGIES",
     "ActivationName",
     "ConfigName",
@@ -44,6 +50,7 @@ __all__ = [
     "ModelDescription",
     "PositionEmbeddingType",
     "PrecisionName",
+    "check_cluster_field",
     "check_limits",
     "check_micro_batch_chunks",
 ]

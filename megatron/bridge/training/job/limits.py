@@ -12,8 +12,13 @@ import dataclasses
 
 from megatron.bridge.training.job.description import JobDescription
 from megatron.bridge.training.validators import LIMITS, LimitError, check_limit
+from megatron.bridge.training.value_types import check_value
 
-__all__ = ["check_limits", "check_micro_batch_chunks"]
+__all__ = ["CLUSTER_FIELDS", "check_cluster_field", "check_limits", "check_micro_batch_chunks"]
+
+CLUSTER_FIELDS = ("gpus_per_node", "nvlink_domain")
+"""The job's fields that describe the cluster beyond its GPU, which a ``ConfigContainer`` and
+``PerfEnvPlugin`` carry under the same names."""
 
 _JOB_FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(JobDescription))
 
@@ -64,3 +69,13 @@ def check_micro_batch_chunks(job: JobDescription) -> None:
             f"step, above the bound {limit.maximum} ({limit.why}). Lower the global batch size, "
             "or raise the micro-batch size or the data-parallel size."
         )
+
+
+def check_cluster_field(name: str, value: object, where: str) -> int | None:
+    """``value`` of the cluster field ``name`` (:data:`CLUSTER_FIELDS`) set outside a job
+    description: None, or an int within ``LIMITS[name]``; else ``ConfigValueError`` (a
+    ``TypeError`` and a ``ValueError``) or ``LimitError`` naming ``where``."""
+    value = check_value(value, int | None, where)
+    if value is not None:
+        check_limit(name, value, label=where)
+    return value
