@@ -129,7 +129,10 @@ def stage_compute(
     its kernel's measured curve for the keys its calls see (:func:`~.attention.attention_seconds`;
     DeepSeek-V4's sparse attention with the GEMMs, its kernels being :mod:`.kernels`' term), its
     memory-bound bytes at the HBM peak and its kernel terms (``fits`` replaces the kernels'
-    fitted constants). The recomputed forwards run at the forward's mean rate. A stage without
+    fitted constants). A recomputed forward runs at the rate of what it recomputes: its core
+    attention (full recompute's, or selective ``core_attn``) at the attention forward's, the
+    rest (GEMMs, full recompute's other FLOPs) at the mean rate of the forward's other FLOPs. A
+    stage without
     layers or output heads (a layout's embedding-only stage) computes nothing priced: all
     zero."""
     if not stage.flops_per_token:
@@ -176,11 +179,18 @@ def stage_compute(
             attention_bwd += b
         curve = True
     forward = rest / 3 + attention_fwd
-    recompute = (executed - model_flops) * forward / (model_flops / 3)
+    recomputed = executed - model_flops
+    # Core attention's forward is a third of its model FLOPs (core_model).
+    core_recomputed = min(recomputed, core_model / 3 * stage.core_attention_recomputed)
+    core_recompute = core_recomputed * attention_fwd / (core_model / 3) if core_model > 0 else 0.0
+    other_model = model_flops - core_model
+    other_recompute = (
+        (recomputed - core_recomputed) * (rest / 3) / (other_model / 3) if other_model > 0 else 0.0
+    )
     flops_forward = forward
-    flops_backward = rest * 2 / 3 + attention_bwd + recompute
+    flops_backward = rest * 2 / 3 + attention_bwd + core_recompute + other_recompute
     flop_time = flops_forward + flops_backward
-    core_time = (attention_fwd + attention_bwd) * executed / model_flops
+    core_time = attention_fwd + attention_bwd + core_recompute
     mixers = model_flops * peak.mixers_per_flop / fraction * executed / model_flops
     # The stage's memory-bound bytes are per TP rank already: the tokens split over CP.
     memory_forward, memory = _memory_seconds(gpu, stage, tokens / job.cp_size)

@@ -83,6 +83,12 @@ class Stage:
         return float("core_attn" in self.recompute_modules)
 
     @property
+    def core_attention_recomputed(self) -> float:
+        """Fraction of the stage's layers whose core attention runs again in the backward: the
+        layers recomputed whole, or all of them with selective recompute of ``core_attn``."""
+        return self.recompute_full + self.recompute_core_attn
+
+    @property
     def recomputed_layers(self) -> float:
         """Layers recomputed whole on this stage."""
         return self.recompute_full * self.layers
