@@ -12,12 +12,17 @@ import dataclasses
 
 import pytest
 
+from megatron.bridge.training.estimate.attention import attention_seconds
 from megatron.bridge.training.estimate.comm import ep_transfers, tp_transfers
+from megatron.bridge.training.estimate.compute import stage_compute
+from megatron.bridge.training.estimate.efficiency import achievable_fraction
 from megatron.bridge.training.estimate.model_cost import ModelCost
 from megatron.bridge.training.estimate.stage import Stage, busiest_stage
+from megatron.bridge.training.hardware import gpu_spec
 from megatron.bridge.training.job import ModelDescription
 from megatron.bridge.training.model_rules.recompute import RECOMPUTE_MODULES
 from tests.unit_tests.conftest import h100_job
+from tests.unit_tests.jobs import dense_model
 from tests.unit_tests.small_models import DENSE, MLA, MOE
 
 # Forward FLOPs per token of the mean layer (2 layers), by module.
@@ -195,3 +200,54 @@ def test_recomputing_a_dense_mlp_runs_its_tp_collectives_again(sequence_parallel
     act = 1 * DENSE.seq_length * DENSE.hidden_size * 2  # one micro-batch's activations, 16-bit
     extra = stage.micro_batches * per_mlp * stage.layers * (2 - 1) / 2 * act
     assert recomputed - plain == pytest.approx(extra)
+
+
+# --- what a recomputed forward costs ------------------------------------------------------------
+
+TOKENS = 8 * 4096
+"""Tokens of the DP rank per step in these stages: 8 micro-batches of one 4096-token sequence."""
+
+
+def _compute(model: ModelDescription):
+    """(the stage's compute on H100 at the fitted fraction, the core-attention model FLOPs)."""
+    job = h100_job(model)
+    dims = ModelCost(job.model)
+    stage = busiest_stage(job, dims, micro_batch_size=1, micro_batches=8)
+    fraction = achievable_fraction("h100", job.compute_dtype).fraction
+    compute = stage_compute(job, gpu_spec("h100"), dims, stage, tokens=TOKENS, fraction=fraction)
+    return compute, TOKENS * stage.layers * dims.core_attention_flops_per_token()
+
+
+def test_recomputed_core_attention_costs_one_attention_forward():
+    plain, core_flops = _compute(dense_model())
+    again, _ = _compute(dense_model(recompute_granularity="selective", recompute_modules=None))
+    added = again.flops_backward - plain.flops_backward
+    assert again.executed - plain.executed == pytest.approx(core_flops / 3)
+    # All of it in core attention, and as much as its forward: the causal forward's share of one
+    # call's forward and backward at the sequence's keys.
+    assert again.attention - plain.attention == pytest.approx(added)
+    forward, backward = attention_seconds(
+        1.0, keys=4096, cp_size=1, head_dim=128, gpu_generation="hopper", peak=1.0, a2a=0.0
+    )
+    assert added == pytest.approx(plain.attention * forward / (forward + backward))
+    # Not the forward's mean rate, which the GEMMs set.
+    assert added != pytest.approx(core_flops / 3 * plain.flops_forward / (plain.model_flops / 3))
+
+
+def test_recomputed_gemms_cost_the_forwards_gemm_rate():
+    # Full recompute of every layer: its core attention at the attention forward's rate, the
+    # rest at the forward's rate for the FLOPs other than core attention.
+    plain, core_flops = _compute(dense_model())
+    full, _ = _compute(
+        dense_model(
+            recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1
+        )
+    )
+    core_added = full.attention - plain.attention
+    attention_forward = core_added  # every layer's core attention runs its forward once more
+    gemm_rate = (plain.flops_forward - attention_forward) / ((plain.model_flops - core_flops) / 3)
+    other_flops = full.executed - plain.executed - core_flops / 3
+    assert other_flops > 0
+    assert full.flops_backward - plain.flops_backward - core_added == pytest.approx(
+        other_flops * gemm_rate
+    )
