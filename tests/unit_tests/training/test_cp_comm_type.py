@@ -69,7 +69,46 @@ def test_gpt_oss_runs_cp_over_the_all_to_all_upstream_sets():
     assert recipe_spec("gpt_oss_120b").job.model.cp_comm_type == "a2a"
     check_layout(_gpt_oss(2))
     check_layout(_gpt_oss(1, cp_comm_type="p2p"))
-    check_layout(_gpt_oss(2, cp_comm_type="p2p", softmax_type="vanilla"))
+    check_layout(_gpt_oss(2, cp_comm_type="all_gather", softmax_type="vanilla"))
+    check_layout(_gpt_oss(2, cp_comm_type="p2p", softmax_type="vanilla", window_size=None))
+
+
+def test_a_sliding_window_under_cp_needs_the_all_to_all_or_the_all_gather():
+    # GPT-OSS's window (127, 0) on every other layer (window_attn_skip_freq 2: layers 1, 3, ...),
+    # with the vanilla softmax so that only the window's rule applies.
+    with pytest.raises(ValueError, match=r"cp_comm_type 'p2p' on a layer with the sliding"):
+        check_layout(_gpt_oss(2, cp_comm_type="p2p", softmax_type="vanilla"))
+    # p2p on the full-attention layers only (index 1, 3, ...): Transformer Engine runs it.
+    per_layer = ("all_gather", "p2p") * 18
+    check_layout(_gpt_oss(2, cp_comm_type=per_layer, softmax_type="vanilla"))
+    swapped = ("p2p", "all_gather") * 18
+    with pytest.raises(ValueError, match=r"\(layer 1, 18 such layer\(s\)\)"):
+        check_layout(_gpt_oss(2, cp_comm_type=swapped, softmax_type="vanilla"))
+    with pytest.raises(ValueError, match=r"cp_comm_type 'a2a\+p2p' on a layer with the sliding"):
+        check_layout(_gpt_oss(2, cp_comm_type="a2a+p2p", softmax_type="vanilla"))
+    # A window that limits nothing ((-1, 0) is the causal mask) is not a sliding window.
+    check_layout(_gpt_oss(2, cp_comm_type="p2p", softmax_type="vanilla", window_size=(-1, 0)))
+
+
+@pytest.mark.parametrize(
+    ("window", "skip"),
+    [
+        (None, None),
+        ((127, 0), None),
+        ((127, 0), 2),
+        ((4096, 0), 3),
+        ((127, 0), (1, 0, 0, 1, 1, 0)),
+        ((-1, 0), 2),
+    ],
+)
+def test_which_layers_use_the_window_is_megatron_cores_rule(window, skip):
+    from megatron.core.transformer.utils import is_layer_window_attention
+
+    model = ModelDescription(num_layers=6, window_size=window, window_attn_skip_freq=skip)
+    upstream_skip = list(skip) if isinstance(skip, tuple) else skip
+    assert [model.uses_window(i) for i in range(6)] == [
+        is_layer_window_attention(window, upstream_skip, i + 1) for i in range(6)
+    ]
 
 
 @pytest.mark.parametrize("kind", ["p2p", "all_gather", ("a2a",) * 35 + ("p2p",)])

@@ -34,21 +34,6 @@ __all__ = ["ModelFlops"]
 class ModelFlops(ModelShape):
     """Training FLOPs per token of a model, read from its description."""
 
-    def _uses_window(self, index: int) -> bool:
-        """Whether layer ``index`` (0-based, decoder then MTP layers) uses the sliding window.
-
-        Upstream ``transformer_flops``: every layer when window_attn_skip_freq is None; with an
-        int N every layer but each N-th; with the list form, the entries that are 1.
-        """
-        if self.model.window_size is None:
-            return False
-        skip = self.model.window_attn_skip_freq
-        if skip is None:
-            return True
-        if isinstance(skip, int):
-            return (index + 1) % skip != 0
-        return index < len(skip) and bool(skip[index])
-
     def _window_context(self) -> float:
         """Mean keys a query attends to in a causal sliding window, over the sequence.
 
@@ -120,7 +105,7 @@ class ModelFlops(ModelShape):
             return 6 * (
                 s * n * (m.qk_head_dim + m.qk_pos_emb_head_dim) / 2 + s * n * m.v_head_dim / 2
             )
-        window = index is not None and self._uses_window(index)
+        window = index is not None and self.model.uses_window(index)
         return 6 * self.query_width * (2 * self._window_context() if window else s)
 
     def _mlp_layer_flops(self, moe: bool) -> float:
@@ -169,7 +154,7 @@ class ModelFlops(ModelShape):
         out: dict[int, float] = {}
         for i in self._attention_layers():
             keys = s
-            if self.model.window_size is not None and self._uses_window(i):
+            if self.model.window_size is not None and self.model.uses_window(i):
                 left, right = self.model.window_size
                 keys = min(s, left + right + 1)
             out[keys] = out.get(keys, 0.0) + self._core_flops(i) / layers

@@ -351,6 +351,26 @@ class ModelDescription:
             return tuple(int(i % self.moe_layer_freq == 0) for i in range(self.num_layers))
         return tuple(self.moe_layer_freq)
 
+    def uses_window(self, index: int) -> bool:
+        """Whether layer ``index`` (0-based) attends through the sliding window: megatron-core's
+        ``transformer/utils.py`` ``is_layer_window_attention`` (every layer when
+        ``window_attn_skip_freq`` is None; with an int N every layer but each N-th; with the
+        list form, the entries that are 1), as upstream's ``transformer_flops`` counts it."""
+        if not self.window_size:
+            return False
+        skip = self.window_attn_skip_freq
+        if skip is None:
+            return True
+        if isinstance(skip, int):
+            return (index + 1) % skip != 0
+        return index < len(skip) and bool(skip[index])
+
+    @property
+    def sliding_window(self) -> bool:
+        """The window limits what a query sees: Transformer Engine's test for sliding-window
+        attention (``attn_forward_func_with_cp``: a window other than (-1, 0) and (-1, -1))."""
+        return bool(self.window_size) and tuple(self.window_size) not in ((-1, 0), (-1, -1))
+
     @property
     def cp_comm_types(self) -> tuple[str, ...]:
         """One entry per layer: the layer's CP exchange, "p2p" where ``cp_comm_type`` is None

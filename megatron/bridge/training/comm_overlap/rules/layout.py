@@ -88,6 +88,9 @@ def check_layout(job: JobDescription) -> None:
 #: Transformer Engine's CP exchanges (attention/dot_product_attention/context_parallel.py
 #: ``attn_forward_func_with_cp``, which raises ValueError for any other).
 CP_COMM_TYPES = ("p2p", "all_gather", "a2a", "a2a+p2p")
+#: The CP exchanges Transformer Engine runs a sliding window over (the same module's
+#: ``attn_forward_func_with_cp`` asserts it).
+_WINDOW_CP_COMM_TYPES = ("a2a", "all_gather")
 
 
 def _check_cp_exchange(job: JobDescription) -> None:
@@ -103,6 +106,10 @@ def _check_cp_exchange(job: JobDescription) -> None:
       only the vanilla softmax, FusedAttention drops the softmax types under CP with any other
       exchange, UnfusedDotProductAttention has no CP); ``DotProductAttention`` then fails with
       "No dot product attention backend is available".
+    - A layer with a sliding window (``ModelDescription.sliding_window`` on a layer that
+      ``uses_window``) runs under CP only over "a2a" or "all_gather": ``attn_forward_func_with_cp``
+      asserts "Context parallelism does not support sliding window attention with
+      cp_comm_type=...", and ``get_attention_backend`` drops FusedAttention for it.
     """
     m = job.model
     cp = job.cp_size
@@ -136,6 +143,22 @@ def _check_cp_exchange(job: JobDescription) -> None:
             "only in cuDNN fused attention with cp_comm_type='a2a'; no attention backend takes "
             "it otherwise. Set cp_comm_type='a2a' (on every layer), or context_parallel_size=1."
         )
+    if m.sliding_window:
+        windowed = [
+            (i, kind)
+            for i, kind in enumerate(m.cp_comm_types)
+            if m.uses_window(i) and kind not in _WINDOW_CP_COMM_TYPES
+        ]
+        if windowed:
+            first, kind = windowed[0]
+            raise ValueError(
+                f"cp_comm_type {kind!r} on a layer with the sliding window {m.window_size} "
+                f"(layer {first + 1}, {len(windowed)} such layer(s)) with "
+                f"context_parallel_size={cp}: Transformer Engine's context parallelism runs a "
+                "sliding window only over 'a2a' or 'all_gather' (attn_forward_func_with_cp "
+                "asserts it). Set cp_comm_type to 'a2a' or 'all_gather' on those layers, or "
+                "context_parallel_size=1."
+            )
 
 
 def _check_optimizer_instances(job: JobDescription) -> None:
