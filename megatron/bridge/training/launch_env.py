@@ -6,7 +6,8 @@ job is too late. This module decides what those variables should be, *and why*, 
 inputs. It is pure (standard library only) so its consumers share it:
 
 - ``megatron.bridge.recipes.run_plugins.PerfEnvPlugin`` writes the plan onto a NeMo-Run
-  executor and warns about executor values that break a requirement,
+  executor, warns about executor values that break a requirement and refuses those with which
+  the job fails,
 - ``RecipeSpec.build`` puts the plan in ``cfg.env_vars``; ``bridge-overlap explain`` prints
   ``LaunchEnvPlan.explain()``,
 - model-build code calls :func:`check_live_environment` to compare ``os.environ`` with what
@@ -19,7 +20,8 @@ layout requires.
 Two kinds of value live here, kept apart:
 
 - **Required**: a value outside it breaks an enabled feature (:func:`check_live_environment`
-  holds every such rule and is the only one that warns). ``CUDA_DEVICE_MAX_CONNECTIONS`` must be
+  holds every such rule; :func:`failing_environment` the ones without which the job fails when
+  it starts, which are refused rather than warned about). ``CUDA_DEVICE_MAX_CONNECTIONS`` must be
   above 1 when EP all-to-all overlap runs: megatron-core issues the all-to-alls on their own
   stream (``pipeline_parallel/utils.set_streams``) to overlap them with another micro-batch's
   compute, and one hardware queue runs the two streams' kernels one after the other. It must
@@ -75,6 +77,7 @@ __all__ = [
     "check_live_environment",
     "cuda_device_max_connections",
     "cutedsl_fused_grouped_mlp",
+    "failing_environment",
     "hybrid_ep_environment",
     "launch_layout",
     "plan_launch_env",
@@ -542,20 +545,16 @@ def check_live_environment(
       the all-to-all stream and the compute stream must run side by side.
     - Megatron-FSDP: ``CUDA_DEVICE_MAX_CONNECTIONS`` not 1 (its collectives run on their own
       streams; upstream Megatron-Bridge asserts it when it validates the config).
-    - HybridEP backend: ``NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN``, when set, an integer that
-      divides the EP size (``HybridEPBuffer`` asserts it).
-    - Gated experts under the op fuser (``cutedsl_fused_grouped_mlp``):
-      ``NVTE_CUTEDSL_FUSED_GROUPED_MLP`` an integer of 1 or more (megatron-core reads it with
-      ``int()`` and asserts the fused path is supported).
+    - and those without which the job fails when it starts (:func:`failing_environment`).
 
-    An empty list means no problem. The caller decides whether to warn or raise.
+    The first two run, only slower: the caller decides whether to warn or raise. An empty list
+    means no problem.
     """
-    backend = _validated_layout(tp_size, cp_size, dp_size, pp_size, moe_flex_dispatcher_backend)
-    validate_parallel_size("ep_size", ep_size)
-    validate_parallel_size("etp_size", etp_size)
+    _check_live_inputs(
+        tp_size, cp_size, dp_size, pp_size, ep_size, etp_size, moe_flex_dispatcher_backend
+    )
     check_bool("", "a2a_overlap", a2a_overlap)
     check_bool("", "megatron_fsdp", megatron_fsdp)
-    check_bool("", "cutedsl_fused_grouped_mlp", cutedsl_fused_grouped_mlp)
     problems = []
 
     live = _live_int(env, CUDA_DEVICE_MAX_CONNECTIONS)
@@ -579,7 +578,51 @@ def check_live_environment(
             f"the config ('FSDP requires {CUDA_DEVICE_MAX_CONNECTIONS} > 1 or unset'). Unset it "
             "or set it above 1 (32) on the launcher."
         )
+    return problems + failing_environment(
+        tp_size=tp_size,
+        cp_size=cp_size,
+        dp_size=dp_size,
+        pp_size=pp_size,
+        ep_size=ep_size,
+        etp_size=etp_size,
+        moe_flex_dispatcher_backend=moe_flex_dispatcher_backend,
+        cutedsl_fused_grouped_mlp=cutedsl_fused_grouped_mlp,
+        env=env,
+    )
 
+
+def failing_environment(
+    *,
+    tp_size: int,
+    cp_size: int,
+    dp_size: int,
+    pp_size: int,
+    ep_size: int = 1,
+    etp_size: int = 1,
+    moe_flex_dispatcher_backend: str | None,
+    megatron_fsdp: bool = False,
+    cutedsl_fused_grouped_mlp: bool = False,
+    a2a_overlap: bool = False,
+    env: Mapping[str, str],
+) -> list[str]:
+    """The problems of :func:`check_live_environment` with which the job fails when it starts,
+    whoever set the value: the model build or the first MoE layer stops on an assertion.
+
+    - HybridEP backend: ``NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN``, when set, an integer that
+      divides the EP size (``HybridEPBuffer`` reads it with ``int()`` and asserts it).
+    - Gated experts under the op fuser (``cutedsl_fused_grouped_mlp``):
+      ``NVTE_CUTEDSL_FUSED_GROUPED_MLP`` an integer of 1 or more (megatron-core reads it with
+      ``int()`` and asserts the fused path is supported).
+
+    ``runtime_config_update`` and ``PerfEnvPlugin`` refuse them. ``megatron_fsdp`` and
+    ``a2a_overlap`` are taken as :func:`check_live_environment` takes them (a layout's keywords
+    pass to both alike); no requirement here reads them.
+    """
+    backend = _check_live_inputs(
+        tp_size, cp_size, dp_size, pp_size, ep_size, etp_size, moe_flex_dispatcher_backend
+    )
+    check_bool("", "cutedsl_fused_grouped_mlp", cutedsl_fused_grouped_mlp)
+    problems = []
     if backend == "hybridep":
         ranks = _live_int(env, NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN)
         if isinstance(ranks, str) or (isinstance(ranks, int) and ranks < 1):
@@ -606,6 +649,22 @@ def check_live_environment(
                 "use_transformer_engine_op_fuser=False."
             )
     return problems
+
+
+def _check_live_inputs(
+    tp_size: int,
+    cp_size: int,
+    dp_size: int,
+    pp_size: int,
+    ep_size: int,
+    etp_size: int,
+    moe_flex_dispatcher_backend: str | None,
+) -> str | None:
+    """Check a live check's layout; return the flex backend."""
+    backend = _validated_layout(tp_size, cp_size, dp_size, pp_size, moe_flex_dispatcher_backend)
+    validate_parallel_size("ep_size", ep_size)
+    validate_parallel_size("etp_size", etp_size)
+    return backend
 
 
 # --------------------------------------------------------------------------- from a plan

@@ -213,15 +213,20 @@ def check_launch_environment(
 
     ``CUDA_DEVICE_MAX_CONNECTIONS`` and HybridEP's topology must be set before CUDA starts, so a
     value that breaks an enabled feature can only be reported here, not fixed
-    (``launch_env.check_live_environment`` holds the requirements; a recipe's tuned value passes):
-    each problem is logged as a warning, or raised as :class:`OverlapRefusedError` when
+    (``launch_env.check_live_environment`` holds the requirements; a recipe's tuned value passes).
+    A value with which the job fails when it starts (``launch_env.failing_environment``: HybridEP's
+    ranks per domain, the fused grouped MLP's switch) is a ``ValueError`` naming it and the fix;
+    every other problem is logged as a warning, or raised as :class:`OverlapRefusedError` when
     ``cfg.comm_overlap.strict``. Returns the problems.
     """
-    problems = _environment_problems(
-        resolved.job,
-        a2a_overlap=resolved.a2a_overlap,
-        env=os.environ if env is None else env,
-    )
+    live = os.environ if env is None else env
+    layout = launch_env.launch_layout(resolved.job)
+    failing = launch_env.failing_environment(**layout, env=live)
+    if failing:
+        raise ValueError(
+            "launch environment: the job fails when it starts with it: " + " | ".join(failing)
+        )
+    problems = _environment_problems(resolved.job, a2a_overlap=resolved.a2a_overlap, env=live)
     if problems and cfg.comm_overlap is not None and cfg.comm_overlap.strict:
         raise OverlapRefusedError("launch environment: " + " | ".join(problems))
     for problem in problems:

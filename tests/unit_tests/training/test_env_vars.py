@@ -8,7 +8,6 @@ import os
 import pytest
 
 from megatron.bridge.recipes import get_recipe, recipe_spec
-from megatron.bridge.training.comm_overlap import OverlapRefusedError
 from megatron.bridge.training.env_vars import check_env_vars
 from megatron.bridge.training.resolve import runtime_config_update
 from tests.unit_tests.conftest import BUILDABLE_RECIPES, LAUNCH_VARS, hybridep_container
@@ -95,14 +94,17 @@ def test_a_recipe_tuned_value_other_than_the_plans_is_exported_quietly(caplog):
     assert os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] == "8"
 
 
-def test_strict_refuses_a_required_value_before_exporting_anything():
-    cfg = hybridep_container(strict=True)
+@pytest.mark.parametrize("strict", [True, False])
+def test_a_value_the_job_fails_with_is_refused_before_exporting_anything(strict):
+    cfg = hybridep_container(strict=strict)
     # HybridEP asserts that its ranks per NVLink domain divide the EP size.
     cfg.env_vars = {
         "CUDA_DEVICE_MAX_CONNECTIONS": 32,
         "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN": 3,
     }
-    with pytest.raises(OverlapRefusedError, match="=3 does not divide EP=4"):
+    with pytest.raises(
+        ValueError, match=r"fails when it starts with it: .*=3 does not divide EP=4"
+    ):
         runtime_config_update(cfg, 8, te="assume")
     assert not any(name in os.environ for name in LAUNCH_VARS)
     assert "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN" not in os.environ

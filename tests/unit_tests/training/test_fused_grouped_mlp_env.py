@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import itertools
-import logging
 import sys
 import types
 
@@ -92,7 +91,7 @@ def test_the_live_check_requires_an_integer_of_1_or_more(value, problem):
     ]
 
 
-def test_the_plugin_puts_it_on_the_executor_and_warns_of_a_0_kept_there(caplog):
+def test_the_plugin_puts_it_on_the_executor_and_refuses_a_0_there():
     executor = run.LocalExecutor()
     job = _gpt_oss()
     layout = launch_env.launch_layout(job)
@@ -102,14 +101,14 @@ def test_the_plugin_puts_it_on_the_executor_and_warns_of_a_0_kept_there(caplog):
     )
     assert executor.env_vars[_NAME] == "1"
 
-    caplog.set_level(logging.WARNING, logger="megatron.bridge.recipes.run_plugins")
+    # With 0 on the executor megatron-core's model build fails its assertion: refused before
+    # launch, and nothing is written on the executor.
     kept = run.LocalExecutor(env_vars={_NAME: "0"})
-    PerfEnvPlugin(gpu=job.gpu, num_gpus=job.world_size, **fields).setup(
-        run.Script(path="/opt/pretrain.py", entrypoint="python"), kept
-    )
-    assert kept.env_vars[_NAME] == "0"
-    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1 and _NAME in warnings[0]
+    with pytest.raises(ValueError, match=rf"LocalExecutor\.env_vars: .*{_NAME} is '?0'?.*fail"):
+        PerfEnvPlugin(gpu=job.gpu, num_gpus=job.world_size, **fields).setup(
+            run.Script(path="/opt/pretrain.py", entrypoint="python"), kept
+        )
+    assert kept.env_vars == {_NAME: "0"}
 
 
 def test_a_recipe_without_the_fused_gated_mlp_exports_nothing_of_it():

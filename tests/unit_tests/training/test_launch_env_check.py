@@ -8,6 +8,7 @@ plan and the environment rules are real.
 from __future__ import annotations
 
 import logging
+import os
 from unittest import mock
 
 import pytest
@@ -63,12 +64,37 @@ def test_correct_environment_is_quiet(hopper_with_te, monkeypatch):
     assert resolve.check_launch_environment(cfg, resolve.resolve_config(cfg, world_size=16)) == []
 
 
-def test_strict_mode_raises_on_a_hybridep_domain_that_does_not_divide_ep(
-    hopper_with_te, monkeypatch
-):
+@pytest.mark.parametrize("strict", [True, False])
+def test_a_hybridep_domain_that_does_not_divide_ep_is_refused(hopper_with_te, monkeypatch, strict):
+    # HybridEPBuffer asserts it when the first MoE layer builds its buffer: the job would fail,
+    # so the update refuses it, strict or not, and exports nothing.
     monkeypatch.setenv("NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN", "3")
-    with pytest.raises(OverlapRefusedError, match="=3 does not divide EP=4"):
-        runtime_config_update(hybridep_container(strict=True), world_size=8)
+    monkeypatch.delenv("CUDA_DEVICE_MAX_CONNECTIONS", raising=False)
+    cfg = hybridep_container(strict=strict)
+    with pytest.raises(
+        ValueError, match=r"fails when it starts with it: .*=3 does not divide EP=4"
+    ):
+        runtime_config_update(cfg, world_size=8)
+    assert cfg.applied_env_vars is None and "CUDA_DEVICE_MAX_CONNECTIONS" not in os.environ
+
+
+def test_a_connection_count_that_only_slows_the_job_warns_unless_strict(
+    hopper_with_te, monkeypatch, caplog
+):
+    # One CUDA queue under EP all-to-all overlap runs, without the overlap: a warning, or the
+    # strict request's refusal.
+    monkeypatch.setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1")
+
+    def with_ep_overlap(strict: bool):
+        cfg = hybridep_container(strict=strict)
+        cfg.comm_overlap.overlap_moe_expert_parallel_comm = True
+        return cfg
+
+    with caplog.at_level(logging.WARNING, logger="megatron.bridge.training.resolve"):
+        runtime_config_update(with_ep_overlap(False), world_size=8)
+    assert "CUDA_DEVICE_MAX_CONNECTIONS=1 gives CUDA one hardware queue" in caplog.text
+    with pytest.raises(OverlapRefusedError, match="one hardware queue"):
+        runtime_config_update(with_ep_overlap(True), world_size=8)
 
 
 def test_a_dividing_hybridep_domain_is_quiet(hopper_with_te, monkeypatch):

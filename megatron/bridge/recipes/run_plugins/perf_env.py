@@ -110,8 +110,9 @@ class PerfEnvPlugin(run.Plugin):
     ``runtime_config_update``), then ``user_env_vars`` (what the user set in ``cfg.env_vars``),
     then the plan. A tuned value other than the plan's is kept (a user's with a logged note); a
     user's value that breaks what the layout requires is refused when the plugin is built; an
-    executor's is kept with a warning, and so is an executor's value that differs from the
-    user's. Build it from a ``ConfigContainer`` with :meth:`from_config` so the parallel sizes
+    executor's is kept with a warning, unless the job fails when it starts with it
+    (``launch_env.failing_environment``), which ``setup`` refuses before writing anything; an
+    executor's value that differs from the user's is kept with a warning. Build it from a ``ConfigContainer`` with :meth:`from_config` so the parallel sizes
     and the user's variables are written once.
     """
 
@@ -388,6 +389,19 @@ class PerfEnvPlugin(run.Plugin):
 
     def _apply_env(self, executor: Executor) -> None:
         plan = self.launch_env_plan()
+        # The environment the job will start with: the executor's values, the plan's elsewhere.
+        # A value with which it fails at start is refused before anything is written.
+        started = {name: str(value) for name, value in executor.env_vars.items()}
+        started |= {
+            e.name: e.value for e in plan.entries if e.value is not None and e.name not in started
+        }
+        failing = launch_env.failing_environment(**self._layout(), env=started)
+        if failing:
+            raise ValueError(
+                f"PerfEnvPlugin: {type(executor).__name__}.env_vars: {failing[0]} The job would "
+                "fail when it starts: fix or remove that value on the executor (the plan sets "
+                "what the layout needs where the executor sets nothing)."
+            )
         for entry in plan.entries:
             current = executor.env_vars.get(entry.name)
             if entry.value is None:
