@@ -545,10 +545,10 @@ def check_live_environment(
       the all-to-all stream and the compute stream must run side by side.
     - Megatron-FSDP: ``CUDA_DEVICE_MAX_CONNECTIONS`` not 1 (its collectives run on their own
       streams; upstream Megatron-Bridge asserts it when it validates the config).
-    - and those without which the job fails when it starts (:func:`failing_environment`).
+    - the requirements the job fails without when it starts (:func:`failing_environment`).
 
-    The first two run, only slower: the caller decides whether to warn or raise. An empty list
-    means no problem.
+    A job that breaks one of the first two still runs, only slower: the caller decides whether
+    to warn or raise. An empty list means no problem.
     """
     _check_live_inputs(
         tp_size, cp_size, dp_size, pp_size, ep_size, etp_size, moe_flex_dispatcher_backend

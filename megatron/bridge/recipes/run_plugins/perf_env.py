@@ -112,8 +112,9 @@ class PerfEnvPlugin(run.Plugin):
     user's value that breaks what the layout requires is refused when the plugin is built; an
     executor's is kept with a warning, unless the job fails when it starts with it
     (``launch_env.failing_environment``), which ``setup`` refuses before writing anything; an
-    executor's value that differs from the user's is kept with a warning. Build it from a ``ConfigContainer`` with :meth:`from_config` so the parallel sizes
-    and the user's variables are written once.
+    executor's value that differs from the user's is kept with a warning. Build it from a
+    ``ConfigContainer`` with :meth:`from_config` so the parallel sizes and the user's variables
+    are written once.
     """
 
     enable_layernorm_sm_margin: bool = True
