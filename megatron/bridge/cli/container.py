@@ -38,8 +38,9 @@ def _plan_container(args: argparse.Namespace) -> OverlapPlan:
     if cfg.comm_overlap is None:
         raise ValueError(_no_request_message(args.recipe, args.overrides))
     resolved = resolve_config(cfg, world_size=world, te=te_of(args))
-    # The environment the job gets from the container (the launcher may add to it): a value
-    # contradicting the layout warns, or is refused with --strict, as at model-build time.
+    # The environment the job gets from the container (the launcher may add to it), checked as
+    # at model-build time: a value the job fails with is refused, any other contradicting the
+    # layout warns, or is refused with --strict.
     # The recipe's derived variables follow the GPU, precision and layout the overrides set.
     env = {name: str(value) for name, value in resolved.env_vars.items()}
     problems = check_launch_environment(cfg, resolved, env=env)

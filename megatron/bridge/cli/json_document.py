@@ -56,7 +56,7 @@ def document(
             "sequence_parallel": f.sequence_parallel,
             "distributed_optimizer": f.use_distributed_optimizer,
             "gpu": f.gpu,
-            "nvlink_domain": f.nvlink_ranks,
+            "nvlink_ranks": f.nvlink_ranks,
             "precision": f.precision,
             "compute_dtype": f.compute_dtype,
             "num_layers": f.model.num_layers,

@@ -19,7 +19,7 @@ def _render(
     memory: MemoryEstimate | None = None,
 ) -> str:
     lay = doc["layout"]
-    domain = f"  NVLink domain {lay['nvlink_domain']}" if lay["nvlink_domain"] else ""
+    domain = f"  NVLink domain {lay['nvlink_ranks']}" if lay["nvlink_ranks"] else ""
     head = (
         f"Layout: {lay['world_size']} x {(lay['gpu'] or 'GPU').upper()}  TP{lay['tp']} "
         f"PP{lay['pp']} VPP{lay['vpp'] or '-'} CP{lay['cp']} EP{lay['ep']} -> DP{lay['dp']}{domain}"

@@ -326,11 +326,14 @@ def gpu_spec(name: object) -> GpuSpec:
 
 
 def nvlink_ranks(
-    gpu: GpuSpec, *, nvlink_domain: int | None = None, gpus_per_node: int | None = None
-) -> int:
-    """Consecutive ranks one NVLink domain connects on ``gpu``: ``nvlink_domain`` where given,
-    else the catalogue's domain beyond a node (72 on GB200 NVL72), else ``gpus_per_node``, else
-    the catalogue's GPUs per node."""
+    gpu: GpuSpec | None, *, nvlink_domain: int | None = None, gpus_per_node: int | None = None
+) -> int | None:
+    """Consecutive ranks one NVLink domain connects on ``gpu``'s cluster: ``nvlink_domain`` where
+    given, else the catalogue's domain beyond a node (72 on GB200 NVL72), else ``gpus_per_node``,
+    else the catalogue's GPUs per node. Without a GPU only the two given figures count: None
+    when neither is."""
+    if gpu is None:
+        return nvlink_domain or gpus_per_node
     return nvlink_domain or gpu.nvlink_domain or gpus_per_node or gpu.gpus_per_node
 
 

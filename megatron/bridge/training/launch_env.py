@@ -285,8 +285,10 @@ def hybrid_ep_environment(
     spans more than a node. megatron-core lays expert-tensor-parallel ranks innermost, so one domain
     holds ``domain // etp_size`` ranks of an EP group: the EP ranks per domain are the EP size
     when it fits, else that count when it divides the EP size (HybridEP asserts EP % ranks == 0).
-    Otherwise, or without a GPU, the variable is left unset and HybridEP detects the ranks it
-    can reach (upstream refuses EP groups above a 72-GPU domain). Placement is assumed to fill
+    Otherwise, or without a GPU and a cluster, the variable is left unset and HybridEP detects
+    the ranks it can reach (upstream refuses EP groups above a 72-GPU domain); without a GPU the
+    given ``nvlink_domain`` / ``gpus_per_node`` alone set the domain, and ``USE_MNNVL`` needs
+    ``gpus_per_node`` to be decided. Placement is assumed to fill
     domains in EP-aligned blocks (e.g. 64 ranks of a 72-GPU rack), as upstream's recipes do.
     """
     validate_parallel_size("ep_size", ep_size)
@@ -294,19 +296,23 @@ def hybrid_ep_environment(
     for name, value in (("nvlink_domain", nvlink_domain), ("gpus_per_node", gpus_per_node)):
         if value is not None:
             validate_parallel_size(name, value)
-    if gpu is None:
+    spec = None if gpu is None else gpu_spec(gpu)
+    domain = nvlink_ranks(spec, nvlink_domain=nvlink_domain, gpus_per_node=gpus_per_node)
+    if domain is None:
         reason = (
-            "no GPU named: HybridEP detects the NVLink domain itself (name the gpu to export "
-            "upstream's topology values)"
+            "no GPU named: HybridEP detects the NVLink domain itself (name the gpu, or the "
+            "cluster's nvlink_domain, to export upstream's topology values)"
         )
         return tuple(LaunchEnvEntry(name=n, value=None, reason=reason) for n in HYBRID_EP_ENV_NAMES)
-    spec = gpu_spec(gpu)
-    domain = nvlink_ranks(spec, nvlink_domain=nvlink_domain, gpus_per_node=gpus_per_node)
-    multi_node = domain > (gpus_per_node or spec.gpus_per_node)
+    node = gpus_per_node or (None if spec is None else spec.gpus_per_node)
+    system = "this cluster" if spec is None else spec.name
+    multi_node = node is not None and domain > node
     where = (
-        f"{spec.name}: one {domain}-GPU NVLink domain across nodes"
+        f"{system}: one {domain}-GPU NVLink domain across nodes"
         if multi_node
-        else f"{spec.name}: NVLink joins the {domain} GPUs of a board"
+        else f"{system}: NVLink joins the {domain} GPUs of a board"
+        if node is not None
+        else f"{system}: a {domain}-GPU NVLink domain"
     )
     reach = max(domain // etp_size, 1)
     if ep_size <= reach:
@@ -333,9 +339,12 @@ def hybrid_ep_environment(
         LaunchEnvEntry(name=NVLINK_DOMAIN_SIZE, value=str(domain), reason=where),
         LaunchEnvEntry(
             name=USE_MNNVL,
-            value="1" if multi_node else "0",
+            value=None if node is None else "1" if multi_node else "0",
             reason=(
-                "the NVLink domain spans nodes: HybridEP shares buffers through fabric memory"
+                "the node size is unknown (no GPU named, no gpus_per_node): not set, HybridEP "
+                "detects whether its domain spans nodes"
+                if node is None
+                else "the NVLink domain spans nodes: HybridEP shares buffers through fabric memory"
                 if multi_node
                 else "the NVLink domain is one node: no fabric memory handles"
             ),
@@ -602,7 +611,6 @@ def failing_environment(
     moe_flex_dispatcher_backend: str | None,
     megatron_fsdp: bool = False,
     cutedsl_fused_grouped_mlp: bool = False,
-    a2a_overlap: bool = False,
     env: Mapping[str, str],
 ) -> list[str]:
     """The problems of :func:`check_live_environment` with which the job fails when it starts,
@@ -614,9 +622,8 @@ def failing_environment(
       ``NVTE_CUTEDSL_FUSED_GROUPED_MLP`` an integer of 1 or more (megatron-core reads it with
       ``int()`` and asserts the fused path is supported).
 
-    ``runtime_config_update`` and ``PerfEnvPlugin`` refuse them. ``megatron_fsdp`` and
-    ``a2a_overlap`` are taken as :func:`check_live_environment` takes them (a layout's keywords
-    pass to both alike); no requirement here reads them.
+    ``runtime_config_update`` and ``PerfEnvPlugin`` refuse them. The keywords are a layout's
+    (:func:`launch_layout`); ``megatron_fsdp`` is one of them and no requirement here reads it.
     """
     backend = _check_live_inputs(
         tp_size, cp_size, dp_size, pp_size, ep_size, etp_size, moe_flex_dispatcher_backend

@@ -134,10 +134,11 @@ def _read(text: str) -> Override:
             except ValueError as exc:
                 raise OverrideError(f"{key}={raw!r}: {exc}") from None
         elif section in CLUSTER_FIELDS:
+            # A value outside its bound is the LimitError every source's bound check raises.
             try:
                 value = check_cluster_field(section, value, key)
-            except ValueError as exc:
-                raise OverrideError(f"{key}={raw!r}: {exc}") from None
+            except ConfigValueError as exc:  # it names the key
+                raise OverrideValueError(exc.where, exc.problem) from None
         elif section == "comm_overlap" and value is not None:
             raise OverrideError(
                 f"{key}={raw!r}: only comm_overlap=null is taken here; set its fields as "

@@ -224,7 +224,8 @@ def check_launch_environment(
     failing = launch_env.failing_environment(**layout, env=live)
     if failing:
         raise ValueError(
-            "launch environment: the job fails when it starts with it: " + " | ".join(failing)
+            "launch environment (the launcher's environment, else cfg.env_vars): the job fails "
+            "when it starts with it: " + " | ".join(failing) + " Fix the value where it is set."
         )
     problems = _environment_problems(resolved.job, a2a_overlap=resolved.a2a_overlap, env=live)
     if problems and cfg.comm_overlap is not None and cfg.comm_overlap.strict:
@@ -482,8 +483,9 @@ def runtime_config_update(
     ``cfg.applied_env_vars`` and logged at INFO with those kept from the environment. Upstream
     Megatron-Bridge exports them first thing; here they are checked first (names, values, no
     secrets, and, through :func:`check_launch_environment`, the environment they would give
-    against the resolved layout: a contradiction warns, or raises ``OverlapRefusedError`` with
-    ``strict``) and exported last, once every step succeeded, so a failed update leaves
+    against the resolved layout: a value the job fails with when it starts is a ``ValueError``,
+    any other contradiction warns, or raises ``OverlapRefusedError`` with ``strict``) and
+    exported last, once every step succeeded, so a failed update leaves
     ``os.environ`` as it was too. No step of the update reads these variables (CUDA starts
     later, at model build), so they are still in place before anything reads them.
     """

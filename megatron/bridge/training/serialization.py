@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from megatron.bridge.training import launch_env
 from megatron.bridge.training.config_codec import FORMAT_VERSION, dump_document
 from megatron.bridge.training.container import ConfigContainer
 from megatron.bridge.training.env_vars import check_env_vars, user_env_vars
@@ -100,12 +101,15 @@ def write_run_config(
     ``plan.json`` is what ``cfg`` resolves to on ``world_size`` GPUs (``resolve_config``, on
     copies: ``cfg`` is not changed): ``world_size``, ``data_parallel_size``, ``gpu``, ``job``
     (``JobDescription.to_dict``), ``overlap_plan`` (``OverlapPlan.to_dict``, null without
-    comm_overlap), ``env_vars`` (what ``runtime_config_update`` exports for this job, as
-    strings: the recipe's derived variables derived again for its layout, GPU and precision, the
-    user's as written), ``derived_env_vars`` (the names among them the recipe derived; the rest
-    are the user's) and ``launch_env`` (the launch environment the layout needs, each entry with
-    its value, reason, source and note; null when the GPU is unknown). ``te`` defaults to
-    "assume". Both files are written only after both documents were built. Returns their paths.
+    comm_overlap), ``env_vars`` (what ``runtime_config_update`` exports for this job where the
+    launcher sets nothing, as strings: the recipe's derived variables derived again for its
+    layout, GPU and precision, the user's as written), ``derived_env_vars`` (the names among them
+    the recipe derived; the rest are the user's) and ``launch_env`` (the launch environment the
+    layout needs, each entry with its value, reason, source and note; null when the GPU is
+    unknown). A variable among ``env_vars`` with which the job fails when it starts
+    (``launch_env.failing_environment``) is a ``ValueError``, as at ``runtime_config_update``.
+    ``te`` defaults to "assume". Both files are written only after both documents were built.
+    Returns their paths.
     """
     text = to_yaml(cfg)
     resolved = resolve_config(cfg, world_size=world_size, te=te)
@@ -122,6 +126,12 @@ def write_run_config(
             for e in resolved.launch_env().entries
         ]
     exported = check_env_vars(resolved.env_vars)
+    failing = launch_env.failing_environment(**launch_env.launch_layout(resolved.job), env=exported)
+    if failing:
+        raise ValueError(
+            f"cfg.env_vars: the job fails when it starts with it: {failing[0]} Fix the value in "
+            "cfg.env_vars; nothing was written."
+        )
     users = user_env_vars(resolved.env_vars, resolved.derived_env)
     plan = {
         "format_version": FORMAT_VERSION,

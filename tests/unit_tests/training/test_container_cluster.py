@@ -20,7 +20,9 @@ from megatron.bridge.cli import EXIT_INVALID, EXIT_OK, main
 from megatron.bridge.recipes import recipe_spec
 from megatron.bridge.recipes.run_plugins import PerfEnvPlugin
 from megatron.bridge.training.container import ConfigContainer
-from megatron.bridge.training.overrides import OverrideError, apply_overrides
+from megatron.bridge.training.launch_env import HYBRID_EP_ENV_NAMES
+from megatron.bridge.training.override_syntax import OverrideValueError
+from megatron.bridge.training.overrides import apply_overrides
 from megatron.bridge.training.resolve import resolve_config
 from megatron.bridge.training.serialization import from_yaml, to_yaml
 from megatron.bridge.training.validators import LimitError
@@ -95,9 +97,11 @@ def test_overrides_set_the_cluster(wide):
     assert _tp_overlap(catalogue, spec.num_gpus) is True
     apply_overrides(catalogue, ["nvlink_domain=null"])
     assert catalogue.nvlink_domain is None
-    for text, match in (("nvlink_domain=0", "must be >= 1"), ("gpus_per_node=x", "expected")):
-        with pytest.raises(OverrideError, match=match):
-            apply_overrides(catalogue, [text])
+    # The kinds of error a bad value gets from every other source: a bound, a type.
+    with pytest.raises(LimitError, match=r"nvlink_domain must be >= 1, got 0"):
+        apply_overrides(catalogue, ["nvlink_domain=0"])
+    with pytest.raises(OverrideValueError, match=r"^gpus_per_node: expected int or None"):
+        apply_overrides(catalogue, ["gpus_per_node=x"])
     assert catalogue.gpus_per_node == 8
 
 
@@ -107,7 +111,7 @@ def test_explain_with_overrides_plans_the_flags_cluster(capsys):
     argv = ["explain", *flags, "--nvlink-domain", "16", "optimizer.lr=0.0002", "--json"]
     assert main(argv) == EXIT_OK
     doc = json.loads(capsys.readouterr().out)
-    assert doc["layout"]["nvlink_domain"] == 16
+    assert doc["layout"]["nvlink_ranks"] == 16
     (tp,) = [d for d in doc["overlap"]["decisions"] if d["knob"] == "tp_comm_overlap"]
     assert tp["value"] is True
     # The flag and an override naming another domain: refused, naming both.
@@ -152,3 +156,55 @@ def test_the_check_builds_the_flags_cluster_into_its_container():
     cfg, _, _ = build_check_config(args, world_size=4, on_cuda=False)
     assert (cfg.nvlink_domain, cfg.gpus_per_node) == (16, None)
     assert resolve_config(cfg, world_size=4, te="assume").job.nvlink_ranks == 16
+
+
+def test_without_a_gpu_the_given_cluster_sets_the_domain():
+    # The job's figures alone, where no GPU names a catalogue entry: the TP rule and HybridEP's
+    # variables read them instead of dropping them.
+    from megatron.bridge.training.comm_overlap.rules.tp import tp_group_domain_crossed
+    from megatron.bridge.training.job import JobDescription, ModelDescription
+
+    model = ModelDescription(tensor_model_parallel_size=16, sequence_parallel=True)
+    assert JobDescription(model=model, world_size=64).nvlink_ranks is None
+    assert tp_group_domain_crossed(JobDescription(model=model, world_size=64)) is None
+    wide = JobDescription(model=model, world_size=64, nvlink_domain=16)
+    assert wide.nvlink_ranks == 16 and tp_group_domain_crossed(wide) is None
+    narrow = JobDescription(model=model, world_size=64, gpus_per_node=8)
+    assert tp_group_domain_crossed(narrow) == 8
+
+    def hybridep(**cluster: int) -> dict[str, str | None]:
+        plugin = PerfEnvPlugin(
+            gpu_sm100_or_newer=True,
+            num_gpus=64,
+            ep_size=64,
+            moe_flex_dispatcher_backend="hybridep",
+            **cluster,
+        )
+        entries = plugin.launch_env_plan().entries
+        return {e.name: e.value for e in entries if e.name in HYBRID_EP_ENV_NAMES}
+
+    unset = dict.fromkeys(HYBRID_EP_ENV_NAMES)
+    assert hybridep() == unset
+    rack = {"NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN": "64", "NVLINK_DOMAIN_SIZE": "72"}
+    assert hybridep(nvlink_domain=72, gpus_per_node=4) == {**rack, "USE_MNNVL": "1"}
+    # Whether the domain spans nodes needs the node size: left to HybridEP, said in the reason.
+    assert hybridep(nvlink_domain=72) == {**rack, "USE_MNNVL": None}
+
+
+@pytest.mark.parametrize(
+    ("env", "match"),
+    [
+        ({"NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN": "3"}, r"=3 does not divide EP=8"),
+        ({"NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN": "x"}, r"='x' is not a positive integer"),
+    ],
+)
+def test_the_plugin_refuses_an_executor_value_the_job_fails_with(env, match):
+    import nemo_run as run
+
+    plugin = PerfEnvPlugin(
+        gpu="h100", num_gpus=16, ep_size=8, moe_flex_dispatcher_backend="hybridep"
+    )
+    executor = run.LocalExecutor(env_vars=dict(env))
+    with pytest.raises(ValueError, match=rf"LocalExecutor\.env_vars: .*{match}"):
+        plugin.setup(run.Script(path="/opt/pretrain.py", entrypoint="python"), executor)
+    assert executor.env_vars == env

@@ -109,3 +109,12 @@ def test_the_plan_file_holds_the_environment_the_job_exports(tmp_path):
     entry = next(e for e in plan["launch_env"] if e["name"] == "CUDA_DEVICE_MAX_CONNECTIONS")
     assert set(entry) == {"name", "value", "reason", "source", "note"}
     assert entry["source"] == "derived"
+
+
+def test_the_plan_file_refuses_an_environment_the_job_fails_with(tmp_path):
+    # HybridEP asserts that its ranks per NVLink domain divide the EP size (8 here).
+    cfg = get_recipe("qwen3_30b_a3b", precision="bf16")
+    cfg.env_vars["NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN"] = 3
+    with pytest.raises(ValueError, match=r"cfg\.env_vars: .*=3 does not divide EP=8"):
+        write_run_config(cfg, tmp_path, world_size=8)
+    assert list(tmp_path.iterdir()) == []

@@ -252,9 +252,10 @@ class PerfEnvPlugin(run.Plugin):
         all-to-all overlap survived come from that plan, so the exported environment is the one
         the build-time check expects. The variables the user set in ``cfg.env_vars`` (those not
         derived by the recipe: ``env_vars.user_env_vars``) become ``user_env_vars``; one that
-        breaks what the layout requires is a ``ValueError`` naming it and the fix. ``gpu`` (a GPU catalogue name, else ``cfg.gpu``) sets the
-        GPU generation; without either, ``gpu_sm100_or_newer`` may be passed in ``overrides``
-        (default: Hopper). ``overrides`` set the other fields.
+        breaks what the layout requires is a ``ValueError`` naming it and the fix. ``gpu`` (a GPU
+        catalogue name, else ``cfg.gpu``) sets the GPU generation; without either,
+        ``gpu_sm100_or_newer`` may be passed in ``overrides`` (default: Hopper). The cluster
+        (``gpus_per_node``, ``nvlink_domain``) is ``cfg``'s. ``overrides`` set the other fields.
         """
         cls._refuse_layout_overrides("from_config", overrides)
         if "user_env_vars" in overrides:
@@ -339,10 +340,18 @@ class PerfEnvPlugin(run.Plugin):
         derived = ("gpu", *CLUSTER_FIELDS, *_LAYOUT_FIELDS, "a2a_overlap")
         clashing = sorted(set(overrides) & set(derived))
         if clashing:
+            read, where = (
+                (
+                    "cfg",
+                    "on cfg (cfg.gpu, cfg.gpus_per_node, cfg.nvlink_domain), cfg.model or "
+                    "cfg.comm_overlap",
+                )
+                if source == "from_config"
+                else ("the recipe", "on the recipe (spec.changed(gpu=..., nvlink_domain=...))")
+            )
             raise TypeError(
-                f"PerfEnvPlugin.{source} reads {clashing} from cfg; set them on cfg.model / "
-                "cfg.comm_overlap (or the recipe), or construct PerfEnvPlugin(...) directly. "
-                "Choose one."
+                f"PerfEnvPlugin.{source} reads {clashing} from {read}; set them {where}, or "
+                "construct PerfEnvPlugin(...) directly. Choose one."
             )
 
     def launch_env_plan(self) -> launch_env.LaunchEnvPlan:

@@ -132,9 +132,8 @@ def stage_compute(
     fitted constants). A recomputed forward runs at the rate of what it recomputes: its core
     attention (full recompute's, or selective ``core_attn``) at the attention forward's, the
     rest (GEMMs, full recompute's other FLOPs) at the mean rate of the forward's other FLOPs. A
-    stage without
-    layers or output heads (a layout's embedding-only stage) computes nothing priced: all
-    zero."""
+    stage without layers or output heads (a layout's embedding-only stage) computes nothing
+    priced: all zero."""
     if not stage.flops_per_token:
         return StageCompute(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, KernelSeconds(), fraction)
     peak = _seconds_per_flop(job, gpu, dims, stage)

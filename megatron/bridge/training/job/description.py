@@ -123,11 +123,11 @@ class JobDescription:
     def nvlink_ranks(self) -> int | None:
         """Consecutive ranks one NVLink domain connects on this job's cluster
         (:func:`~megatron.bridge.training.hardware.nvlink_ranks` of the GPU, with
-        :attr:`nvlink_domain` and :attr:`gpus_per_node`); None without a GPU."""
-        if self.gpu is None:
-            return None
+        :attr:`nvlink_domain` and :attr:`gpus_per_node`); without a GPU, those two alone (None
+        when neither is given)."""
+        spec = None if self.gpu is None else gpu_spec(self.gpu)
         return nvlink_ranks(
-            gpu_spec(self.gpu), nvlink_domain=self.nvlink_domain, gpus_per_node=self.gpus_per_node
+            spec, nvlink_domain=self.nvlink_domain, gpus_per_node=self.gpus_per_node
         )
 
     @property

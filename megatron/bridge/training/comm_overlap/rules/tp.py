@@ -71,8 +71,8 @@ def tp_overlap_blockers(job: JobDescription) -> tuple[str, ...]:
 
 def tp_group_domain_crossed(job: JobDescription) -> int | None:
     """The NVLink domain size (:attr:`JobDescription.nvlink_ranks`, the cluster's) that one
-    of ``job``'s TP groups crosses; None where every group lies inside one domain, or the GPU is
-    not named.
+    of ``job``'s TP groups crosses; None where every group lies inside one domain, or the domain
+    is unknown (no GPU named and no cluster given).
 
     megatron-core numbers TP innermost (``initialize_model_parallel``'s default order
     "tp-cp-ep-dp-pp"), so TP group g holds ranks [g TP, (g + 1) TP). Transformer Engine's
