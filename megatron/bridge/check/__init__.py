@@ -19,7 +19,9 @@ builds on a laptop. ``--tp/--pp/--vpp/--cp`` set a size exactly. ``--gpu`` and `
 change the recipe as ``bridge-overlap explain``'s flags do (the same choices; its preset,
 precision and launch environment follow); without ``--gpu`` the visible GPU is used.
 ``--gpus-per-node`` and ``--nvlink-domain`` name a cluster other than the GPU catalogue's, as
-``explain``'s do (whether a TP group stays in one NVLink domain, HybridEP's domain).
+``explain``'s do (whether a TP group stays in one NVLink domain, HybridEP's domain); without
+``--gpus-per-node`` a world over several nodes takes torchrun's ranks per node
+(``LOCAL_WORLD_SIZE``).
 
 Without a GPU the ranks talk over gloo and build on the CPU with megatron-core's local layer
 spec (Transformer Engine needs CUDA). That spec's torch norm layers support neither sequence

@@ -4,8 +4,9 @@
 model), then turns off what this machine cannot run (megatron-core's local layer spec without
 Transformer Engine; tied embeddings across pipeline stages and the all-to-all and flex MoE
 dispatchers without CUDA), one note each. Also
-owns what the live machine offers: the visible GPU (:func:`_live_gpu`) and whether the model
-builds with the local layer spec (:func:`_uses_local_spec`).
+owns what the live machine offers: the visible GPU (:func:`_live_gpu`), the ranks the launcher
+starts per node (:func:`_live_node_size`) and whether the model builds with the local layer spec
+(:func:`_uses_local_spec`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import argparse
 import contextlib
 import dataclasses
 import logging
+import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +46,12 @@ _TINY_PRESET_NOTE = (
     "the recipe's userbuffers preset is tuned for its full-size model; the tiny "
     "model runs TP overlap with Transformer Engine's defaults"
 )
+
+
+def _live_node_size() -> int | None:
+    """Ranks the launcher starts on each node (torchrun's ``LOCAL_WORLD_SIZE``), or None."""
+    raw = os.environ.get("LOCAL_WORLD_SIZE", "")
+    return int(raw) if raw.isdigit() and int(raw) > 0 else None
 
 
 def _live_gpu() -> tuple[str | None, bool | None, str]:
@@ -162,7 +170,9 @@ def build_check_config(
 
     ``--gpu`` and ``--precision`` change the recipe as ``bridge-overlap explain`` does (its
     preset, precision fields and launch environment follow); without ``--gpu`` a visible GPU of
-    the catalogue is used. A recipe with a torch-free spec
+    the catalogue is used. ``--gpus-per-node`` and ``--nvlink-domain`` set the cluster; without
+    ``--gpus-per-node`` a world that spans nodes takes the launcher's ranks per node
+    (``LOCAL_WORLD_SIZE``), with a note. A recipe with a torch-free spec
     (:func:`~megatron.bridge.recipes.recipe_spec`) is changed by job-description field and
     built once; a container-only recipe is built by its function with the keywords it takes
     (``tp_size``, ``gpu``, ...), and the other model fields (the tiny model's) are written over
@@ -195,6 +205,15 @@ def build_check_config(
         changes["precision"] = args.precision
     cluster = {name: getattr(args, name) for name in CLUSTER_FIELDS}
     changes |= {name: value for name, value in cluster.items() if value is not None}
+    node = _live_node_size()
+    if args.gpus_per_node is None and node is not None and world_size > node:
+        # The launcher numbers ranks node by node, so a TP group of more ranks than a node
+        # holds crosses nodes whatever the catalogue says a node holds.
+        changes["gpus_per_node"] = node
+        notes.append(
+            f"gpus_per_node {node}: the ranks this launcher starts on each node "
+            "(LOCAL_WORLD_SIZE); --gpus-per-node sets another"
+        )
     if not on_cuda and spec is not None and published.model.moe:
         precision = canonical_precision(changes.get("precision", spec.precision))
         if PRECISIONS[precision].preset_family == "fp8" and not comm_overlap.te_status().available:

@@ -208,3 +208,25 @@ def test_the_plugin_refuses_an_executor_value_the_job_fails_with(env, match):
     with pytest.raises(ValueError, match=rf"LocalExecutor\.env_vars: .*{match}"):
         plugin.setup(run.Script(path="/opt/pretrain.py", entrypoint="python"), executor)
     assert executor.env_vars == env
+
+
+@pytest.mark.parametrize(
+    ("local", "flag", "expected"),
+    [
+        ("2", None, 2),  # 4 ranks over 2 nodes of 2: the node the launcher laid out
+        ("4", None, None),  # one node: nothing crosses one
+        ("2", "4", 4),  # the flag wins
+        (None, None, None),  # not under torchrun
+    ],
+)
+def test_the_check_takes_the_launchers_ranks_per_node(monkeypatch, local, flag, expected):
+    if local is None:
+        monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    else:
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", local)
+    argv = ["--recipe", "llama3_8b", "--tiny", "--gpu", "h100"]
+    args = check_parser().parse_args([*argv, *(["--gpus-per-node", flag] if flag else [])])
+    cfg, _, notes = build_check_config(args, world_size=4, on_cuda=False)
+    assert cfg.gpus_per_node == expected
+    said = [n for n in notes if "LOCAL_WORLD_SIZE" in n]
+    assert bool(said) is (expected is not None and flag is None)
