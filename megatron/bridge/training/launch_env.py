@@ -306,14 +306,22 @@ def hybrid_ep_environment(
         return tuple(LaunchEnvEntry(name=n, value=None, reason=reason) for n in HYBRID_EP_ENV_NAMES)
     node = gpus_per_node or (None if spec is None else spec.gpus_per_node)
     system = "this cluster" if spec is None else spec.name
-    multi_node = node is not None and domain > node
-    where = (
-        f"{system}: one {domain}-GPU NVLink domain across nodes"
-        if multi_node
-        else f"{system}: NVLink joins the {domain} GPUs of a board"
-        if node is not None
-        else f"{system}: a {domain}-GPU NVLink domain"
-    )
+    mnnvl: str | None
+    if node is None:
+        where = f"{system}: a {domain}-GPU NVLink domain"
+        mnnvl = None
+        mnnvl_why = (
+            "the node size is unknown (no GPU named, no gpus_per_node): not set, HybridEP "
+            "detects whether its domain spans nodes"
+        )
+    elif domain > node:
+        where = f"{system}: one {domain}-GPU NVLink domain across nodes"
+        mnnvl = "1"
+        mnnvl_why = "the NVLink domain spans nodes: HybridEP shares buffers through fabric memory"
+    else:
+        where = f"{system}: NVLink joins the {domain} GPUs of a board"
+        mnnvl = "0"
+        mnnvl_why = "the NVLink domain is one node: no fabric memory handles"
     reach = max(domain // etp_size, 1)
     if ep_size <= reach:
         ranks: int | None = ep_size
@@ -337,18 +345,7 @@ def hybrid_ep_environment(
             reason=ranks_why,
         ),
         LaunchEnvEntry(name=NVLINK_DOMAIN_SIZE, value=str(domain), reason=where),
-        LaunchEnvEntry(
-            name=USE_MNNVL,
-            value=None if node is None else "1" if multi_node else "0",
-            reason=(
-                "the node size is unknown (no GPU named, no gpus_per_node): not set, HybridEP "
-                "detects whether its domain spans nodes"
-                if node is None
-                else "the NVLink domain spans nodes: HybridEP shares buffers through fabric memory"
-                if multi_node
-                else "the NVLink domain is one node: no fabric memory handles"
-            ),
-        ),
+        LaunchEnvEntry(name=USE_MNNVL, value=mnnvl, reason=mnnvl_why),
     )
 
 
@@ -559,9 +556,7 @@ def check_live_environment(
     A job that breaks one of the first two still runs, only slower: the caller decides whether
     to warn or raise. An empty list means no problem.
     """
-    _check_live_inputs(
-        tp_size, cp_size, dp_size, pp_size, ep_size, etp_size, moe_flex_dispatcher_backend
-    )
+    # The layout's sizes and backend are checked once, by failing_environment below.
     check_bool("", "a2a_overlap", a2a_overlap)
     check_bool("", "megatron_fsdp", megatron_fsdp)
     problems = []
@@ -625,9 +620,9 @@ def failing_environment(
     ``runtime_config_update`` and ``PerfEnvPlugin`` refuse them. The keywords are a layout's
     (:func:`launch_layout`); ``megatron_fsdp`` is one of them and no requirement here reads it.
     """
-    backend = _check_live_inputs(
-        tp_size, cp_size, dp_size, pp_size, ep_size, etp_size, moe_flex_dispatcher_backend
-    )
+    backend = _validated_layout(tp_size, cp_size, dp_size, pp_size, moe_flex_dispatcher_backend)
+    validate_parallel_size("ep_size", ep_size)
+    validate_parallel_size("etp_size", etp_size)
     check_bool("", "cutedsl_fused_grouped_mlp", cutedsl_fused_grouped_mlp)
     problems = []
     if backend == "hybridep":
@@ -656,22 +651,6 @@ def failing_environment(
                 "use_transformer_engine_op_fuser=False."
             )
     return problems
-
-
-def _check_live_inputs(
-    tp_size: int,
-    cp_size: int,
-    dp_size: int,
-    pp_size: int,
-    ep_size: int,
-    etp_size: int,
-    moe_flex_dispatcher_backend: str | None,
-) -> str | None:
-    """Check a live check's layout; return the flex backend."""
-    backend = _validated_layout(tp_size, cp_size, dp_size, pp_size, moe_flex_dispatcher_backend)
-    validate_parallel_size("ep_size", ep_size)
-    validate_parallel_size("etp_size", etp_size)
-    return backend
 
 
 # --------------------------------------------------------------------------- from a plan
