@@ -35,20 +35,23 @@ achieved bandwidth (below), the time the A/B's kernels ran. One measurement, on 
 the alltoall A/B on the same shape (PR 3862) is the check
 (``tests/unit_tests/training/test_step_model.py``).
 
-**The achieved share of link peak of EP all-to-alls** (:data:`ALLTOALL_ACHIEVED`), per link.
-An EP token all-to-all runs many small messages, one per peer, through kernels that share the
-GPU with the experts' GEMMs: it reaches a share of the link's peak, and its time at achieved
-bandwidth (:attr:`CommEntry.seconds_at_achieved_bandwidth`) is the time at link peak over that
-share. NVLink: DeepEP's measured intranode normal kernels (EP8 on H800, dispatch 153 GB/s and
-combine 158 GB/s of about 160 GB/s NVLink, deepseek-ai/DeepEP README, "Normal kernels with
-NVLink and RDMA forwarding"). Network: one row, named and fitted, PR 5094's Nsight capture (the
-:data:`EP_OVERLAP` shape, 16 x H100 over two nodes, HybridEP): its communication kernels ran
-8.25 s per step with the overlap off, where this estimate puts the EP all-to-all at 4.11 s at
-network peak (and 0.12 s of DP): a share of 0.50. It serves every GPU generation and
-dispatcher; DeepEP's internode RDMA figures (43-58 GB/s of about 50 GB/s, 0.86-1.16, counted
-per logical receiver) are kernel microbenchmarks without the GEMMs beside them, so the
-production capture is the figure used. The ring collectives and p2p sends (TP, CP, PP, DP) take
-NCCL's measured bus shares and latency per call (:mod:`.collectives`).
+**The achieved share of link peak of EP all-to-alls** (:data:`ALLTOALL_ACHIEVED`), per link. An EP
+token all-to-all runs many small messages, one per peer, through kernels that share the GPU with the
+experts' GEMMs: it reaches a share of the link's peak, and its time at achieved bandwidth
+(:attr:`CommEntry.seconds_at_achieved_bandwidth`) is the time at link peak over that share. NVLink:
+DeepEP's measured intranode normal kernels (EP8 on H800, dispatch 153 GB/s and combine 158 GB/s,
+deepseek-ai/DeepEP README, "Normal kernels with NVLink and RDMA forwarding") over H800's NVLink peak
+per direction, 200 GB/s (the datasheet's 400 GB/s bidirectional, the convention of the catalogue's
+``nvlink_gb_per_s``): 0.78. The README's "~160 GB/s NVLink maximum bandwidth" is what it reaches,
+not the link's peak, and the ring collectives' NVLink share (:data:`~.collectives.NVLINK_RING`,
+0.81) is likewise taken over the datasheet's. Network: one row, named and fitted, PR 5094's Nsight
+capture (the :data:`EP_OVERLAP` shape, 16 x H100 over two nodes, HybridEP): its communication
+kernels ran 8.25 s per step with the overlap off, where this estimate puts the EP all-to-all at 4.11
+s at network peak (and 0.12 s of DP): a share of 0.50. It serves every GPU generation and
+dispatcher; DeepEP's internode RDMA figures (43-58 GB/s of about 50 GB/s, 0.86-1.16, counted per
+logical receiver) are kernel microbenchmarks without the GEMMs beside them, so the production
+capture is the figure used. The ring collectives and p2p sends (TP, CP, PP, DP) take NCCL's measured
+bus shares and latency per call (:mod:`.collectives`).
 """
 
 from __future__ import annotations
@@ -256,14 +259,14 @@ class AchievedShare:
 
 
 #: EP token all-to-alls. NVLink: DeepEP README (deepseek-ai/DeepEP, "Normal kernels with NVLink
-#: and RDMA forwarding"): intranode EP8 on H800, dispatch 153 GB/s and combine 158 GB/s against
-#: about 160 GB/s NVLink. Network: fitted on one named row, Megatron-Bridge PR 5094's Nsight
+#: and RDMA forwarding"): intranode EP8 on H800, dispatch 153 GB/s and combine 158 GB/s, over
+#: H800's 200 GB/s NVLink per direction (H800 SXM datasheet: 400 GB/s bidirectional). Network: fitted on one named row, Megatron-Bridge PR 5094's Nsight
 #: capture (see EP_OVERLAP: 8.254 s of communication kernels per step, knob off), over this
 #: estimate's 4.1104 s of that shape's EP all-to-all at network peak (HybridEP, 16 x H100).
 ALLTOALL_ACHIEVED = AchievedShare(
-    nvlink=(153 + 158) / 2 / 160,
+    nvlink=(153 + 158) / 2 / 200,
     network=4.1104 / (9.079e-3 / 0.0011),
     source="EP all-to-all achieved bandwidth: NVLink from DeepEP's measured intranode kernels "
-    "(0.97 of peak); network fitted on Megatron-Bridge PR 5094's Nsight capture (16 x H100, "
+    "(0.78 of H800's NVLink peak); network fitted on Megatron-Bridge PR 5094's Nsight capture (16 x H100, "
     "HybridEP: 0.50 of peak)",
 )

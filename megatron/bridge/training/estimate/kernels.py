@@ -361,7 +361,7 @@ SPARSE_ATTENTION_FIT_ROWS: Mapping[str, FitRow] = MappingProxyType(
 #: DeepSeek-V4's attention kernels' share of the peak dense BF16 tensor-core FLOP/s, fitted by
 #: bisection (``benchmarks/predict_published.py --fit``) on :data:`SPARSE_ATTENTION_FIT_ROWS`.
 SPARSE_ATTENTION: Mapping[str, FittedConstant] = _fitted(
-    {"blackwell": 0.0520}, SPARSE_ATTENTION_FIT_ROWS
+    {"blackwell": 0.0546}, SPARSE_ATTENTION_FIT_ROWS
 )
 
 
@@ -442,7 +442,7 @@ UNFUSED_FIT_ROWS: Mapping[str, FitRow] = MappingProxyType(
 #: Bytes at the HBM peak per routed token element per MoE layer, forward and backward, fitted by
 #: bisection (``benchmarks/predict_published.py --fit``) on :data:`UNFUSED_FIT_ROWS`.
 UNFUSED_EXPERTS: Mapping[str, FittedConstant] = _fitted(
-    {"blackwell": 121.8, "hopper": 154.7}, UNFUSED_FIT_ROWS
+    {"blackwell": 105.8, "hopper": 154.7}, UNFUSED_FIT_ROWS
 )
 
 
