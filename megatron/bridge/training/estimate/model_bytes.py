@@ -211,6 +211,46 @@ class ModelBytes(ModelShape):
         per_copy = 6 + 8
         return _Elements(whole=per_copy * m.moe_router_topk * m.hidden_size)
 
+    def _expert_clamp_elements(self) -> tuple[_Elements, _Elements]:
+        """(forward, backward) elements per token of the clamp megatron-core applies to the
+        routed experts' gated activation outside its fused kernel: nothing without
+        activation_func_clamp_value or a gated unit, without grouped-GEMM experts, or with
+        Transformer Engine's fused grouped MLP (whose activation op takes the clamp as its
+        ``limit``, moe/experts.py ``_make_fused_ops``).
+
+        Over each routed copy's fc1 output, two halves of W = moe_ffn_hidden_size:
+
+        - forward: ``x_glu.clamp`` and ``x_linear.clamp`` each read and write W (4W); under
+          bias_activation_fusion ``weighted_bias_quick_geglu_impl`` (fusions/fused_bias_geglu.py)
+          then concatenates the clamped halves for its fused kernel (reads and writes 2W, 4W),
+          where the eager ``glu`` of ``TEGroupedMLP`` (moe/experts.py) uses them as they are;
+        - backward: each clamp's gradient reads the output gradient and the saved input and
+          writes its gradient (6W), and the gradient of ``chunk`` gathers the two halves into
+          one fc1-wide tensor (4W).
+        """
+        m = self.model
+        clamped = m.activation_func_clamp_value is not None and m.gated_linear_unit
+        grouped = m.num_moe_experts and m.moe_grouped_gemm
+        if not (clamped and grouped) or fused_grouped_mlp(m):
+            return _Elements(), _Elements()
+        width = m.moe_router_topk * (m.moe_ffn_hidden_size or m.ffn_size)
+        forward = (4 + (4 if m.bias_activation_fusion else 0)) * width
+        return _Elements(split=forward), _Elements(split=10 * width)
+
+    def _local_expert_sort_elements(self, ep_size: int) -> _Elements:
+        """Forward elements per token of the all-to-all dispatcher's second permutation, which
+        sorts the received tokens by local expert and restores their order before the combine
+        (token_dispatcher.py ``MoEAlltoAllTokenDispatcher``, ``sort_chunks_by_idxs``, or its
+        transpose under drop-and-pad): each reads and writes every routed copy (2 x topk x
+        the token's width each). Nothing for another dispatcher or with one local expert per
+        rank (num_moe_experts / ``ep_size``). A permutation's gradient is the inverse
+        permutation, as many bytes as its forward."""
+        m = self.model
+        local = (m.num_moe_experts or 0) // max(1, ep_size)
+        if m.moe_token_dispatcher_type != "alltoall" or local <= 1:
+            return _Elements()
+        return _Elements(whole=4 * m.moe_router_topk * (m.moe_latent_size or m.hidden_size))
+
     def _mamba_elements(self) -> _Elements:
         """Forward elements per token of a Mamba layer's memory-bound kernels (MambaMixer).
 
@@ -272,12 +312,14 @@ class ModelBytes(ModelShape):
         return _Elements(whole=forward + backward - residual_add)
 
     def elementwise_bytes_per_token(
-        self, *, tp_size: int = 1, sequence_parallel: bool = False
+        self, *, tp_size: int = 1, sequence_parallel: bool = False, ep_size: int = 1
     ) -> float:
         """Bytes per token the mean decoder layer moves through HBM in its memory-bound kernels,
-        forward and backward (the backward twice the forward; hyper-connections' fused kernels
-        and the experts' fc2 bias counted kernel by kernel, :meth:`_hyper_connection_elements`,
-        :meth:`_expert_bias_elements`), 16-bit activations, on one of
+        forward and backward (the backward twice the forward; hyper-connections' fused kernels,
+        the experts' fc2 bias and activation clamp and the all-to-all dispatcher's sort by local
+        expert counted kernel by kernel, :meth:`_hyper_connection_elements`,
+        :meth:`_expert_bias_elements`, :meth:`_expert_clamp_elements`,
+        :meth:`_local_expert_sort_elements` over ``ep_size``), 16-bit activations, on one of
         ``tp_size`` TP ranks: TP splits the head-, FFN- and channel-wide tensors, and the
         hidden-wide ones only with ``sequence_parallel`` (without it every TP rank normalizes,
         adds and routes every token).
@@ -298,7 +340,9 @@ class ModelBytes(ModelShape):
             elements += mamba * self._mamba_elements()
         # Counted forward and backward together, kernel by kernel.
         counted = (attention + dense + moe) * self._hyper_connection_elements()
-        counted += moe * self._expert_bias_elements()
+        clamp_forward, clamp_backward = self._expert_clamp_elements()
+        sort = self._local_expert_sort_elements(ep_size)
+        counted += moe * (self._expert_bias_elements() + clamp_forward + clamp_backward + 2 * sort)
         return (
             _FORWARD_AND_BACKWARD * _bytes_on_rank(elements, tp_size, sequence_parallel)
             + _bytes_on_rank(counted, tp_size, sequence_parallel)
@@ -318,7 +362,7 @@ class ModelBytes(ModelShape):
         return (attention if mla else 0) + moe
 
     def recompute_elementwise_bytes_per_token(
-        self, module: str, *, tp_size: int = 1, sequence_parallel: bool = False
+        self, module: str, *, tp_size: int = 1, sequence_parallel: bool = False, ep_size: int = 1
     ) -> float:
         """HBM bytes per token of the mean decoder layer that selective recompute of ``module``
         moves again in memory-bound kernels on one of ``tp_size`` TP ranks (split as
@@ -327,21 +371,29 @@ class ModelBytes(ModelShape):
         ``core_attn``: the attention kernel's Q, K, V reads and output write. ``layernorm``: the
         norms that run as their own module (:meth:`_separate_norms`; transformer_layer.py
         ``recompute_input_layernorm`` / ``recompute_pre_mlp_layernorm``). ``moe_act``: the routed
-        experts' activation (moe/experts.py ``activation_recompute``). ``mla_up_proj``: MLA's
-        latent norms and rotary step. ``mlp``: a dense MLP with its fused pre-norm and its
-        activation. ``moe``: the MoE layer's router, permutation and activations.
+        experts' activation and its clamp (moe/experts.py ``activation_recompute``, which
+        checkpoints ``bias_act_func``). ``mla_up_proj``: MLA's latent norms and rotary step.
+        ``mlp``: a dense MLP with its fused pre-norm and its activation. ``moe``: the MoE layer's
+        router, permutations (the sort by local expert over ``ep_size`` included) and
+        activations.
         ``shared_experts``: the shared experts' activation. ``gdn_norm_out``: 0 (gated-delta-net
         layers are not priced in bytes).
         """
         self._check_attention_variant()
         attention, _, dense, moe = self._layer_counts()
+        clamp_forward, _ = self._expert_clamp_elements()
         elements = {
             "core_attn": attention * self._core_attention_elements(),
             "layernorm": self._separate_norms() * self._norm(),
-            "moe_act": moe * self._routed_activation_elements(),
+            "moe_act": moe * (self._routed_activation_elements() + clamp_forward),
             "mla_up_proj": attention * self._mla_up_projection_elements(),
             "mlp": dense * (self._norm() + self._dense_activation_elements()),
-            "moe": moe * self._moe_layer_elements(),
+            "moe": moe
+            * (
+                self._moe_layer_elements()
+                + clamp_forward
+                + self._local_expert_sort_elements(ep_size)
+            ),
             "shared_experts": moe * self._shared_activation_elements(),
         }.get(module, _Elements())
         return _bytes_on_rank(elements, tp_size, sequence_parallel) / self.model.num_layers

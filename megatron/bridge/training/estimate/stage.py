@@ -231,7 +231,8 @@ def busiest_stage(
     moe_share = dims.num_moe_layers / job.model.num_layers
     per_layer = dims.layer_flops_per_token()
     sp = job.sequence_parallel
-    layer_bytes = dims.elementwise_bytes_per_token(tp_size=tp, sequence_parallel=sp)
+    ep = job.ep_size
+    layer_bytes = dims.elementwise_bytes_per_token(tp_size=tp, sequence_parallel=sp, ep_size=ep)
 
     def stage_flops(rank: int) -> float:
         return (
@@ -245,7 +246,9 @@ def busiest_stage(
         full, modules = _recomputed(job, layers, vpp)
         selective_flops = sum(dims.recompute_flops_per_token(m) for m in modules)
         selective_bytes = sum(
-            dims.recompute_elementwise_bytes_per_token(m, tp_size=tp, sequence_parallel=sp)
+            dims.recompute_elementwise_bytes_per_token(
+                m, tp_size=tp, sequence_parallel=sp, ep_size=ep
+            )
             for m in modules
         )
         return Stage(
