@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from megatron.bridge.cli import EXIT_OK, main
 from megatron.bridge.recipes import recipe_spec
 from megatron.bridge.search import search
-from megatron.bridge.search.rank import band_width, banded, simplicity_key
+from megatron.bridge.search.rank import SIMPLICITY, band_width, banded, simplicity_key
 from megatron.bridge.training.estimate.accuracy import measured_accuracy
 
 
@@ -79,7 +79,10 @@ def test_a_tie_goes_to_the_layout_without_context_parallelism():
     # family's error of each other: one band, and the plain layouts first.
     ranked = _searched("llama3_8b").ranked
     band1 = [c for c in ranked if c.band == 1]
-    plain = [c for c in band1 if simplicity_key(c)[0] == 0]
+    dims = [words for words, _value in SIMPLICITY].index(
+        "fewer parallel dimensions (TP, PP, CP, EP above 1)"
+    )
+    plain = [c for c in band1 if simplicity_key(c)[dims] == 0]
     with_cp = [c for c in band1 if c.spec.job.cp_size > 1]
     assert plain and with_cp, "the plain and the CP layouts no longer share a band"
     assert ranked[0] is plain[0]
@@ -142,3 +145,16 @@ def test_each_row_names_its_gpu_count_dp_band_and_headroom(capsys):
         lay = row["layout"]
         assert lay["dp"] * lay["tp"] * lay["pp"] * lay["cp"] == lay["world_size"]
         assert lay["ep"] >= 1 and isinstance(row["memory"]["headroom_bytes"], int)
+
+
+def test_a_tie_goes_to_the_layout_whose_tp_stays_inside_an_nvlink_domain():
+    # Llama-3 70B at global batch 128 on 16384 H100 (64 tokens per GPU): TP16 across two 8-GPU
+    # NVLink domains predicts within the dense family's error of TP8 layouts; the band puts
+    # every layout with TP inside a domain first.
+    spec = recipe_spec("llama3_70b")
+    ranked = search(spec, world_sizes=[16384], global_batch_size=spec.job.global_batch_size).ranked
+    band1 = [c for c in ranked if c.band == 1]
+    inside = [c for c in band1 if c.spec.job.tp_size <= 8]
+    across = [c for c in band1 if c.spec.job.tp_size > 8]
+    assert inside and across, "the TP8 and TP16 layouts no longer share a band"
+    assert max(ranked.index(c) for c in inside) < min(ranked.index(c) for c in across)

@@ -8,12 +8,15 @@ ranked by the estimate: it cannot tell them apart. The bands are formed greedily
 the fastest row not yet banded leads a band, and every row within the error of it (tokens/s/GPU
 at least ``(1 - error)`` times the leader's) joins it.
 
-**Simplicity.** Within a band the simpler layout comes first, by :data:`SIMPLICITY`, criterion
-after criterion: what an engineer would not add unless it paid (a parallel dimension, an
-interleaved or uneven pipeline, recompute, an overlap's machinery, sharding beyond the
-distributed optimizer, a wider model-parallel group, a larger micro-batch). A more complex
-layout comes first only from a better band, that is, where it pays more than the estimate's
-error. Equal in all of them, the faster first.
+**Simplicity.** Within a band the simpler layout comes first, by :data:`SIMPLICITY`, criterion after
+criterion: what an engineer would not add unless it paid (a TP group across NVLink domains, whose
+every layer's collectives cross the network at its latency per ring step and without TP overlap,
+which Transformer Engine's userbuffers run only inside a domain:
+:func:`~megatron.bridge.training.comm_overlap.rules.tp.tp_group_domain_crossed`; a parallel
+dimension, an interleaved or uneven pipeline, recompute, an overlap's machinery, sharding beyond the
+distributed optimizer, a wider model-parallel group, a larger micro-batch). A more complex layout
+comes first only from a better band, that is, where it pays more than the estimate's error. Equal in
+all of them, the faster first.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from megatron.bridge.search.candidate import SEARCHED_KNOBS, Candidate, knob_on
+from megatron.bridge.training.comm_overlap.rules.tp import tp_group_domain_crossed
 from megatron.bridge.training.estimate.accuracy import MeasuredAccuracy, measured_accuracy
 from megatron.bridge.training.job import ModelDescription
 
@@ -34,6 +38,10 @@ def band_width(model: ModelDescription) -> tuple[float, MeasuredAccuracy]:
     measurement it comes from."""
     accuracy = measured_accuracy(model)
     return accuracy.median_abs_error or 0.0, accuracy
+
+
+def _tp_across_domains(c: Candidate) -> int:
+    return int(tp_group_domain_crossed(c.spec.job) is not None)
 
 
 def _parallel_dims(c: Candidate) -> int:
@@ -83,6 +91,7 @@ def _micro_batch(c: Candidate) -> int:
 #: The simplicity order within a band, first criterion first: each one's words and its value
 #: (lower is simpler).
 SIMPLICITY: tuple[tuple[str, Callable[[Candidate], int]], ...] = (
+    ("every TP group inside one NVLink domain", _tp_across_domains),
     ("fewer parallel dimensions (TP, PP, CP, EP above 1)", _parallel_dims),
     ("no interleaved pipeline (VPP)", _interleaved),
     ("an even pipeline split", _uneven_split),
