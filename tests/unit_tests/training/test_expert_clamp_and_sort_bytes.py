@@ -90,15 +90,27 @@ def test_no_sort_with_one_local_expert_or_another_dispatcher(dispatcher, ep_size
     )
 
 
-def test_the_estimate_passes_the_layouts_ep_size_to_the_sort():
-    # GPT-OSS at its published EP16 (8 local experts): the all-to-all dispatcher adds the sort's
-    # HBM time to the flex dispatcher's.
-    alltoall = plan_recipe("gpt_oss_120b", changes={"model.moe_token_dispatcher_type": "alltoall"})
-    flex = plan_recipe("gpt_oss_120b")
-    assert alltoall.job.ep_size == flex.job.ep_size == 16
+def _sort_seconds(ep_size: int) -> float:
+    """HBM seconds the all-to-all dispatcher adds to the flex one for GPT-OSS on 128 GPUs."""
+    layout = {
+        "world_size": 128,
+        "global_batch_size": 1536,
+        "model.expert_model_parallel_size": ep_size,
+    }
+    alltoall = plan_recipe(
+        "gpt_oss_120b", changes={**layout, "model.moe_token_dispatcher_type": "alltoall"}
+    )
+    flex = plan_recipe("gpt_oss_120b", changes=layout)
+    assert (alltoall.job.ep_size, flex.job.ep_size) == (ep_size, ep_size)
     assert flex.job.model.moe_token_dispatcher_type == "flex"
-    extra = (
+    return (
         estimate_step(alltoall).step.memory_seconds_at_peak
         - estimate_step(flex).step.memory_seconds_at_peak
     )
-    assert extra > 0
+
+
+def test_the_estimate_sorts_by_the_layouts_local_experts():
+    # GPT-OSS's 128 experts: 8 per rank at EP16, where the all-to-all dispatcher sorts; one per
+    # rank at EP128, where it does not, so the stage must pass its EP size.
+    assert _sort_seconds(16) > 0
+    assert _sort_seconds(128) == 0
