@@ -187,6 +187,13 @@ class ModelBytes(ModelShape):
         width = self.model.moe_shared_expert_intermediate_size or 0
         return _Elements(split=self._activation_elements(width))
 
+    def _unfused_grouped_experts(self) -> bool:
+        """The routed experts are megatron-core's ``TEGroupedMLP`` (grouped-GEMM experts) outside
+        Transformer Engine's fused grouped MLP: its bias and activation run as PyTorch kernels
+        of their own."""
+        m = self.model
+        return bool(m.num_moe_experts and m.moe_grouped_gemm) and not fused_grouped_mlp(m)
+
     def _expert_bias_elements(self) -> _Elements:
         """Elements per token, forward and backward together, of the routed experts' fc2 bias
         in the grouped-GEMM experts outside the fused grouped MLP; nothing without
@@ -205,8 +212,7 @@ class ModelBytes(ModelShape):
         (3H each).
         """
         m = self.model
-        grouped = m.add_bias_linear and m.num_moe_experts and m.moe_grouped_gemm
-        if not grouped or fused_grouped_mlp(m):
+        if not (m.add_bias_linear and self._unfused_grouped_experts()):
             return _Elements()
         per_copy = 6 + 8
         return _Elements(whole=per_copy * m.moe_router_topk * m.hidden_size)
@@ -230,8 +236,7 @@ class ModelBytes(ModelShape):
         """
         m = self.model
         clamped = m.activation_func_clamp_value is not None and m.gated_linear_unit
-        grouped = m.num_moe_experts and m.moe_grouped_gemm
-        if not (clamped and grouped) or fused_grouped_mlp(m):
+        if not (clamped and self._unfused_grouped_experts()):
             return _Elements(), _Elements()
         width = m.moe_router_topk * (m.moe_ffn_hidden_size or m.ffn_size)
         forward = (4 + (4 if m.bias_activation_fusion else 0)) * width
