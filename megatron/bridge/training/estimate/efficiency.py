@@ -260,13 +260,14 @@ class AchievedShare:
 
 #: EP token all-to-alls. NVLink: DeepEP README (deepseek-ai/DeepEP, "Normal kernels with NVLink
 #: and RDMA forwarding"): intranode EP8 on H800, dispatch 153 GB/s and combine 158 GB/s, over
-#: H800's 200 GB/s NVLink per direction (H800 SXM datasheet: 400 GB/s bidirectional). Network: fitted on one named row, Megatron-Bridge PR 5094's Nsight
-#: capture (see EP_OVERLAP: 8.254 s of communication kernels per step, knob off), over this
-#: estimate's 4.1104 s of that shape's EP all-to-all at network peak (HybridEP, 16 x H100).
+#: H800's 200 GB/s NVLink per direction (H800 SXM datasheet: 400 GB/s bidirectional). Network:
+#: fitted on one named row, Megatron-Bridge PR 5094's Nsight capture (see EP_OVERLAP: 8.254 s of
+#: communication kernels per step, knob off), over this estimate's 4.1104 s of that shape's EP
+#: all-to-all at network peak (HybridEP, 16 x H100).
 ALLTOALL_ACHIEVED = AchievedShare(
     nvlink=(153 + 158) / 2 / 200,
     network=4.1104 / (9.079e-3 / 0.0011),
     source="EP all-to-all achieved bandwidth: NVLink from DeepEP's measured intranode kernels "
-    "(0.78 of H800's NVLink peak); network fitted on Megatron-Bridge PR 5094's Nsight capture (16 x H100, "
-    "HybridEP: 0.50 of peak)",
+    "(0.78 of H800's NVLink peak); network fitted on Megatron-Bridge PR 5094's Nsight capture "
+    "(16 x H100, HybridEP: 0.50 of peak)",
 )
