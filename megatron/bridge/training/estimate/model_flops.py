@@ -27,7 +27,27 @@ from megatron.bridge.training.estimate.hybrid_pattern import (
 )
 from megatron.bridge.training.estimate.model_shape import CSA_RATIO, HCA_RATIO, ModelShape
 
-__all__ = ["ModelFlops"]
+__all__ = ["ModelFlops", "window_context", "window_keys"]
+
+
+def window_keys(window_size: tuple[int, int], seq_length: int) -> int:
+    """Keys one query's kernel call sees in a sliding window: left + right + 1, at most the
+    sequence."""
+    left, right = window_size
+    return min(seq_length, left + right + 1)
+
+
+def window_context(window_size: tuple[int, int], seq_length: int) -> float:
+    """Mean keys a query attends to in a causal sliding window, over the sequence.
+
+    Upstream ``calculate_swa_context``: a (left, right) window covers left + right + 1 tokens
+    W; W - W (W - 1) / 2s when W < s, else s / 2 (the causal half).
+    """
+    left, right = window_size
+    window = left + right + 1
+    return (
+        window - window * (window - 1) / (2 * seq_length) if window < seq_length else seq_length / 2
+    )
 
 
 @dataclass(frozen=True)
@@ -35,14 +55,8 @@ class ModelFlops(ModelShape):
     """Training FLOPs per token of a model, read from its description."""
 
     def _window_context(self) -> float:
-        """Mean keys a query attends to in a causal sliding window, over the sequence.
-
-        Upstream ``calculate_swa_context``: a (left, right) window covers left + right + 1
-        tokens W; W - W (W - 1) / 2s when W < s, else s / 2 (the causal half).
-        """
-        left, right = self.model.window_size
-        window, s = left + right + 1, self.model.seq_length
-        return window - window * (window - 1) / (2 * s) if window < s else s / 2
+        """Mean keys a query attends to in the model's sliding window (:func:`window_context`)."""
+        return window_context(self.model.window_size, self.model.seq_length)
 
     def _attention_layer_flops(self, index: int) -> float:
         """Training FLOPs per token of the attention block of transformer layer ``index``.
@@ -155,8 +169,7 @@ class ModelFlops(ModelShape):
         for i in self._attention_layers():
             keys = s
             if self.model.window_size is not None and self.model.uses_window(i):
-                left, right = self.model.window_size
-                keys = min(s, left + right + 1)
+                keys = window_keys(self.model.window_size, s)
             out[keys] = out.get(keys, 0.0) + self._core_flops(i) / layers
         return out
 
