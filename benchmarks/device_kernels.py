@@ -18,8 +18,9 @@ on the machine's GPU:
 
 Each kernel's forward, and an attention's backward, is timed (CUDA events, median of the
 timed calls after warm-up) and set beside the curve's rate for the GPU named (``--gpu``; by
-default the catalogue GPU whose name the device's contains): ``measured / curve`` is the
-estimate's time over the measured one, above 1 where the kernel runs faster than priced. FLOPs
+default the catalogue GPU whose name the device's contains, ``hardware.device_gpu``):
+``measured / curve`` is the estimate's time over the measured one, above 1 where the kernel
+runs faster than priced. FLOPs
 follow the estimate's count: 2MNK per GEMM; an attention forward 4 x heads x head dim per
 query-key pair, over the causal half of the sequence or the sliding window's mean context
 (:mod:`~megatron.bridge.training.estimate.model_flops`), its backward 2.5 times that. A kernel
@@ -49,7 +50,7 @@ from megatron.bridge.training.estimate.efficiency import achievable_fraction
 from megatron.bridge.training.estimate.gemm import gemm_efficiency
 from megatron.bridge.training.estimate.kernels import OPERAND_BYTES, generation
 from megatron.bridge.training.estimate.model_flops import window_context, window_keys
-from megatron.bridge.training.hardware import GPUS, GpuSpec, gpu_spec
+from megatron.bridge.training.hardware import GPUS, GpuSpec, device_gpu, gpu_spec
 
 WARMUP = 3
 """Calls before timing (cuDNN and cuBLAS pick and build their plans on the first)."""
@@ -172,16 +173,6 @@ def attention_curve_seconds(gpu: GpuSpec, a: Attention) -> tuple[float, float]:
         gpu_generation=generation(gpu),
         peak=gpu.peak_bf16_tflops * 1e12,
     )
-
-
-def detect_gpu(device_name: str) -> str | None:
-    """The catalogue GPU whose name the device's contains ("NVIDIA GB200" -> gb200, not
-    b200: the longer names are tried first)."""
-    name = device_name.lower()
-    for gpu in sorted(GPUS, key=len, reverse=True):
-        if gpu in name:
-            return gpu
-    return None
 
 
 def median_seconds(
@@ -429,7 +420,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("no CUDA device here: run on a GPU, or pass --device cpu --quick")
-    name = args.gpu or (detect_gpu(torch.cuda.get_device_name()) if args.device == "cuda" else None)
+    name = args.gpu or (device_gpu(torch.cuda.get_device_name()) if args.device == "cuda" else None)
     if name is None:
         parser.error(f"name the GPU whose curves to compare with: --gpu one of {list(GPUS)}")
     gpu = gpu_spec(name)

@@ -1,5 +1,6 @@
 """``benchmarks/device_kernels.py``: its FLOP count and curves are the step estimate's, and a
-quick run on the CPU times every kernel it names or says why one did not run.
+quick run on the CPU times every kernel it names or says why one did not run (the device's
+GPU is read by ``hardware.device_gpu``, tested with the catalogue).
 
 The timings themselves need a GPU: here the quick run's small shapes on the CPU check the
 script's code paths against H100's curves, not the curves."""
@@ -56,18 +57,6 @@ def test_curves_move_the_way_the_estimate_prices_kernels():
     full_rate = _gpt_oss_case(False).forward_flops / full[0]
     window_rate = _gpt_oss_case(True).forward_flops / window[0]
     assert window_rate < full_rate  # 128 keys a call against 4096
-
-
-@pytest.mark.parametrize(
-    ("name", "gpu"),
-    [("NVIDIA GB200", "gb200"), ("NVIDIA B200", "b200"), ("NVIDIA H100 80GB HBM3", "h100")],
-)
-def test_detect_gpu_takes_the_longest_catalogue_name(name, gpu):
-    assert device_kernels.detect_gpu(name) == gpu
-
-
-def test_detect_gpu_without_a_catalogue_gpu():
-    assert device_kernels.detect_gpu("Tesla T4") is None
 
 
 def test_quick_cpu_run_times_every_kernel_or_says_why(tmp_path):

@@ -61,11 +61,7 @@ def _live_gpu() -> tuple[str | None, bool | None, str]:
     if not torch.cuda.is_available():
         return None, None, "cpu"
     device_name = torch.cuda.get_device_name()
-    lowered = device_name.lower()
-    # Longest names first: "gb200" also contains "b200".
-    known = sorted(hardware.GPUS, key=len, reverse=True)
-    name = next((gpu for gpu in known if gpu in lowered), None)
-    return name, hardware.live_gpu_sm100_or_newer(), device_name
+    return hardware.device_gpu(device_name), hardware.live_gpu_sm100_or_newer(), device_name
 
 
 def _uses_local_spec(model: Any) -> bool:

@@ -25,6 +25,7 @@ __all__ = [
     "SYSTEMS",
     "GpuSpec",
     "check_precision_on_gpu",
+    "device_gpu",
     "gpu_spec",
     "live_gpu_sm100_or_newer",
     "nvlink_ranks",
@@ -335,6 +336,14 @@ def nvlink_ranks(
     if gpu is None:
         return nvlink_domain or gpus_per_node
     return nvlink_domain or gpu.nvlink_domain or gpus_per_node or gpu.gpus_per_node
+
+
+def device_gpu(device_name: str) -> str | None:
+    """The catalogue GPU whose name a CUDA device's name contains (``torch.cuda.get_device_name``:
+    "NVIDIA GB200" -> gb200), the longest catalogue names tried first ("gb200" also contains
+    "b200"); None for a GPU the catalogue does not hold."""
+    lowered = device_name.lower()
+    return next((gpu for gpu in sorted(GPUS, key=len, reverse=True) if gpu in lowered), None)
 
 
 def system_gpu(system: str) -> GpuSpec:

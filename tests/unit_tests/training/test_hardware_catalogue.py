@@ -15,6 +15,7 @@ from megatron.bridge.training.hardware import (
     GPUS,
     SYSTEMS,
     check_precision_on_gpu,
+    device_gpu,
     gpu_spec,
     system_gpu,
 )
@@ -139,3 +140,15 @@ def test_mxfp8_stops_below_sm120():
     future = dataclasses.replace(gpu_spec("b300"), name="sm120", compute_capability=(12, 0))
     assert "below SM120" in future.precision_refusal("fp8_mx")
     assert future.precision_refusal("nvfp4") is None
+
+
+@pytest.mark.parametrize(
+    ("name", "gpu"),
+    [("NVIDIA GB200", "gb200"), ("NVIDIA B200", "b200"), ("NVIDIA H100 80GB HBM3", "h100")],
+)
+def test_device_gpu_takes_the_longest_catalogue_name(name, gpu):
+    assert device_gpu(name) == gpu
+
+
+def test_device_gpu_without_a_catalogue_gpu():
+    assert device_gpu("Tesla T4") is None

@@ -43,8 +43,7 @@ def window_context(window_size: tuple[int, int], seq_length: int) -> float:
     Upstream ``calculate_swa_context``: a (left, right) window covers left + right + 1 tokens
     W; W - W (W - 1) / 2s when W < s, else s / 2 (the causal half).
     """
-    left, right = window_size
-    window = left + right + 1
+    window = window_keys(window_size, seq_length)
     return (
         window - window * (window - 1) / (2 * seq_length) if window < seq_length else seq_length / 2
     )
